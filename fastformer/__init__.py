@@ -1,0 +1,29 @@
+"""Fastformer (Wu et al., 2021) for Hugging Face transformers.
+
+Importing the package registers the model with the Auto classes.
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
+
+from .configuration_fastformer import FastformerConfig
+from .modeling_fastformer import (
+    FastformerForMaskedLM,
+    FastformerForSequenceClassification,
+    FastformerModel,
+    FastformerPreTrainedModel,
+)
+
+__version__ = "0.1.0"
+
+AutoConfig.register(FastformerConfig.model_type, FastformerConfig, exist_ok=True)
+AutoModel.register(FastformerConfig, FastformerModel, exist_ok=True)
+AutoModelForSequenceClassification.register(FastformerConfig, FastformerForSequenceClassification, exist_ok=True)
+AutoModelForMaskedLM.register(FastformerConfig, FastformerForMaskedLM, exist_ok=True)
+
+__all__ = [
+    "FastformerConfig",
+    "FastformerForMaskedLM",
+    "FastformerForSequenceClassification",
+    "FastformerModel",
+    "FastformerPreTrainedModel",
+]
