@@ -1,0 +1,192 @@
+"""fastformer.functional against a float64 loop written plainly from the paper's Eqs. 3-6."""
+
+import math
+
+import pytest
+import torch
+
+from fastformer.functional import INTERACTIONS, additive_attention, interact, masked_softmax
+
+B, H, N, D = 3, 2, 6, 4
+
+
+def reference_additive_attention(q, k, v, w_q, w_k, mask, interaction="product", qk_proj=None, kv_proj=None):
+    """One head, one sequence at a time, a token at a time, in float64. Padding takes no part in the two
+    softmaxes; a sequence with no token pools to the zero vector."""
+    q, k, v, w_q, w_k = (t.double() for t in (q, k, v, w_q, w_k))
+    batch, heads, length, dim = q.shape
+    mask = torch.ones(batch, length, dtype=torch.bool) if mask is None else mask.bool()
+
+    def combine(g, x, projection):
+        if interaction == "product":
+            return g * x
+        if interaction == "add":
+            return g + x
+        return torch.cat([g, x]) @ projection.double()  # [g ; x] P
+
+    def pool(vectors, w, b):
+        scores = [w @ vectors[i] / math.sqrt(dim) for i in range(length)]
+        real = [i for i in range(length) if mask[b, i]]
+        if not real:
+            return torch.zeros(dim, dtype=torch.float64)
+        top = max(scores[i].item() for i in real)  # a constant shift: the softmax does not change
+        exps = {i: torch.exp(scores[i] - top) for i in real}
+        denominator = sum(exps.values())
+        return sum(exps[i] / denominator * vectors[i] for i in real)
+
+    u = torch.zeros(batch, heads, length, dim, dtype=torch.float64)
+    for b in range(batch):
+        for h in range(heads):
+            global_query = pool(q[b, h], w_q[h], b)
+            p = [combine(global_query, k[b, h, i], None if qk_proj is None else qk_proj[h]) for i in range(length)]
+            global_key = pool(p, w_k[h], b)
+            for i in range(length):
+                u[b, h, i] = combine(global_key, v[b, h, i], None if kv_proj is None else kv_proj[h])
+    return u
+
+
+def make_mask(kind, generator):
+    lengths = torch.tensor([N, 4, 1])
+    positions = torch.arange(N)
+    if kind == "none":
+        return None
+    if kind == "right":
+        return positions < lengths[:, None]
+    if kind == "left":
+        return positions >= (N - lengths)[:, None]
+    if kind == "random":
+        mask = torch.rand(B, N, generator=generator) > 0.4
+        mask[:, 0] = True
+        return mask.long()  # ints are accepted as well as bools
+    if kind == "all-padding-row":
+        mask = positions < lengths[:, None]
+        mask[1] = False
+        return mask
+    raise AssertionError(kind)
+
+
+def make_inputs(interaction="product", dtype=torch.float64, seed=0, requires_grad=False):
+    generator = torch.Generator().manual_seed(seed)
+    tensors = [torch.randn(B, H, N, D, generator=generator) for _ in range(3)]
+    tensors += [torch.randn(H, D, generator=generator) * 2 for _ in range(2)]
+    if interaction == "concat":
+        tensors += [torch.randn(H, 2 * D, D, generator=generator) / math.sqrt(D) for _ in range(2)]
+    return [t.to(dtype).requires_grad_(requires_grad) for t in tensors], generator
+
+
+def call(tensors, mask, interaction, **kwargs):
+    q, k, v, w_q, w_k, *projections = tensors
+    qk_proj, kv_proj = projections or (None, None)
+    return additive_attention(
+        q, k, v, w_q, w_k, mask,
+        interaction=interaction, query_key_projection=qk_proj, key_value_projection=kv_proj, **kwargs,
+    )
+
+
+MASKS = ["none", "right", "left", "random", "all-padding-row"]
+
+
+@pytest.mark.parametrize("mask_kind", MASKS)
+@pytest.mark.parametrize("interaction", INTERACTIONS)
+def test_matches_float64_reference(interaction, mask_kind):
+    tensors, generator = make_inputs(interaction)
+    mask = make_mask(mask_kind, generator)
+    u = call(tensors, mask, interaction)
+    q, k, v, w_q, w_k, *projections = tensors
+    expected = reference_additive_attention(q, k, v, w_q, w_k, mask, interaction, *projections)
+    assert u.shape == v.shape and u.dtype == torch.float64
+    torch.testing.assert_close(u, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("mask_kind", ["right", "left", "random", "all-padding-row"])
+@pytest.mark.parametrize("interaction", INTERACTIONS)
+def test_gradients_gradcheck(interaction, mask_kind):
+    tensors, generator = make_inputs(interaction, requires_grad=True)
+    mask = make_mask(mask_kind, generator)
+    assert torch.autograd.gradcheck(lambda *t: call(t, mask, interaction), tensors)
+
+
+@pytest.mark.parametrize("mask_kind", ["right", "left", "random"])
+def test_gradients_match_reference(mask_kind):
+    tensors, generator = make_inputs(requires_grad=True)
+    mask = make_mask(mask_kind, generator)
+    upstream = torch.randn(B, H, N, D, generator=generator, dtype=torch.float64)
+    grads = torch.autograd.grad((call(tensors, mask, "product") * upstream).sum(), tensors)
+    expected = torch.autograd.grad((reference_additive_attention(*tensors, mask) * upstream).sum(), tensors)
+    for grad, reference in zip(grads, expected):
+        torch.testing.assert_close(grad, reference, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("interaction", INTERACTIONS)
+def test_padding_content_never_reaches_real_tokens(interaction):
+    tensors, generator = make_inputs(interaction)
+    mask = make_mask("random", generator).bool()
+    u = call(tensors, mask, interaction)
+    noisy = [t.clone() for t in tensors]
+    for t in noisy[:3]:  # q, k, v at padding positions
+        t.masked_fill_(~mask[:, None, :, None], 1e6)
+    u_noisy = call(noisy, mask, interaction)
+    real = mask[:, None, :, None].expand_as(u)
+    torch.testing.assert_close(u_noisy[real], u[real], rtol=0, atol=0)
+
+
+def test_weights_are_the_two_pooling_distributions():
+    tensors, generator = make_inputs()
+    mask = make_mask("all-padding-row", generator)
+    u, weights = call(tensors, mask, "product", return_weights=True)
+    assert weights.shape == (B, H, 2, N)
+    torch.testing.assert_close(u, call(tensors, mask, "product"))
+    padding = ~mask[:, None, None, :].expand_as(weights)
+    assert torch.all(weights[padding] == 0)
+    sums = weights.sum(-1)  # (B, H, 2): 1 for sequences with tokens, 0 for the all-padding row
+    torch.testing.assert_close(sums[[0, 2]], torch.ones_like(sums[[0, 2]]))
+    assert torch.all(sums[1] == 0)
+    # alpha is the softmax of w_q . q_i / sqrt(D) over the real tokens of sequence 0
+    q, _, _, w_q, _ = tensors
+    expected_alpha = ((q[0] @ w_q[:, :, None]).squeeze(-1) / math.sqrt(D)).softmax(-1)
+    torch.testing.assert_close(weights[0, :, 0], expected_alpha)
+
+
+def test_all_padding_rows_are_finite_with_and_without_grad():
+    tensors, _ = make_inputs(dtype=torch.float32, requires_grad=True)
+    mask = torch.zeros(B, N, dtype=torch.bool)
+    u = call(tensors, mask, "product")
+    u.sum().backward()
+    assert torch.isfinite(u).all()
+    assert all(torch.isfinite(t.grad).all() for t in tensors)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_half_precision_inputs_softmax_in_float32(dtype):
+    tensors, generator = make_inputs(dtype=torch.float32)
+    mask = make_mask("left", generator)
+    half = [t.to(dtype) for t in tensors]
+    u, weights = call(half, mask, "product", return_weights=True)
+    assert u.dtype == dtype and weights.dtype == torch.float32
+    expected = reference_additive_attention(*half, mask)
+    error = (u.double() - expected).norm() / expected.norm()
+    assert error < 2e-2, f"relative error {error:.2e}"
+
+
+def test_extreme_logits_stay_finite():
+    tensors, generator = make_inputs(dtype=torch.float32)
+    tensors[0] = tensors[0] * 1e4  # w_q . q_i / sqrt(D) reaches about +-1e4
+    mask = make_mask("random", generator)
+    u, weights = call(tensors, mask, "product", return_weights=True)
+    assert torch.isfinite(u).all() and torch.isfinite(weights).all()
+
+
+def test_masked_softmax_matches_softmax_over_real_tokens():
+    logits = torch.randn(2, 5, dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0, 1, 0], [0, 0, 0, 0, 0]])
+    probs = masked_softmax(logits, mask)
+    torch.testing.assert_close(probs[0, [0, 1, 3]], logits[0, [0, 1, 3]].softmax(-1))
+    assert torch.all(probs[0, [2, 4]] == 0) and torch.all(probs[1] == 0)
+
+
+def test_unknown_interaction_names_the_allowed_values():
+    x = torch.randn(1, 1, 2, 4)
+    with pytest.raises(ValueError, match="product.*add.*concat.*'dot'"):
+        interact(x[:, :, 0], x, "dot")
+    with pytest.raises(ValueError, match="projection"):
+        interact(x[:, :, 0], x, "concat")

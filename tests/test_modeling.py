@@ -1,0 +1,371 @@
+"""Fastformer models: padding invariance, the config switches, and the PreTrainedModel API."""
+
+import pytest
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+    Trainer,
+    TrainingArguments,
+)
+
+from fastformer import FastformerConfig, FastformerForMaskedLM, FastformerForSequenceClassification, FastformerModel
+
+HEADS = [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM]
+VOCAB, HIDDEN, NUM_HEADS, INTERMEDIATE, LAYERS = 99, 32, 4, 37, 3
+HEAD_DIM = HIDDEN // NUM_HEADS
+
+
+def tiny_config(**overrides):
+    settings = dict(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=NUM_HEADS,
+        intermediate_size=INTERMEDIATE,
+        max_position_embeddings=64,
+        hidden_dropout_prob=0.0,
+        num_labels=3,
+    )
+    return FastformerConfig(**{**settings, **overrides})
+
+
+def build(model_class, seed=0, **overrides):
+    torch.manual_seed(seed)
+    return model_class(tiny_config(**overrides)).eval()
+
+
+def n_params(model):
+    return sum(p.numel() for p in model.parameters())
+
+
+def token_outputs(output):
+    """The per-token tensors of an output (compared on real positions) and the per-sequence ones."""
+    per_token = output.last_hidden_state if hasattr(output, "last_hidden_state") else output.logits
+    if isinstance(output.logits if hasattr(output, "logits") else None, torch.Tensor) and output.logits.dim() == 2:
+        return None, output.logits
+    return per_token, getattr(output, "pooler_output", None)
+
+
+VARIANTS = {
+    "paper-default": {},
+    "unshared-concat-cls": dict(share_query_value=False, share_layers=False, interaction="concat", pooler_type="cls"),
+    "heads-shared-add-mean": dict(share_heads=True, interaction="add", pooler_type="mean"),
+}
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)
+def test_padding_never_changes_real_tokens(model_class, variant, side):
+    model = build(model_class, **VARIANTS[variant])
+    generator = torch.Generator().manual_seed(1)
+    lengths, width = [5, 9, 2], 12
+    sequences = [torch.randint(1, VOCAB, (n,), generator=generator) for n in lengths]
+    ids = torch.zeros(len(lengths), width, dtype=torch.long)  # pad_token_id = 0
+    mask = torch.zeros_like(ids)
+    for row, seq in enumerate(sequences):
+        span = slice(width - len(seq), width) if side == "left" else slice(0, len(seq))
+        ids[row, span], mask[row, span] = seq, 1
+    with torch.no_grad():
+        batched = model(ids, attention_mask=mask)
+        for row, seq in enumerate(sequences):
+            alone = model(seq[None])
+            per_token, per_sequence = token_outputs(alone)
+            batched_token, batched_sequence = token_outputs(batched)
+            if per_token is not None:
+                real = mask[row].bool()
+                torch.testing.assert_close(batched_token[row, real], per_token[0], rtol=1e-5, atol=1e-5)
+            if per_sequence is not None:
+                torch.testing.assert_close(batched_sequence[row], per_sequence[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)
+def test_all_padding_row_is_finite(model_class):
+    model = build(model_class)
+    ids = torch.randint(1, VOCAB, (2, 6))
+    mask = torch.ones_like(ids)
+    mask[1] = 0
+    with torch.no_grad():
+        output = model(ids, attention_mask=mask)
+    assert all(torch.isfinite(t).all() for t in output.values() if isinstance(t, torch.Tensor))
+
+
+# ---- the config switches: behaviour and parameter count exactly as documented ----------------------------------
+
+LINEAR = HIDDEN * HIDDEN + HIDDEN
+
+
+def test_query_value_sharing_removes_w_v_and_uses_the_query_as_value():
+    shared = build(FastformerModel, share_layers=False)
+    unshared = build(FastformerModel, share_layers=False, share_query_value=False)
+    assert all(layer.attention.value is None for layer in shared.layers)
+    assert n_params(unshared) - n_params(shared) == LAYERS * LINEAR
+    # with W_v := W_q, the unshared model computes exactly what the shared one does
+    missing = unshared.load_state_dict(shared.state_dict(), strict=False).missing_keys
+    assert sorted(missing) == sorted(f"layers.{i}.attention.value.{p}" for i in range(LAYERS) for p in ("weight", "bias"))
+    for layer in unshared.layers:
+        layer.attention.value.load_state_dict(layer.attention.query.state_dict())
+    ids = torch.randint(1, VOCAB, (2, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(unshared(ids).last_hidden_state, shared(ids).last_hidden_state)
+
+
+def test_layer_sharing_applies_one_layer_num_hidden_layers_times():
+    shared = build(FastformerModel)
+    unshared = build(FastformerModel, share_layers=False)
+    assert len(shared.layers) == 1 and len(unshared.layers) == LAYERS
+    layer_params = n_params(unshared.layers[0])
+    assert n_params(unshared) - n_params(shared) == (LAYERS - 1) * layer_params
+    state = {k: v for k, v in shared.state_dict().items() if not k.startswith("layers.")}
+    for i in range(LAYERS):
+        state.update({f"layers.{i}.{k}": v for k, v in shared.layers[0].state_dict().items()})
+    unshared.load_state_dict(state)
+    ids = torch.randint(1, VOCAB, (2, 7))
+    with torch.no_grad():
+        out_shared = shared(ids, output_hidden_states=True)
+        out_unshared = unshared(ids, output_hidden_states=True)
+    assert len(out_shared.hidden_states) == LAYERS + 1
+    torch.testing.assert_close(out_shared.last_hidden_state, out_unshared.last_hidden_state)
+    # and the layers really are applied in sequence: each hidden state differs from the previous one
+    assert not torch.allclose(out_shared.hidden_states[1], out_shared.hidden_states[2])
+
+
+@pytest.mark.parametrize("interaction", ["product", "concat"])
+def test_head_sharing_keeps_one_w_q_and_w_k_for_all_heads(interaction):
+    shared = build(FastformerModel, share_heads=True, interaction=interaction)
+    per_head = build(FastformerModel, interaction=interaction)
+    attention = shared.layers[0].attention
+    assert attention.query_weight.shape == attention.key_weight.shape == (1, HEAD_DIM)
+    per_head_vectors = 2 * (NUM_HEADS - 1) * HEAD_DIM
+    per_head_projections = 2 * (NUM_HEADS - 1) * 2 * HEAD_DIM * HEAD_DIM if interaction == "concat" else 0
+    assert n_params(per_head) - n_params(shared) == per_head_vectors + per_head_projections
+    # a per-head model whose heads all hold the shared parameters computes the same thing
+    state = shared.state_dict()
+    expanded = {k: v.expand(NUM_HEADS, *v.shape[1:]).clone() if k in per_head.state_dict() and
+                v.shape != per_head.state_dict()[k].shape else v for k, v in state.items()}
+    per_head.load_state_dict(expanded)
+    ids = torch.randint(1, VOCAB, (2, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(per_head(ids).last_hidden_state, shared(ids).last_hidden_state)
+
+
+def test_interaction_changes_behaviour_and_concat_adds_two_projections_per_layer():
+    ids = torch.randint(1, VOCAB, (2, 7))
+    # a wide init: at std 0.02 the global vectors are tiny and the query residual dominates the output
+    product = build(FastformerModel, share_layers=False, initializer_range=0.5)
+    outputs = {}
+    for interaction in ["product", "add", "concat"]:
+        model = build(FastformerModel, share_layers=False, interaction=interaction, initializer_range=0.5)
+        extra = n_params(model) - n_params(product)
+        assert extra == (LAYERS * 2 * NUM_HEADS * 2 * HEAD_DIM * HEAD_DIM if interaction == "concat" else 0)
+        model.load_state_dict(product.state_dict(), strict=interaction != "concat")
+        with torch.no_grad():
+            outputs[interaction] = model(ids).last_hidden_state
+    assert not torch.allclose(outputs["product"], outputs["add"], atol=1e-3)
+    assert not torch.allclose(outputs["product"], outputs["concat"], atol=1e-3)
+
+
+def test_pooler_types():
+    ids = torch.randint(1, VOCAB, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # left padding: the first real token of row 1 is at position 3
+    poolers = {}
+    for pooler_type in ["additive", "cls", "mean"]:
+        model = build(FastformerModel, pooler_type=pooler_type)
+        with torch.no_grad():
+            output = model(ids, attention_mask=mask)
+        poolers[pooler_type] = n_params(model.pooler)
+        hidden = output.last_hidden_state
+        if pooler_type == "cls":
+            torch.testing.assert_close(output.pooler_output, torch.stack([hidden[0, 0], hidden[1, 3]]))
+        elif pooler_type == "mean":
+            torch.testing.assert_close(output.pooler_output, torch.stack([hidden[0].mean(0), hidden[1, 3:].mean(0)]))
+        else:
+            scores = model.pooler.score(torch.tanh(model.pooler.dense(hidden))).squeeze(-1)
+            weights = scores.masked_fill(mask == 0, float("-inf")).softmax(-1)
+            torch.testing.assert_close(output.pooler_output, (weights[..., None] * hidden).sum(1))
+    assert poolers == {"additive": LINEAR + HIDDEN + 1, "cls": 0, "mean": 0}
+
+
+# ---- PreTrainedModel API --------------------------------------------------------------------------------------
+
+
+def test_output_attentions_are_the_two_pooling_distributions_per_layer():
+    model = build(FastformerModel, share_layers=False)
+    ids = torch.randint(1, VOCAB, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[0, 5:] = 0
+    with torch.no_grad():
+        output = model(ids, attention_mask=mask, output_attentions=True, output_hidden_states=True)
+    assert len(output.attentions) == LAYERS and len(output.hidden_states) == LAYERS + 1
+    for weights in output.attentions:
+        assert weights.shape == (2, NUM_HEADS, 2, 7)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(2, NUM_HEADS, 2))
+        assert torch.all(weights[0, :, :, 5:] == 0)
+    torch.testing.assert_close(output.hidden_states[-1], output.last_hidden_state)
+
+
+def test_return_dict_false_gives_a_tuple():
+    model = build(FastformerForSequenceClassification)
+    ids = torch.randint(1, VOCAB, (2, 7))
+    with torch.no_grad():
+        loss, logits = model(ids, labels=torch.tensor([0, 2]), return_dict=False)
+        assert torch.equal(logits, model(ids).logits)
+
+
+def test_inputs_embeds_equal_input_ids():
+    model = build(FastformerForMaskedLM)
+    ids = torch.randint(1, VOCAB, (2, 7))
+    with torch.no_grad():
+        embeds = model.get_input_embeddings()(ids)
+        torch.testing.assert_close(model(inputs_embeds=embeds).logits, model(ids).logits)
+
+
+@pytest.mark.parametrize(
+    "problem_type, labels, loss_fn",
+    [
+        ("single_label_classification", torch.tensor([0, 2]), torch.nn.functional.cross_entropy),
+        (
+            "multi_label_classification",
+            torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]]),
+            torch.nn.functional.binary_cross_entropy_with_logits,
+        ),
+        ("regression", torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.0, 0.0]]), torch.nn.functional.mse_loss),
+    ],
+)
+def test_sequence_classification_problem_types(problem_type, labels, loss_fn):
+    model = build(FastformerForSequenceClassification, problem_type=problem_type)
+    ids = torch.randint(1, VOCAB, (2, 7))
+    with torch.no_grad():
+        output = model(ids, labels=labels)
+    torch.testing.assert_close(output.loss, loss_fn(output.logits, labels))
+
+
+def test_problem_type_is_inferred_from_labels_as_in_transformers():
+    model = build(FastformerForSequenceClassification)
+    model(torch.randint(1, VOCAB, (2, 7)), labels=torch.tensor([1, 2]))
+    assert model.config.problem_type == "single_label_classification"
+    model = build(FastformerForSequenceClassification, num_labels=1)
+    output = model(torch.randint(1, VOCAB, (2, 7)), labels=torch.tensor([0.3, -0.2]))
+    assert model.config.problem_type == "regression" and output.logits.shape == (2, 1)
+
+
+def test_masked_lm_loss_ignores_unmasked_positions_and_ties_embeddings():
+    model = build(FastformerForMaskedLM)
+    assert model.lm_head.decoder.weight is model.fastformer.embeddings.word_embeddings.weight
+    untied = build(FastformerForMaskedLM, tie_word_embeddings=False)
+    assert n_params(untied) - n_params(model) == VOCAB * HIDDEN
+    ids = torch.randint(1, VOCAB, (2, 7))
+    labels = torch.full_like(ids, -100)
+    labels[0, 2], labels[1, 4] = 5, 6
+    with torch.no_grad():
+        output = model(ids, labels=labels)
+    expected = torch.nn.functional.cross_entropy(output.logits[[0, 1], [2, 4]], torch.tensor([5, 6]))
+    torch.testing.assert_close(output.loss, expected)
+
+
+def test_resize_token_embeddings_keeps_weights_tied():
+    model = build(FastformerForMaskedLM)
+    model.resize_token_embeddings(VOCAB + 5)
+    assert model.config.vocab_size == VOCAB + 5
+    assert model.lm_head.decoder.weight is model.fastformer.embeddings.word_embeddings.weight
+    assert model.lm_head.decoder.bias.shape == (VOCAB + 5,)
+    with torch.no_grad():
+        assert model(torch.tensor([[VOCAB + 4, 3]])).logits.shape == (1, 2, VOCAB + 5)
+
+
+@pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)
+def test_save_and_load_give_bit_identical_outputs(model_class, tmp_path):
+    model = build(model_class, share_layers=False, interaction="concat")
+    model.save_pretrained(tmp_path)
+    files = {p.name for p in tmp_path.iterdir()}
+    assert "model.safetensors" in files and not {"pytorch_model.bin", "model.bin"} & files
+    loaded = model_class.from_pretrained(tmp_path).eval()
+    ids = torch.randint(1, VOCAB, (2, 7))
+    mask = torch.tensor([[1] * 7, [0] * 2 + [1] * 5])
+    with torch.no_grad():
+        for key, value in model(ids, attention_mask=mask).items():
+            assert torch.equal(loaded(ids, attention_mask=mask)[key], value), key
+
+
+@pytest.mark.parametrize(
+    "auto_class, model_class",
+    [
+        (AutoModel, FastformerModel),
+        (AutoModelForSequenceClassification, FastformerForSequenceClassification),
+        (AutoModelForMaskedLM, FastformerForMaskedLM),
+    ],
+)
+def test_auto_classes(auto_class, model_class, tmp_path):
+    assert isinstance(AutoConfig.for_model("fastformer"), FastformerConfig)
+    config = tiny_config()
+    assert type(auto_class.from_config(config)) is model_class
+    build(FastformerForMaskedLM).save_pretrained(tmp_path)
+    loaded = auto_class.from_pretrained(tmp_path)
+    assert type(loaded) is model_class
+    assert type(AutoConfig.from_pretrained(tmp_path)) is FastformerConfig
+
+
+def test_from_pretrained_dtype_and_device_map(tmp_path):
+    model = build(FastformerForSequenceClassification)
+    model.save_pretrained(tmp_path)
+    half = FastformerForSequenceClassification.from_pretrained(tmp_path, dtype=torch.bfloat16)
+    assert half.dtype == torch.bfloat16 and all(p.dtype == torch.bfloat16 for p in half.parameters())
+    ids = torch.randint(1, VOCAB, (2, 7))
+    with torch.no_grad():
+        logits = half(ids).logits
+        reference = model(ids).logits
+    assert logits.dtype == torch.bfloat16
+    torch.testing.assert_close(logits.float(), reference, rtol=0.05, atol=0.05)
+    mapped = FastformerForSequenceClassification.from_pretrained(tmp_path, device_map="auto")
+    assert all(p.device.type == "cpu" for p in mapped.parameters())
+    with torch.no_grad():
+        assert torch.equal(mapped(ids).logits, reference)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    def gradients(checkpointing):
+        model = build(FastformerForSequenceClassification, share_layers=False).train()  # dropout is 0
+        if checkpointing:
+            model.activation_checkpointing_enable()
+            assert all(layer.gradient_checkpointing for layer in model.fastformer.layers)
+        ids = torch.randint(1, VOCAB, (2, 7), generator=torch.Generator().manual_seed(3))
+        model(ids, labels=torch.tensor([0, 2])).loss.backward()
+        return {name: p.grad for name, p in model.named_parameters()}
+
+    plain, checkpointed = gradients(False), gradients(True)
+    assert plain.keys() == checkpointed.keys()
+    for name in plain:
+        torch.testing.assert_close(checkpointed[name], plain[name], rtol=1e-6, atol=1e-7, msg=name)
+
+
+def test_invalid_inputs_raise_clear_errors():
+    model = build(FastformerModel)
+    ids = torch.randint(1, VOCAB, (2, 7))
+    with pytest.raises(ValueError, match="exactly one of `input_ids` and `inputs_embeds`"):
+        model(ids, inputs_embeds=torch.zeros(2, 7, HIDDEN))
+    with pytest.raises(ValueError, match=r"`attention_mask` must have shape .* \(2, 7\), got \(2, 6\)"):
+        model(ids, attention_mask=torch.ones(2, 6))
+    with pytest.raises(ValueError, match="65 tokens but `max_position_embeddings` is 64"):
+        model(torch.ones(1, 65, dtype=torch.long))
+
+
+def test_trainer_two_steps_give_a_finite_loss_and_change_the_weights(tmp_path):
+    model = build(FastformerForSequenceClassification).train()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    generator = torch.Generator().manual_seed(0)
+    dataset = [
+        {"input_ids": torch.randint(1, VOCAB, (7,), generator=generator), "labels": torch.tensor(i % 3)}
+        for i in range(8)
+    ]
+    args = TrainingArguments(
+        output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4, learning_rate=1e-2,
+        use_cpu=True, report_to=[], save_strategy="no", logging_steps=1, disable_tqdm=True,
+    )
+    result = Trainer(model=model, args=args, train_dataset=dataset).train()
+    assert result.global_step == 2 and torch.isfinite(torch.tensor(result.training_loss))
+    changed = [name for name, p in model.named_parameters() if not torch.equal(p.detach(), before[name])]
+    assert "classifier.weight" in changed and "fastformer.layers.0.attention.query_weight" in changed
