@@ -369,3 +369,14 @@ def test_trainer_two_steps_give_a_finite_loss_and_change_the_weights(tmp_path):
     assert result.global_step == 2 and torch.isfinite(torch.tensor(result.training_loss))
     changed = [name for name, p in model.named_parameters() if not torch.equal(p.detach(), before[name])]
     assert "classifier.weight" in changed and "fastformer.layers.0.attention.query_weight" in changed
+
+
+def test_init_weights_follow_initializer_range():
+    model = build(FastformerForMaskedLM, initializer_range=0.1, interaction="concat")
+    attention = model.fastformer.layers[0].attention
+    for name in ["query_weight", "key_weight", "query_key_projection", "key_value_projection"]:
+        assert 0.06 < getattr(attention, name).std() < 0.14, name
+    assert 0.09 < attention.query.weight.std() < 0.11 and torch.all(attention.query.bias == 0)
+    embeddings = model.fastformer.embeddings
+    assert torch.all(embeddings.word_embeddings.weight[0] == 0)  # pad_token_id
+    assert torch.all(embeddings.layer_norm.weight == 1) and torch.all(embeddings.layer_norm.bias == 0)
