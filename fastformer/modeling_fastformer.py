@@ -201,9 +201,16 @@ class FastformerModel(FastformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
+        token_type_ids: torch.Tensor | None = None,
     ) -> BaseModelOutputWithPooling:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`")
+        # accepted so that BERT tokenizers work as they are; Fastformer has no segment embeddings
+        if token_type_ids is not None and token_type_ids.any():
+            raise ValueError(
+                "Fastformer has no token type (segment) embeddings, but `token_type_ids` has non-zero values: "
+                "encode one text per sequence, or drop `token_type_ids`"
+            )
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
@@ -271,6 +278,7 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
+        token_type_ids: torch.Tensor | None = None,
     ) -> SequenceClassifierOutput:
         outputs = self.fastformer(
             input_ids,
@@ -279,6 +287,7 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
             inputs_embeds=inputs_embeds,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
+            token_type_ids=token_type_ids,
             return_dict=True,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output))
@@ -331,6 +340,7 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
+        token_type_ids: torch.Tensor | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
     ) -> MaskedLMOutput:
         outputs = self.fastformer(
@@ -340,6 +350,7 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
             inputs_embeds=inputs_embeds,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
+            token_type_ids=token_type_ids,
             return_dict=True,
         )
         logits = self.lm_head(outputs.last_hidden_state)

@@ -380,3 +380,18 @@ def test_init_weights_follow_initializer_range():
     embeddings = model.fastformer.embeddings
     assert torch.all(embeddings.word_embeddings.weight[0] == 0)  # pad_token_id
     assert torch.all(embeddings.layer_norm.weight == 1) and torch.all(embeddings.layer_norm.bias == 0)
+
+
+@pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)
+def test_bert_tokenizer_token_type_ids(model_class):
+    model = build(model_class)
+    ids = torch.randint(1, VOCAB, (2, 7))
+    with torch.no_grad():
+        reference = model(ids)
+        zeros = model(ids, token_type_ids=torch.zeros_like(ids))  # one text per sequence: nothing lost
+    for key, value in reference.items():
+        assert torch.equal(zeros[key], value), key
+    segments = torch.zeros_like(ids)
+    segments[:, 4:] = 1  # a text pair: segment information Fastformer cannot represent
+    with pytest.raises(ValueError, match="no token type .* `token_type_ids` has non-zero values"):
+        model(ids, token_type_ids=segments)
