@@ -1,0 +1,284 @@
+"""Saved checkpoints as Hub code (`trust_remote_code=True`) and in transformers pipelines.
+
+Once `fastformer` is imported, its registered classes win even with `trust_remote_code=True`, so remote-code
+loading is checked in one fresh interpreter that cannot import the package; the in-process pipeline tests use the
+registered classes.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer, pipeline
+
+from fastformer import FastformerConfig, FastformerForMaskedLM, FastformerForSequenceClassification, FastformerModel
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TOKENIZER_PATH = REPO_ROOT / "data" / "tokenizers" / "bert-base-uncased"
+
+ID2LABEL = {0: "negative", 1: "neutral", 2: "positive"}
+# two lengths, so the batch the models see carries padding
+TEXTS = ["fastformer is fast.", "additive attention pools the whole sequence into one global query vector."]
+
+# checkpoint folder -> class saved there
+CHECKPOINT_CLASSES = {
+    "model": FastformerModel,
+    "classifier": FastformerForSequenceClassification,
+    "masked_lm": FastformerForMaskedLM,
+}
+HEADS = [FastformerForSequenceClassification, FastformerForMaskedLM]
+AUTO_CLASS_OF = {
+    FastformerModel: "AutoModel",
+    FastformerForSequenceClassification: "AutoModelForSequenceClassification",
+    FastformerForMaskedLM: "AutoModelForMaskedLM",
+}
+# (checkpoint folder, Auto class) pairs loaded as remote code: each checkpoint into its own class, and the bare
+# encoder's checkpoint into every head
+REMOTE_LOADS = [(folder, AUTO_CLASS_OF[cls]) for folder, cls in CHECKPOINT_CLASSES.items()] + [
+    ("model", AUTO_CLASS_OF[head]) for head in HEADS
+]
+
+# Starts every fresh-interpreter script. A meta path finder placed before all others makes `import fastformer`
+# fail however the package is installed: the editable install's finder in site-packages, a path entry, PYTHONPATH.
+HIDE_FASTFORMER = textwrap.dedent(
+    """
+    import importlib.abc
+    import sys
+
+
+    class HideFastformer(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname.partition(".")[0] == "fastformer":
+                raise ModuleNotFoundError(f"No module named {fullname!r} (hidden by the test)", name=fullname)
+            return None
+
+
+    sys.meta_path.insert(0, HideFastformer())
+    try:
+        import fastformer
+    except ModuleNotFoundError:
+        pass
+    else:
+        raise AssertionError(f"fastformer is importable from {fastformer.__file__}")
+    """
+)
+
+# Loads the saved checkpoints as Hub code (cwd: the folder holding them) and saves what it saw to remote_results.pt.
+REMOTE_CODE_SCRIPT = textwrap.dedent(
+    """
+    import traceback
+
+    import torch
+    from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification, pipeline
+
+    AUTO_CLASSES = {cls.__name__: cls for cls in (AutoModel, AutoModelForSequenceClassification, AutoModelForMaskedLM)}
+    job = torch.load("remote_job.pt")
+    results = {}
+
+
+    def error_name(**kwargs):
+        try:
+            AutoModel.from_pretrained("model", **kwargs)
+        except Exception as error:
+            return type(error).__name__
+        return None
+
+
+    # before any remote class is loaded in this interpreter; stdin is closed, so the prompt gets no answer
+    results["untrusted_error"] = {"default": error_name(), "False": error_name(trust_remote_code=False)}
+
+    for folder, auto_name in job["loads"]:
+        try:
+            model = AUTO_CLASSES[auto_name].from_pretrained(folder, trust_remote_code=True)
+            with torch.no_grad():
+                results[f"{folder}/{auto_name}"] = {
+                    "class": type(model).__name__,
+                    "module": type(model).__module__,
+                    "training": model.training,
+                    "outputs": dict(model(**job["inputs"])),
+                    "encoder_outputs": dict(model.base_model(**job["inputs"])),
+                }
+        except Exception:
+            results[f"{folder}/{auto_name}"] = {"error": traceback.format_exc()}
+
+    classify = pipeline("text-classification", model="classifier", trust_remote_code=True)
+    results["text_classification"] = classify(job["texts"], top_k=None)
+    torch.save(results, "remote_results.pt")
+    """
+)
+
+
+def tiny_config(**kwargs):
+    return FastformerConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, **kwargs
+    )
+
+
+def run_fresh_python(script, cwd):
+    """Runs `script` in a new interpreter in `cwd`, offline, with the repo root on PYTHONPATH on purpose: only
+    HIDE_FASTFORMER (when the script starts with it) keeps the package out."""
+    env = dict(os.environ)
+    env["HF_HUB_OFFLINE"] = "1"
+    env["HF_MODULES_CACHE"] = str(cwd / "hf_modules")  # where remote code is copied and imported from
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    process = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert process.returncode == 0, f"fresh interpreter failed:\n{process.stdout}\n{process.stderr}"
+    return process.stdout
+
+
+def remote_load(remote_results, folder, auto_name):
+    """What the fresh interpreter saw loading `folder` with `auto_name` as remote code."""
+    loaded = remote_results[f"{folder}/{auto_name}"]
+    assert "error" not in loaded, loaded.get("error")
+    assert loaded["module"].startswith("transformers_modules.")
+    return loaded
+
+
+@torch.no_grad()
+def model_outputs(model, inputs):
+    """The model's outputs and its encoder's (the same for the bare encoder), as dicts of tensors."""
+    return {"outputs": dict(model(**inputs)), "encoder_outputs": dict(model.base_model(**inputs))}
+
+
+def assert_same_tensors(actual, expected):
+    assert actual.keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert torch.equal(actual[name], tensor), name
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(TOKENIZER_PATH)
+
+
+@dataclass
+class Checkpoints:
+    path: Path  # a folder per entry of CHECKPOINT_CLASSES (weights, Hub code, tokenizer), and remote_job.pt
+    models: dict  # folder -> the saved model, in eval mode
+    inputs: dict  # a padded batch of TEXTS, also in remote_job.pt
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory, tokenizer):
+    path = tmp_path_factory.mktemp("checkpoints")
+    torch.manual_seed(0)
+    models = {}
+    for folder, cls in CHECKPOINT_CLASSES.items():
+        config = tiny_config(id2label=ID2LABEL) if cls is FastformerForSequenceClassification else tiny_config()
+        models[folder] = cls(config).eval()
+        models[folder].save_pretrained(path / folder)
+        tokenizer.save_pretrained(path / folder)
+    inputs = dict(tokenizer(TEXTS, padding=True, return_tensors="pt"))
+    assert not inputs["attention_mask"].all()
+    torch.save({"inputs": inputs, "texts": TEXTS, "loads": REMOTE_LOADS}, path / "remote_job.pt")
+    return Checkpoints(path, models, inputs)
+
+
+@pytest.fixture(scope="module")
+def remote_results(checkpoints):
+    run_fresh_python(HIDE_FASTFORMER + REMOTE_CODE_SCRIPT, cwd=checkpoints.path)
+    return torch.load(checkpoints.path / "remote_results.pt")
+
+
+def test_fresh_interpreter_imports_fastformer_unless_hidden(tmp_path):
+    # the control for HIDE_FASTFORMER: without it the same interpreter setup finds this repo's package
+    stdout = run_fresh_python("import importlib.util; print(importlib.util.find_spec('fastformer').origin)", tmp_path)
+    assert Path(stdout.strip()).parent == REPO_ROOT / "fastformer"
+    run_fresh_python(HIDE_FASTFORMER, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("folder", CHECKPOINT_CLASSES)
+def test_saved_checkpoint_carries_code_for_every_head(checkpoints, folder):
+    saved = checkpoints.path / folder
+    config = json.loads((saved / "config.json").read_text())
+    assert config["auto_map"] == {
+        "AutoConfig": "configuration_fastformer.FastformerConfig",
+        "AutoModel": "modeling_fastformer.FastformerModel",
+        "AutoModelForSequenceClassification": "modeling_fastformer.FastformerForSequenceClassification",
+        "AutoModelForMaskedLM": "modeling_fastformer.FastformerForMaskedLM",
+    }
+    for module in ("configuration_fastformer.py", "modeling_fastformer.py", "functional.py"):
+        assert (saved / module).read_text() == (REPO_ROOT / "fastformer" / module).read_text()
+
+
+def test_remote_code_needs_trust_remote_code(remote_results):
+    # ValueError is transformers' refusal; an ImportError or OSError would mean loading broke for another reason
+    assert remote_results["untrusted_error"] == {"default": "ValueError", "False": "ValueError"}
+
+
+@pytest.mark.parametrize("folder", CHECKPOINT_CLASSES)
+def test_remote_code_gives_the_same_outputs(checkpoints, remote_results, folder):
+    model = checkpoints.models[folder]
+    remote = remote_load(remote_results, folder, AUTO_CLASS_OF[type(model)])
+    assert remote["class"] == type(model).__name__
+    assert not remote["training"]
+    expected = model_outputs(model, checkpoints.inputs)
+    assert_same_tensors(remote["outputs"], expected["outputs"])
+    assert_same_tensors(remote["encoder_outputs"], expected["encoder_outputs"])
+
+
+@pytest.mark.parametrize("head", HEADS, ids=lambda c: c.__name__)
+def test_remote_code_loads_encoder_checkpoint_into_head(checkpoints, remote_results, head):
+    remote = remote_load(remote_results, "model", AUTO_CLASS_OF[head])
+    assert remote["class"] == head.__name__
+    # the head itself is newly initialized; the encoder must be the saved one (the masked LM has no pooler)
+    encoder_outputs = model_outputs(checkpoints.models["model"], checkpoints.inputs)["encoder_outputs"]
+    if head is FastformerForMaskedLM:
+        del encoder_outputs["pooler_output"]
+    assert_same_tensors(remote["encoder_outputs"], encoder_outputs)
+
+
+def test_text_classification_pipeline(checkpoints, tokenizer):
+    classify = pipeline("text-classification", model=str(checkpoints.path / "classifier"))
+    assert type(classify.model) is FastformerForSequenceClassification
+    results = classify(TEXTS[0], top_k=None)
+    assert sorted(result["label"] for result in results) == sorted(ID2LABEL.values())
+    assert sum(result["score"] for result in results) == pytest.approx(1.0, abs=1e-6)
+    with torch.no_grad():
+        logits = checkpoints.models["classifier"](**tokenizer(TEXTS[0], return_tensors="pt")).logits[0]
+    probabilities = {ID2LABEL[index]: score for index, score in enumerate(logits.softmax(-1).tolist())}
+    assert {result["label"]: result["score"] for result in results} == pytest.approx(probabilities, abs=1e-6)
+
+
+def test_feature_extraction_pipeline(checkpoints, tokenizer):
+    model = checkpoints.models["model"]
+    extract = pipeline("feature-extraction", model=str(checkpoints.path / "model"))
+    assert type(extract.model) is FastformerModel
+    features = torch.tensor(extract(TEXTS[1]))
+    encoded = tokenizer(TEXTS[1], return_tensors="pt")
+    assert features.shape == (1, encoded["input_ids"].shape[1], model.config.hidden_size)
+    with torch.no_grad():
+        assert torch.equal(features, model(**encoded).last_hidden_state)
+
+
+def test_fill_mask_pipeline(checkpoints, tokenizer):
+    fill_mask = pipeline("fill-mask", model=str(checkpoints.path / "masked_lm"))
+    assert type(fill_mask.model) is FastformerForMaskedLM
+    text = f"the global query is a {tokenizer.mask_token} of all queries."
+    candidates = fill_mask(text, top_k=5)
+    encoded = tokenizer(text, return_tensors="pt")
+    mask_position = encoded["input_ids"][0].tolist().index(tokenizer.mask_token_id)
+    with torch.no_grad():
+        logits = checkpoints.models["masked_lm"](**encoded).logits[0, mask_position]
+    best = logits.softmax(-1).topk(5)
+    assert [candidate["token"] for candidate in candidates] == best.indices.tolist()
+    assert [candidate["score"] for candidate in candidates] == pytest.approx(best.values.tolist(), rel=1e-6)
+
+
+def test_remote_text_classification_pipeline_matches_in_process(checkpoints, remote_results):
+    classify = pipeline("text-classification", model=str(checkpoints.path / "classifier"))
+    assert remote_results["text_classification"] == classify(TEXTS, top_k=None)
