@@ -10,6 +10,7 @@ from transformers import (
     Trainer,
     TrainingArguments,
 )
+from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutput
 
 from fastformer import FastformerConfig, FastformerForMaskedLM, FastformerForSequenceClassification, FastformerModel
 
@@ -41,12 +42,13 @@ def n_params(model):
     return sum(p.numel() for p in model.parameters())
 
 
-def token_outputs(output):
-    """The per-token tensors of an output (compared on real positions) and the per-sequence ones."""
-    per_token = output.last_hidden_state if hasattr(output, "last_hidden_state") else output.logits
-    if isinstance(output.logits if hasattr(output, "logits") else None, torch.Tensor) and output.logits.dim() == 2:
+def split_outputs(output):
+    """(per-token tensor, per-sequence tensor) of a model's output, None where it has none."""
+    if isinstance(output, SequenceClassifierOutput):
         return None, output.logits
-    return per_token, getattr(output, "pooler_output", None)
+    if isinstance(output, MaskedLMOutput):
+        return output.logits, None
+    return output.last_hidden_state, output.pooler_output
 
 
 VARIANTS = {
@@ -73,8 +75,8 @@ def test_padding_never_changes_real_tokens(model_class, variant, side):
         batched = model(ids, attention_mask=mask)
         for row, seq in enumerate(sequences):
             alone = model(seq[None])
-            per_token, per_sequence = token_outputs(alone)
-            batched_token, batched_sequence = token_outputs(batched)
+            per_token, per_sequence = split_outputs(alone)
+            batched_token, batched_sequence = split_outputs(batched)
             if per_token is not None:
                 real = mask[row].bool()
                 torch.testing.assert_close(batched_token[row, real], per_token[0], rtol=1e-5, atol=1e-5)
@@ -105,7 +107,8 @@ def test_query_value_sharing_removes_w_v_and_uses_the_query_as_value():
     assert n_params(unshared) - n_params(shared) == LAYERS * LINEAR
     # with W_v := W_q, the unshared model computes exactly what the shared one does
     missing = unshared.load_state_dict(shared.state_dict(), strict=False).missing_keys
-    assert sorted(missing) == sorted(f"layers.{i}.attention.value.{p}" for i in range(LAYERS) for p in ("weight", "bias"))
+    value_keys = [f"layers.{i}.attention.value.{p}" for i in range(LAYERS) for p in ("weight", "bias")]
+    assert sorted(missing) == sorted(value_keys)
     for layer in unshared.layers:
         layer.attention.value.load_state_dict(layer.attention.query.state_dict())
     ids = torch.randint(1, VOCAB, (2, 7))
@@ -143,10 +146,8 @@ def test_head_sharing_keeps_one_w_q_and_w_k_for_all_heads(interaction):
     per_head_projections = 2 * (NUM_HEADS - 1) * 2 * HEAD_DIM * HEAD_DIM if interaction == "concat" else 0
     assert n_params(per_head) - n_params(shared) == per_head_vectors + per_head_projections
     # a per-head model whose heads all hold the shared parameters computes the same thing
-    state = shared.state_dict()
-    expanded = {k: v.expand(NUM_HEADS, *v.shape[1:]).clone() if k in per_head.state_dict() and
-                v.shape != per_head.state_dict()[k].shape else v for k, v in state.items()}
-    per_head.load_state_dict(expanded)
+    target = per_head.state_dict()
+    per_head.load_state_dict({name: t.expand(target[name].shape).clone() for name, t in shared.state_dict().items()})
     ids = torch.randint(1, VOCAB, (2, 7))
     with torch.no_grad():
         torch.testing.assert_close(per_head(ids).last_hidden_state, shared(ids).last_hidden_state)
