@@ -8,6 +8,7 @@ Shapes: B batch, H heads, N tokens, D head size.
 """
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -54,13 +55,14 @@ def interact(
 ) -> torch.Tensor:
     """Combine a global vector with every token (the paper's RQ2 variants).
 
-    global_vector: (B, H, D); tokens: (B, H, N, D).
+    global_vector: (B, H, 1, D), one for all tokens, or (B, H, N, D), one per token (the causal case);
+    tokens: (B, H, N, D).
     - "product": g * x_i, the paper's choice (Eq. 5 and the u_i step);
     - "add":     g + x_i;
     - "concat":  [g ; x_i] P with P: (H, 2D, D) a learned projection, computed as g P[:D] + x_i P[D:].
     Returns (B, H, N, D).
     """
-    g = global_vector.unsqueeze(-2)  # (B, H, 1, D)
+    g = global_vector
     if interaction == "product":
         return g * tokens
     if interaction == "add":
@@ -102,9 +104,130 @@ def additive_attention(
     stacked as (B, H, 2, N): index 0 is alpha (global query), index 1 is beta (global key).
     """
     global_query, alpha = additive_pooling(query, query_weight, attention_mask)
-    p = interact(global_query, key, interaction, query_key_projection)  # (B, H, N, D)
+    p = interact(global_query.unsqueeze(-2), key, interaction, query_key_projection)  # (B, H, N, D)
     global_key, beta = additive_pooling(p, key_weight, attention_mask)
-    u = interact(global_key, value, interaction, key_value_projection)  # (B, H, N, D)
+    u = interact(global_key.unsqueeze(-2), value, interaction, key_value_projection)  # (B, H, N, D)
     if return_weights:
         return u, torch.stack((alpha, beta), dim=-2)
     return u
+
+
+class PoolingState(NamedTuple):
+    """A streaming softmax pooling so far, per (batch, head), in float32 or better."""
+
+    max: torch.Tensor  # (B, H) running max of the logits (a shift that keeps every exp() <= 1)
+    denominator: torch.Tensor  # (B, H) sum of exp(logit_i - max) over the tokens so far
+    weighted_sum: torch.Tensor  # (B, H, D) sum of exp(logit_i - max) * x_i
+
+
+class CausalAttentionState(NamedTuple):
+    """What `causal_additive_attention` needs to continue a sequence: one state per pooling. Its size does not
+    depend on the number of tokens seen."""
+
+    query: PoolingState
+    key: PoolingState
+
+
+def causal_additive_pooling(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    state: PoolingState | None = None,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, PoolingState]:
+    """Prefix additive pooling: for every t, sum_{i<=t} softmax_{i<=t}(w . x_i / sqrt(D)) x_i.
+
+    x: (B, H, N, D); weight: (H, D); attention_mask: (B, N), padding takes no part; `state` continues an
+    earlier call. Returns the pooled vectors (B, H, N, D) in x's dtype (zeros where no token has been seen
+    yet) and the state after the last position.
+
+    A two-level scan, with no cumsum of exp(): within chunks of `chunk_size` tokens a masked (C x C) matrix of
+    exp(logit_i - running max_t) weights; across chunks the same on the chunk summaries. Every exponent is
+    <= 0, so nothing overflows, and the maxima are constants of the softmax, so they carry no gradient.
+    """
+    batch, heads, length, dim = x.shape
+    acc = torch.promote_types(x.dtype, torch.float32)
+    lowest = torch.finfo(acc).min
+    logits = (x @ weight.unsqueeze(-1)).squeeze(-1).to(acc) / math.sqrt(dim)  # (B, H, N)
+    if attention_mask is not None:
+        logits = logits.masked_fill(~attention_mask.to(torch.bool)[:, None, :], float("-inf"))
+    if state is None:
+        state = PoolingState(
+            logits.new_full((batch, heads), lowest),
+            logits.new_zeros(batch, heads),
+            logits.new_zeros(batch, heads, dim),
+        )
+
+    chunk = min(chunk_size, length)
+    padded = -length % chunk
+    chunks = (length + padded) // chunk
+    s = torch.nn.functional.pad(logits, (0, padded), value=float("-inf")).view(batch, heads, chunks, chunk)
+    xs = torch.nn.functional.pad(x.to(acc), (0, 0, 0, padded)).view(batch, heads, chunks, chunk, dim)
+
+    with torch.no_grad():  # the running maxima: shifts that cancel in the softmax
+        within = s.cummax(dim=-1).values.clamp(min=lowest)  # (B, H, C#, C) max over the chunk so far
+        chunk_max = within[..., -1]  # (B, H, C#)
+        # max over everything before each chunk: the state's and the earlier chunks'
+        before = torch.cat([state.max[..., None], chunk_max[..., :-1]], dim=-1).cummax(dim=-1).values
+        running = torch.maximum(within, before[..., None])  # (B, H, C#, C) max over all tokens <= t
+
+    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=x.device).tril()
+    # inside a chunk: weight of token i at position t
+    exponent = (s[..., None, :] - running[..., :, None]).masked_fill(~causal, float("-inf"))
+    weights = exponent.exp()  # (B, H, C#, C, C)
+    numerator = weights @ xs  # (B, H, C#, C, D)
+    denominator = weights.sum(dim=-1)  # (B, H, C#, C)
+
+    # across chunks: each chunk summarised at its own max, then pooled into the chunks after it
+    summary = (s - chunk_max[..., None]).exp()  # (B, H, C#, C)
+    summary_sum = (summary.unsqueeze(-2) @ xs).squeeze(-2)  # (B, H, C#, D)
+    earlier = torch.ones(chunks, chunks, dtype=torch.bool, device=x.device).tril(diagonal=-1)
+    carry_weights = (chunk_max[..., None, :] - before[..., :, None]).masked_fill(~earlier, float("-inf")).exp()
+    from_state = (state.max[..., None] - before).exp()  # (B, H, C#)
+    carry_denominator = (carry_weights @ summary.sum(-1, keepdim=True)).squeeze(-1)
+    carry_denominator = carry_denominator + from_state * state.denominator[..., None]
+    carry_sum = carry_weights @ summary_sum + from_state[..., None] * state.weighted_sum[..., None, :]
+
+    rescale = (before[..., None] - running).exp()  # (B, H, C#, C)
+    numerator = numerator + rescale[..., None] * carry_sum[..., None, :]
+    denominator = denominator + rescale * carry_denominator[..., None]
+    # before the first token numerator and denominator are 0: divide by 1 (a clamp would give NaN gradients)
+    pooled = numerator / torch.where(denominator > 0, denominator, 1.0)[..., None]
+
+    pooled = pooled.view(batch, heads, -1, dim)[:, :, :length].to(x.dtype)
+    new_state = PoolingState(running[..., -1, -1], denominator[..., -1, -1], numerator[..., -1, -1, :])
+    return pooled, new_state
+
+
+def causal_additive_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    query_weight: torch.Tensor,
+    key_weight: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    state: CausalAttentionState | None = None,
+    *,
+    interaction: str = "product",
+    query_key_projection: torch.Tensor | None = None,
+    key_value_projection: torch.Tensor | None = None,
+    chunk_size: int = 64,
+) -> tuple[torch.Tensor, CausalAttentionState]:
+    """Causal Fastformer attention: the paper's Eqs. 3-6 over prefixes, so position t sees tokens 1..t only.
+
+    Shapes as `additive_attention`. At position t:
+        global query_t = sum_{i<=t} softmax_{i<=t}(w_q . q_i / sqrt(D)) q_i
+        p_t            = global query_t * k_t
+        global key_t   = sum_{i<=t} softmax_{i<=t}(w_k . p_i / sqrt(D)) p_i
+        u_t            = global key_t * v_t
+    Padding (attention_mask 0, e.g. left padding) takes no part in the prefix pools. `state` (returned by an
+    earlier call) continues a sequence: running it in two chunks, passing the state along, equals running it
+    whole. One token with a state costs O(D) per head, whatever the number of tokens before it.
+    Returns u: (B, H, N, D) and the state after the last token.
+    """
+    query_state, key_state = state if state is not None else (None, None)
+    global_query, query_state = causal_additive_pooling(query, query_weight, attention_mask, query_state, chunk_size)
+    p = interact(global_query, key, interaction, query_key_projection)  # (B, H, N, D)
+    global_key, key_state = causal_additive_pooling(p, key_weight, attention_mask, key_state, chunk_size)
+    u = interact(global_key, value, interaction, key_value_projection)
+    return u, CausalAttentionState(query_state, key_state)

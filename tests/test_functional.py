@@ -5,7 +5,13 @@ import math
 import pytest
 import torch
 
-from fastformer.functional import INTERACTIONS, additive_attention, interact, masked_softmax
+from fastformer.functional import (
+    INTERACTIONS,
+    additive_attention,
+    causal_additive_attention,
+    interact,
+    masked_softmax,
+)
 
 B, H, N, D = 3, 2, 6, 4
 
@@ -190,3 +196,144 @@ def test_unknown_interaction_names_the_allowed_values():
         interact(x[:, :, 0], x, "dot")
     with pytest.raises(ValueError, match="projection"):
         interact(x[:, :, 0], x, "concat")
+
+
+# ---- causal additive attention ------------------------------------------------------------------------------
+
+
+def reference_causal_additive_attention(q, k, v, w_q, w_k, mask, interaction="product", qk_proj=None, kv_proj=None):
+    """Position by position: the prefix 1..t pooled as in Eqs. 3-6, padding left out, in float64."""
+    q, k, v, w_q, w_k = (t.double() for t in (q, k, v, w_q, w_k))
+    batch, heads, length, dim = q.shape
+    mask = torch.ones(batch, length, dtype=torch.bool) if mask is None else mask.bool()
+
+    def combine(g, x, projection):
+        if interaction == "product":
+            return g * x
+        if interaction == "add":
+            return g + x
+        return torch.cat([g, x]) @ projection.double()
+
+    def pool(vectors, w, real):
+        if not real:
+            return torch.zeros(dim, dtype=torch.float64)
+        weights = torch.stack([w @ vectors[i] / math.sqrt(dim) for i in real]).softmax(0)
+        return sum(weight * vectors[i] for weight, i in zip(weights, real))
+
+    u = torch.zeros(batch, heads, length, dim, dtype=torch.float64)
+    for b in range(batch):
+        for h in range(heads):
+            p = []
+            for t in range(length):
+                real = [i for i in range(t + 1) if mask[b, i]]
+                global_query = pool(q[b, h], w_q[h], real)
+                p.append(combine(global_query, k[b, h, t], None if qk_proj is None else qk_proj[h]))
+                global_key = pool(p, w_k[h], real)
+                u[b, h, t] = combine(global_key, v[b, h, t], None if kv_proj is None else kv_proj[h])
+    return u
+
+
+def call_causal(tensors, mask, interaction="product", state=None, chunk_size=64):
+    q, k, v, w_q, w_k, *projections = tensors
+    qk_proj, kv_proj = projections or (None, None)
+    return causal_additive_attention(
+        q, k, v, w_q, w_k, mask, state,
+        interaction=interaction, query_key_projection=qk_proj, key_value_projection=kv_proj, chunk_size=chunk_size,
+    )
+
+
+@pytest.mark.parametrize("chunk_size", [1, 4, 64], ids=lambda c: f"C{c}")
+@pytest.mark.parametrize("mask_kind", MASKS)
+@pytest.mark.parametrize("interaction", INTERACTIONS)
+def test_causal_matches_float64_reference(interaction, mask_kind, chunk_size):
+    tensors, generator = make_inputs(interaction)
+    mask = make_mask(mask_kind, generator)
+    u, _ = call_causal(tensors, mask, interaction, chunk_size=chunk_size)
+    expected = reference_causal_additive_attention(*tensors[:5], mask, interaction, *tensors[5:])
+    torch.testing.assert_close(u, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("chunk_size", [2, 64], ids=lambda c: f"C{c}")
+@pytest.mark.parametrize("mask_kind", ["left", "random", "all-padding-row"])
+@pytest.mark.parametrize("interaction", INTERACTIONS)
+def test_causal_gradients_gradcheck(interaction, mask_kind, chunk_size):
+    tensors, generator = make_inputs(interaction, requires_grad=True)
+    mask = make_mask(mask_kind, generator)
+    assert torch.autograd.gradcheck(lambda *t: call_causal(t, mask, interaction, chunk_size=chunk_size)[0], tensors)
+
+
+def test_causal_gradients_match_reference():
+    tensors, generator = make_inputs(requires_grad=True)
+    mask = make_mask("left", generator)
+    upstream = torch.randn(B, H, N, D, generator=generator, dtype=torch.float64)
+    grads = torch.autograd.grad((call_causal(tensors, mask, chunk_size=4)[0] * upstream).sum(), tensors)
+    expected = torch.autograd.grad((reference_causal_additive_attention(*tensors, mask) * upstream).sum(), tensors)
+    for grad, reference in zip(grads, expected):
+        torch.testing.assert_close(grad, reference, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("splits", [(1, 5), (3, 3), (5, 1), (2, 1, 3)], ids=lambda s: "+".join(map(str, s)))
+@pytest.mark.parametrize("interaction", INTERACTIONS)
+def test_causal_in_pieces_with_state_equals_whole(interaction, splits):
+    tensors, generator = make_inputs(interaction)
+    mask = make_mask("left", generator)
+    whole, final_state = call_causal(tensors, mask, interaction)
+    pieces, state, start = [], None, 0
+    for length in splits:
+        piece = [t[:, :, start : start + length] if t.dim() == 4 and t.shape[2] == N else t for t in tensors]
+        u, state = call_causal(piece, mask[:, start : start + length], interaction, state, chunk_size=2)
+        pieces.append(u)
+        start += length
+    torch.testing.assert_close(torch.cat(pieces, dim=2), whole, rtol=1e-12, atol=1e-12)
+    for got, expected in zip(torch.utils._pytree.tree_leaves(state), torch.utils._pytree.tree_leaves(final_state)):
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_causal_state_size_does_not_grow():
+    tensors, _ = make_inputs()
+    _, state = call_causal(tensors, None)
+    sizes = [t.numel() for t in torch.utils._pytree.tree_leaves(state)]
+    assert sizes == [B * H, B * H, B * H * D] * 2
+
+
+def test_causal_never_looks_ahead():
+    tensors, _ = make_inputs()
+    u, _ = call_causal(tensors, None, chunk_size=4)
+    changed = [t.clone() for t in tensors]
+    for t in changed[:3]:
+        t[:, :, 3:] = torch.randn_like(t[:, :, 3:]) * 100
+    u_changed, _ = call_causal(changed, None, chunk_size=4)
+    assert torch.equal(u_changed[:, :, :3], u[:, :, :3])
+    assert not torch.allclose(u_changed[:, :, 3:], u[:, :, 3:])
+
+
+@pytest.mark.parametrize("scale", [1e4, -1e4], ids=["+1e4", "-1e4"])
+def test_causal_extreme_logits_stay_finite_and_correct(scale):
+    tensors, generator = make_inputs(dtype=torch.float32)
+    mask = make_mask("random", generator)
+    tensors[0] = tensors[0] * scale  # logits w_q . q_i / sqrt(D) of about +-1e4
+    u, state = call_causal(tensors, mask, chunk_size=4)
+    assert torch.isfinite(u).all()
+    assert all(torch.isfinite(t).all() for t in torch.utils._pytree.tree_leaves(state))
+    expected = reference_causal_additive_attention(*tensors, mask)
+    error = (u.double() - expected).norm() / expected.norm()
+    assert error < 1e-5, f"relative error {error:.2e}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_causal_half_precision(dtype):
+    tensors, generator = make_inputs(dtype=torch.float32)
+    mask = make_mask("left", generator)
+    half = [t.to(dtype) for t in tensors]
+    u, state = call_causal(half, mask, chunk_size=4)
+    assert u.dtype == dtype and state.query.weighted_sum.dtype == torch.float32
+    expected = reference_causal_additive_attention(*half, mask)
+    error = (u.double() - expected).norm() / expected.norm()
+    assert error < 2e-2, f"relative error {error:.2e}"
+
+
+def test_causal_all_padding_row_is_finite_with_grad():
+    tensors, _ = make_inputs(dtype=torch.float32, requires_grad=True)
+    u, _ = call_causal(tensors, torch.zeros(B, N, dtype=torch.bool))
+    u.sum().backward()
+    assert torch.isfinite(u).all() and all(torch.isfinite(t.grad).all() for t in tensors)
