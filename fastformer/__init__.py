@@ -3,10 +3,20 @@
 Importing the package registers the model with the Auto classes.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+)
 
 from .configuration_fastformer import FastformerConfig
 from .modeling_fastformer import (
+    FastformerCache,
+    FastformerForCausalLM,
+    FastformerForConditionalGeneration,
     FastformerForMaskedLM,
     FastformerForSequenceClassification,
     FastformerModel,
@@ -19,9 +29,14 @@ AutoConfig.register(FastformerConfig.model_type, FastformerConfig, exist_ok=True
 AutoModel.register(FastformerConfig, FastformerModel, exist_ok=True)
 AutoModelForSequenceClassification.register(FastformerConfig, FastformerForSequenceClassification, exist_ok=True)
 AutoModelForMaskedLM.register(FastformerConfig, FastformerForMaskedLM, exist_ok=True)
+AutoModelForSeq2SeqLM.register(FastformerConfig, FastformerForConditionalGeneration, exist_ok=True)
+AutoModelForCausalLM.register(FastformerConfig, FastformerForCausalLM, exist_ok=True)
 
 __all__ = [
+    "FastformerCache",
     "FastformerConfig",
+    "FastformerForCausalLM",
+    "FastformerForConditionalGeneration",
     "FastformerForMaskedLM",
     "FastformerForSequenceClassification",
     "FastformerModel",

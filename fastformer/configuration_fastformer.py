@@ -6,6 +6,7 @@ from transformers.activations import ACT2FN
 from .functional import INTERACTIONS
 
 POOLER_TYPES = ("additive", "cls", "mean")
+CROSS_ATTENTION_TYPES = ("softmax", "additive")
 
 
 def _check_choice(name, value, allowed):
@@ -57,6 +58,17 @@ class FastformerConfig(PreTrainedConfig):
         pooler_type (`str`, defaults to `"additive"`): how `FastformerModel` pools the last layer into
             `pooler_output` for classification: `"additive"` (the paper's: a tanh MLP gives one logit per token,
             masked softmax, weighted sum), `"cls"` (the first real token) or `"mean"` (mean of real tokens).
+
+    Generation (`FastformerForConditionalGeneration`, `FastformerForCausalLM`):
+        num_decoder_layers (`int`, *optional*): decoder layers; `num_hidden_layers` if None. The decoder uses the
+            same switches as the encoder (sharing, interaction), with causal (prefix) additive attention.
+        cross_attention_type (`str`, defaults to `"softmax"`): how decoder tokens read the encoder output:
+            `"softmax"` (multi-head scaled dot-product attention, O(target x source) and a cache of the
+            encoder's keys and values) or `"additive"` (one context per head pooled from the encoder values,
+            c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j, then c * q_t for each decoder token: O(source) once,
+            O(1) per generated token, and a cache of one vector per head).
+        bos_token_id, eos_token_id, decoder_start_token_id (`int`, *optional*): special ids for generation.
+        use_cache (`bool`, defaults to True): return the decoder's generation state (`FastformerCache`).
     """
 
     model_type = "fastformer"
@@ -81,8 +93,15 @@ class FastformerConfig(PreTrainedConfig):
         share_heads=False,
         interaction="product",
         pooler_type="additive",
+        num_decoder_layers=None,
+        cross_attention_type="softmax",
+        bos_token_id=None,
+        eos_token_id=None,
+        decoder_start_token_id=None,
+        use_cache=True,
         **kwargs,
     ):
+        num_decoder_layers = num_hidden_layers if num_decoder_layers is None else num_decoder_layers
         for name, value in [
             ("vocab_size", vocab_size),
             ("hidden_size", hidden_size),
@@ -90,6 +109,7 @@ class FastformerConfig(PreTrainedConfig):
             ("num_attention_heads", num_attention_heads),
             ("intermediate_size", intermediate_size),
             ("max_position_embeddings", max_position_embeddings),
+            ("num_decoder_layers", num_decoder_layers),
         ]:
             _check_positive_int(name, value)
         if hidden_size % num_attention_heads:
@@ -103,18 +123,26 @@ class FastformerConfig(PreTrainedConfig):
         for name, value in [("layer_norm_eps", layer_norm_eps), ("initializer_range", initializer_range)]:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"`{name}` must be a positive number, got {value!r}")
-        if pad_token_id is not None and not (isinstance(pad_token_id, int) and 0 <= pad_token_id < vocab_size):
-            raise ValueError(f"`pad_token_id` must be None or an id in [0, {vocab_size}), got {pad_token_id!r}")
+        for name, value in [
+            ("pad_token_id", pad_token_id),
+            ("bos_token_id", bos_token_id),
+            ("eos_token_id", eos_token_id),
+            ("decoder_start_token_id", decoder_start_token_id),
+        ]:
+            if value is not None and not (isinstance(value, int) and 0 <= value < vocab_size):
+                raise ValueError(f"`{name}` must be None or an id in [0, {vocab_size}), got {value!r}")
         for name, value in [
             ("tie_word_embeddings", tie_word_embeddings),
             ("share_query_value", share_query_value),
             ("share_layers", share_layers),
             ("share_heads", share_heads),
+            ("use_cache", use_cache),
         ]:
             if not isinstance(value, bool):
                 raise ValueError(f"`{name}` must be one of (True, False), got {value!r}")
         _check_choice("interaction", interaction, INTERACTIONS)
         _check_choice("pooler_type", pooler_type, POOLER_TYPES)
+        _check_choice("cross_attention_type", cross_attention_type, CROSS_ATTENTION_TYPES)
 
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
@@ -134,6 +162,12 @@ class FastformerConfig(PreTrainedConfig):
         self.share_heads = share_heads
         self.interaction = interaction
         self.pooler_type = pooler_type
+        self.num_decoder_layers = num_decoder_layers
+        self.cross_attention_type = cross_attention_type
+        self.bos_token_id = bos_token_id
+        self.eos_token_id = eos_token_id
+        self.decoder_start_token_id = decoder_start_token_id
+        self.use_cache = use_cache
         super().__init__(**kwargs)
 
 

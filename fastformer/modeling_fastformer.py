@@ -6,17 +6,28 @@ output transform W_r and the query residual) -> dense -> dropout -> add & LayerN
 LayerNorm. This file imports the package only relatively, so a saved checkpoint carries it as Hub code.
 """
 
+import copy
+
 import torch
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache
+from transformers.loss.loss_utils import ForMaskedLMLoss
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import BaseModelOutputWithPooling, MaskedLMOutput, SequenceClassifierOutput
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPooling,
+    CausalLMOutputWithPast,
+    MaskedLMOutput,
+    Seq2SeqLMOutput,
+    SequenceClassifierOutput,
+)
 from transformers.utils.generic import can_return_tuple
 
 from .configuration_fastformer import FastformerConfig
-from .functional import additive_attention, masked_softmax
+from .functional import additive_attention, additive_pooling, causal_additive_attention, masked_softmax
 
 
 class FastformerEmbeddings(nn.Module):
@@ -67,50 +78,162 @@ class FastformerAttention(nn.Module):
             return None
         return parameter.expand(self.num_heads, *parameter.shape[1:])
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
-        batch_size, seq_length, _ = hidden_states.shape
+    def _split_heads(self, x):  # (B, N, H*D) -> (B, H, N, D)
+        return x.view(*x.shape[:2], self.num_heads, self.head_dim).transpose(1, 2)
 
-        def split_heads(x):  # (B, N, H*D) -> (B, H, N, D)
-            return x.view(batch_size, seq_length, self.num_heads, self.head_dim).transpose(1, 2)
-
+    def _project(self, hidden_states):
+        """The query (kept whole for the residual) and the per-head queries, keys and values."""
         query = self.query(hidden_states)  # (B, N, H*D)
         key = self.key(hidden_states)
         value = query if self.value is None else self.value(hidden_states)
-        out = additive_attention(
-            split_heads(query),
-            split_heads(key),
-            split_heads(value),
-            self._per_head(self.query_weight),
-            self._per_head(self.key_weight),
-            attention_mask,
+        return query, self._split_heads(query), self._split_heads(key), self._split_heads(value)
+
+    def _attention_arguments(self):
+        """w_q, w_k and the interaction settings, as the functional API takes them."""
+        vectors = (self._per_head(self.query_weight), self._per_head(self.key_weight))
+        settings = dict(
             interaction=self.interaction,
             query_key_projection=self._per_head(self.query_key_projection),
             key_value_projection=self._per_head(self.key_value_projection),
-            return_weights=output_attentions,
         )
+        return vectors, settings
+
+    def _output(self, u, query):  # u: (B, H, N, D)
+        u = u.transpose(1, 2).reshape(query.shape)  # (B, N, H*D)
+        return self.transform(u) + query
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
+        query, q, k, v = self._project(hidden_states)
+        vectors, settings = self._attention_arguments()
+        out = additive_attention(q, k, v, *vectors, attention_mask, return_weights=output_attentions, **settings)
         u, weights = out if output_attentions else (out, None)
-        u = u.transpose(1, 2).reshape(batch_size, seq_length, -1)  # (B, N, H*D)
-        return self.transform(u) + query, weights
+        return self._output(u, query), weights
+
+
+class FastformerCausalAttention(FastformerAttention):
+    """The decoder's attention: every position pools its prefix only; `state` continues a sequence."""
+
+    def forward(self, hidden_states, attention_mask=None, state=None):
+        query, q, k, v = self._project(hidden_states)
+        vectors, settings = self._attention_arguments()
+        u, state = causal_additive_attention(q, k, v, *vectors, attention_mask, state, **settings)
+        return self._output(u, query), state
+
+
+class FastformerCrossAttention(nn.Module):
+    """Decoder tokens read the encoder output (`config.cross_attention_type`).
+
+    "softmax": multi-head scaled dot-product attention (torch SDPA) over the encoder's keys and values.
+    "additive": c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j per head, pooled from the encoder once; token t
+    gets c * q_t. `encode` computes what depends on the encoder only, so generation caches it.
+    """
+
+    def __init__(self, config: FastformerConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // self.num_heads
+        self.cross_attention_type = config.cross_attention_type
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        if self.cross_attention_type == "softmax":
+            self.key = nn.Linear(config.hidden_size, config.hidden_size)
+        else:
+            self.context_weight = nn.Parameter(torch.empty(self.num_heads, self.head_dim))  # w_c
+
+    def _split_heads(self, x):  # (B, N, H*D) -> (B, H, N, D)
+        return x.view(*x.shape[:2], self.num_heads, self.head_dim).transpose(1, 2)
+
+    def encode(self, encoder_hidden_states, encoder_attention_mask=None) -> tuple[torch.Tensor, ...]:
+        value = self._split_heads(self.value(encoder_hidden_states))
+        if self.cross_attention_type == "additive":
+            context, _ = additive_pooling(value, self.context_weight, encoder_attention_mask)  # (B, H, D)
+            return (context.unsqueeze(-2),)
+        key = self._split_heads(self.key(encoder_hidden_states))
+        mask = None
+        if encoder_attention_mask is not None:
+            mask = encoder_attention_mask.to(torch.bool)
+            # a source that is all padding attends to all of it: finite numbers instead of a softmax over nothing
+            mask = (mask | ~mask.any(dim=-1, keepdim=True))[:, None, None, :]  # (B, 1, 1, M)
+        return key, value, mask
+
+    def forward(self, hidden_states, encoded) -> torch.Tensor:
+        query = self._split_heads(self.query(hidden_states))  # (B, H, T, D)
+        if self.cross_attention_type == "additive":
+            (context,) = encoded
+            out = context * query
+        else:
+            key, value, mask = encoded
+            out = nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+        return out.transpose(1, 2).reshape(hidden_states.shape)
+
+
+class FastformerSublayerOutput(nn.Module):
+    """dense -> dropout -> add the sub-layer's input -> LayerNorm (post-LN, as BERT and the authors' code)."""
+
+    def __init__(self, config: FastformerConfig, input_size: int):
+        super().__init__()
+        self.dense = nn.Linear(input_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states, residual) -> torch.Tensor:
+        return self.layer_norm(residual + self.dropout(self.dense(hidden_states)))
+
+
+class FastformerFeedForward(nn.Module):
+    def __init__(self, config: FastformerConfig):
+        super().__init__()
+        self.intermediate = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.activation = ACT2FN[config.hidden_act]
+        self.output = FastformerSublayerOutput(config, config.intermediate_size)
+
+    def forward(self, hidden_states) -> torch.Tensor:
+        return self.output(self.activation(self.intermediate(hidden_states)), hidden_states)
 
 
 class FastformerLayer(GradientCheckpointingLayer):
     def __init__(self, config: FastformerConfig):
         super().__init__()
         self.attention = FastformerAttention(config)
-        self.attention_output = nn.Linear(config.hidden_size, config.hidden_size)
-        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.intermediate = nn.Linear(config.hidden_size, config.intermediate_size)
-        self.activation = ACT2FN[config.hidden_act]
-        self.output = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.output_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.attention_output = FastformerSublayerOutput(config, config.hidden_size)
+        self.feed_forward = FastformerFeedForward(config)
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False):
         attention, weights = self.attention(hidden_states, attention_mask, output_attentions)
-        hidden_states = self.attention_norm(hidden_states + self.dropout(self.attention_output(attention)))
-        feed_forward = self.output(self.activation(self.intermediate(hidden_states)))
-        hidden_states = self.output_norm(hidden_states + self.dropout(feed_forward))
-        return hidden_states, weights
+        hidden_states = self.attention_output(attention, hidden_states)
+        return self.feed_forward(hidden_states), weights
+
+
+class FastformerDecoderLayer(GradientCheckpointingLayer):
+    """Causal Fastformer attention, then (in an encoder-decoder) cross-attention, then the feed-forward block.
+
+    `cache` is this layer's `FastformerCacheLayer`: read to continue a sequence, then updated in place.
+    """
+
+    def __init__(self, config: FastformerConfig, cross_attention: bool):
+        super().__init__()
+        self.attention = FastformerCausalAttention(config)
+        self.attention_output = FastformerSublayerOutput(config, config.hidden_size)
+        if cross_attention:
+            self.cross_attention = FastformerCrossAttention(config)
+            self.cross_attention_output = FastformerSublayerOutput(config, config.hidden_size)
+        else:
+            self.cross_attention = self.cross_attention_output = None
+        self.feed_forward = FastformerFeedForward(config)
+
+    def forward(
+        self, hidden_states, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None, cache=None
+    ):
+        attention, state = self.attention(hidden_states, attention_mask, None if cache is None else cache.state)
+        hidden_states = self.attention_output(attention, hidden_states)
+        encoded = None if cache is None else cache.encoded
+        if self.cross_attention is not None:
+            if encoded is None:
+                encoded = self.cross_attention.encode(encoder_hidden_states, encoder_attention_mask)
+            hidden_states = self.cross_attention_output(self.cross_attention(hidden_states, encoded), hidden_states)
+        if cache is not None:
+            cache.state, cache.encoded = state, encoded
+        return self.feed_forward(hidden_states)
 
 
 class FastformerPooler(nn.Module):
@@ -147,6 +270,8 @@ class FastformerPreTrainedModel(PreTrainedModel):
 
     def _init_weights(self, module):
         super()._init_weights(module)
+        if isinstance(module, FastformerCrossAttention) and module.cross_attention_type == "additive":
+            init.normal_(module.context_weight, mean=0.0, std=self.config.initializer_range)
         if isinstance(module, FastformerAttention):
             for parameter in (
                 module.query_weight,
@@ -364,15 +489,361 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
         )
 
 
+class FastformerCacheLayer:
+    """The generation state of one decoder layer application."""
+
+    is_compileable = False
+    supports_early_init = False
+
+    def __init__(self):
+        self.state = None  # CausalAttentionState: two streaming-softmax poolings, (B, H) and (B, H, D) tensors
+        self.encoded = None  # FastformerCrossAttention.encode(encoder output): computed once, then reused
+
+
+class FastformerCache(Cache):
+    """Everything a Fastformer decoder needs to continue generating, of a size that does not grow with the
+    number of generated tokens: per decoder layer application, the causal attention's recurrent state and the
+    cross-attention's encoder-side tensors, plus the count of real tokens per row (the next position id).
+
+    Beam search reorders it. A recurrent state cannot be rolled back (`crop`), so the models set
+    `_is_stateful` and transformers refuses assisted and contrastive decoding.
+    """
+
+    def __init__(self, num_layers: int):
+        super().__init__(layers=[FastformerCacheLayer() for _ in range(num_layers)])
+        self.seen_tokens = 0  # columns consumed, padding included
+        self.positions = None  # (B,) real tokens consumed per row
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.seen_tokens
+
+    def get_max_length(self, layer_idx: int | None = None) -> int:
+        return -1
+
+    def tensors(self) -> list[torch.Tensor]:
+        leaves = torch.utils._pytree.tree_leaves([(layer.state, layer.encoded) for layer in self.layers])
+        return [t for t in leaves + [self.positions] if t is not None]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the cache's tensors."""
+        return sum(t.numel() * t.element_size() for t in self.tensors())
+
+    def _apply_to_rows(self, select):
+        for layer in self.layers:
+            layer.state, layer.encoded = torch.utils._pytree.tree_map(select, (layer.state, layer.encoded))
+        self.positions = None if self.positions is None else select(self.positions)
+
+    def reorder_cache(self, beam_idx: torch.LongTensor):
+        self._apply_to_rows(lambda t: t.index_select(0, beam_idx.to(t.device)))
+
+    def batch_select_indices(self, indices: torch.Tensor):
+        self._apply_to_rows(lambda t: t[indices])
+
+    def batch_repeat_interleave(self, repeats: int):
+        self._apply_to_rows(lambda t: t.repeat_interleave(repeats, dim=0))
+
+    def crop(self, tokens_to_remove: int) -> None:
+        raise ValueError("FastformerCache holds a recurrent state, which cannot be rolled back (cropped)")
+
+    def reset(self):
+        self.__init__(len(self.layers))
+
+
+class FastformerDecoder(nn.Module):
+    """Token and position embeddings, then `config.num_decoder_layers` causal Fastformer layers (with
+    cross-attention to an encoder output when `cross_attention`). Positions count real tokens only and
+    continue from the cache, so left padding and incremental decoding give the same positions as one pass."""
+
+    def __init__(self, config: FastformerConfig, cross_attention: bool):
+        super().__init__()
+        self.config = config
+        self.embeddings = FastformerEmbeddings(config)
+        # layer-wise sharing: one layer, applied num_decoder_layers times
+        self.layers = nn.ModuleList(
+            FastformerDecoderLayer(config, cross_attention)
+            for _ in range(1 if config.share_layers else config.num_decoder_layers)
+        )
+
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        position_ids=None,
+        inputs_embeds=None,
+        encoder_hidden_states=None,
+        encoder_attention_mask=None,
+        cache: FastformerCache | None = None,
+        output_hidden_states=False,
+    ) -> BaseModelOutput:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of the decoder's `input_ids` and `inputs_embeds`")
+        batch_size, length = input_ids.shape if input_ids is not None else inputs_embeds.shape[:2]
+        device = (input_ids if input_ids is not None else inputs_embeds).device
+        past = 0 if cache is None else cache.seen_tokens
+        if past + length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"The decoder sequence reaches {past + length} tokens but `max_position_embeddings` is "
+                f"{self.config.max_position_embeddings}: generate fewer tokens or use a config with more positions"
+            )
+        if attention_mask is not None:
+            if attention_mask.shape[-1] == past + length:  # generate() passes the mask of the whole sequence
+                attention_mask = attention_mask[:, past:]
+            if tuple(attention_mask.shape) != (batch_size, length):
+                raise ValueError(
+                    f"The decoder's attention mask must have shape {(batch_size, length)} (or cover the cached "
+                    f"tokens too), got {tuple(attention_mask.shape)}"
+                )
+        start = cache.positions if cache is not None and cache.positions is not None else None
+        if start is None:
+            start = torch.zeros(batch_size, dtype=torch.long, device=device)
+        if position_ids is None:
+            if attention_mask is None:
+                position_ids = start[:, None] + torch.arange(length, device=device)
+            else:
+                position_ids = (start[:, None] + attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+
+        hidden_states = self.embeddings(input_ids, position_ids, inputs_embeds)
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        for index in range(self.config.num_decoder_layers):
+            hidden_states = self.layers[index % len(self.layers)](
+                hidden_states,
+                attention_mask,
+                encoder_hidden_states,
+                encoder_attention_mask,
+                cache=None if cache is None else cache.layers[index],
+            )
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+        if cache is not None:
+            cache.seen_tokens += length
+            cache.positions = start + (length if attention_mask is None else attention_mask.sum(dim=-1))
+        return BaseModelOutput(last_hidden_state=hidden_states, hidden_states=all_hidden_states)
+
+
+class FastformerGenerationMixin(GenerationMixin):
+    """What generate() needs from a model whose decoder carries a recurrent state instead of a KV cache."""
+
+    # a recurrent state cannot be rolled back: transformers refuses assisted decoding for stateful models
+    _is_stateful = True
+    _supported_generation_modes = ("greedy_search", "sample", "beam_search", "beam_sample")
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the model makes its own FastformerCache on the first forward with use_cache=True
+
+    @staticmethod
+    def _config_with(config: FastformerConfig, is_encoder_decoder: bool) -> FastformerConfig:
+        """The config, or a copy with `is_encoder_decoder` set as generate() needs it for this class: one config
+        object may serve both an encoder-decoder and a decoder-only model."""
+        if config.is_encoder_decoder == is_encoder_decoder:
+            return config
+        config = copy.deepcopy(config)
+        config.is_encoder_decoder = is_encoder_decoder
+        return config
+
+
+class FastformerForConditionalGeneration(FastformerPreTrainedModel, FastformerGenerationMixin):
+    """Fastformer encoder + causal Fastformer decoder with cross-attention, for summarization and other
+    sequence-to-sequence tasks. One decoding step costs the same at any output length, and the generation
+    state (`FastformerCache`) does not grow.
+
+    The encoder is `self.fastformer`, named as in `FastformerModel`, so a seq2seq checkpoint's encoder loads
+    into `FastformerModel` and `FastformerForSequenceClassification` (and an encoder checkpoint warm-starts
+    this model). Encoder embeddings, decoder embeddings and the LM head share one matrix. `labels` are the
+    target ids (-100 where ignored); `decoder_input_ids` default to them shifted right after
+    `decoder_start_token_id`. Decoder and cross-attention weights are not returned as `*_attentions`.
+    """
+
+    _tied_weights_keys = {
+        "decoder.embeddings.word_embeddings.weight": "fastformer.embeddings.word_embeddings.weight",
+        "lm_head.weight": "fastformer.embeddings.word_embeddings.weight",
+    }
+    accepts_loss_kwargs = True
+
+    def __init__(self, config: FastformerConfig):
+        super().__init__(self._config_with(config, is_encoder_decoder=True))
+        config = self.config
+        self.fastformer = FastformerModel(config, add_pooling_layer=False)
+        self.decoder = FastformerDecoder(config, cross_attention=True)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_encoder(self, modality=None):
+        return self.fastformer
+
+    def get_decoder(self):
+        return self.decoder
+
+    def get_input_embeddings(self):
+        return self.fastformer.get_input_embeddings()
+
+    def set_input_embeddings(self, value):
+        self.fastformer.set_input_embeddings(value)
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        decoder_position_ids: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        cache: FastformerCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> Seq2SeqLMOutput:
+        output_hidden_states = (
+            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        if encoder_outputs is None:
+            encoder_outputs = self.fastformer(
+                input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+                return_dict=True,
+            )
+        elif isinstance(encoder_outputs, (tuple, list)):  # from return_dict=False
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.shift_labels_right(labels)
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and cache is None:
+            cache = FastformerCache(self.config.num_decoder_layers)
+
+        decoder_outputs = self.decoder(
+            decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            position_ids=decoder_position_ids,
+            inputs_embeds=decoder_inputs_embeds,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            cache=cache if use_cache else None,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.lm_head(decoder_outputs.last_hidden_state)
+        loss = None
+        if labels is not None:
+            # the labels are aligned with the logits already (no shift): the masked-LM loss is exactly that
+            loss = ForMaskedLMLoss(logits, labels, self.config.vocab_size, num_items_in_batch=num_items_in_batch)
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            cache=cache if use_cache else None,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+    def shift_labels_right(self, labels: torch.Tensor) -> torch.Tensor:
+        """Decoder inputs for teacher forcing: `decoder_start_token_id`, then the labels without the last one."""
+        if self.config.decoder_start_token_id is None or self.config.pad_token_id is None:
+            raise ValueError("Set `decoder_start_token_id` and `pad_token_id` in the config to train from `labels`")
+        shifted = labels.new_full(labels.shape, self.config.decoder_start_token_id)
+        shifted[:, 1:] = labels[:, :-1]
+        return shifted.masked_fill(shifted == -100, self.config.pad_token_id)
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor):
+        return self.shift_labels_right(labels)
+
+
+class FastformerForCausalLM(FastformerPreTrainedModel, FastformerGenerationMixin):
+    """A decoder-only Fastformer language model: the causal layers of `FastformerForConditionalGeneration`
+    without cross-attention, generating with the same constant-size state. `labels` are usually the input
+    ids; the loss shifts them (position t predicts token t + 1)."""
+
+    _tied_weights_keys = {"lm_head.weight": "decoder.embeddings.word_embeddings.weight"}
+    accepts_loss_kwargs = True
+
+    def __init__(self, config: FastformerConfig):
+        super().__init__(self._config_with(config, is_encoder_decoder=False))
+        config = self.config
+        self.decoder = FastformerDecoder(config, cross_attention=False)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.decoder.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.decoder.embeddings.word_embeddings = value
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        cache: FastformerCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> CausalLMOutputWithPast:
+        output_hidden_states = (
+            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        use_cache = False if labels is not None else (self.config.use_cache if use_cache is None else use_cache)
+        if use_cache and cache is None:
+            cache = FastformerCache(self.config.num_decoder_layers)
+        outputs = self.decoder(
+            input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            cache=cache if use_cache else None,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(
+                logits, labels, vocab_size=self.config.vocab_size, num_items_in_batch=num_items_in_batch
+            )
+        return CausalLMOutputWithPast(
+            loss=loss, logits=logits, cache=cache if use_cache else None, hidden_states=outputs.hidden_states
+        )
+
+
 AUTO_CLASSES = {
     FastformerModel: "AutoModel",
     FastformerForSequenceClassification: "AutoModelForSequenceClassification",
     FastformerForMaskedLM: "AutoModelForMaskedLM",
+    FastformerForConditionalGeneration: "AutoModelForSeq2SeqLM",
+    FastformerForCausalLM: "AutoModelForCausalLM",
 }
 for _cls, _auto_class in AUTO_CLASSES.items():
     _cls.register_for_auto_class(_auto_class)
 
 __all__ = [
+    "FastformerCache",
+    "FastformerForCausalLM",
+    "FastformerForConditionalGeneration",
     "FastformerForMaskedLM",
     "FastformerForSequenceClassification",
     "FastformerModel",

@@ -210,6 +210,8 @@ def test_saved_checkpoint_carries_code_for_every_head(checkpoints, folder):
         "AutoModel": "modeling_fastformer.FastformerModel",
         "AutoModelForSequenceClassification": "modeling_fastformer.FastformerForSequenceClassification",
         "AutoModelForMaskedLM": "modeling_fastformer.FastformerForMaskedLM",
+        "AutoModelForSeq2SeqLM": "modeling_fastformer.FastformerForConditionalGeneration",
+        "AutoModelForCausalLM": "modeling_fastformer.FastformerForCausalLM",
     }
     for module in ("configuration_fastformer.py", "modeling_fastformer.py", "functional.py"):
         assert (saved / module).read_text() == (REPO_ROOT / "fastformer" / module).read_text()
