@@ -1,0 +1,90 @@
+"""Write the compact data subsets bundled in data/ from the full copies in ../shared/data.
+
+- 20newsgroups/{train,test}.jsonl: 120 / 30 documents per class (all 20 classes), text cut to 3000 characters;
+- news_headlines/{train,validation,test}.jsonl: 600 / 100 / 100 articles, document cut to 2000 characters.
+
+Texts are cut at a word boundary; rows left empty are skipped. The same seed gives the same bytes.
+Usage: python scripts/make_data_subsets.py --shared-data ../shared/data [--output data] [--seed 0]
+"""
+
+import argparse
+import json
+import random
+import re
+from collections import defaultdict
+from pathlib import Path
+
+NEWSGROUPS_PER_CLASS = {"train": 120, "test": 30}
+NEWSGROUPS_MAX_CHARS = 3000
+HEADLINES_ROWS = {"train": 600, "validation": 100, "test": 100}
+HEADLINES_MAX_CHARS = 2000
+
+
+def truncate_at_word(text, max_chars):
+    """Cut `text` to at most `max_chars` characters without splitting a word."""
+    if len(text) <= max_chars:
+        return text
+    # One character past the limit shows whether the last word ends exactly at max_chars.
+    head = text[: max_chars + 1]
+    return re.sub(r"\S*$", "", head).rstrip()
+
+
+def read_jsonl(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_jsonl(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    print(f"{path}: {len(rows)} rows")
+
+
+def sample(rows, k, rng, what):
+    if len(rows) < k:
+        raise SystemExit(f"{what}: asked for {k} rows, only {len(rows)} available")
+    return rng.sample(rows, k)
+
+
+def newsgroups_subset(path, per_class, seed):
+    by_label = defaultdict(list)
+    for row in read_jsonl(path):
+        text = truncate_at_word(row["text"], NEWSGROUPS_MAX_CHARS)
+        if text.strip():
+            by_label[row["label"]].append({"text": text, "label": row["label"]})
+    rng = random.Random(seed)
+    rows = []
+    for label in sorted(by_label):
+        rows += sample(by_label[label], per_class, rng, f"{path} class {label!r}")
+    rng.shuffle(rows)
+    return rows
+
+
+def headlines_subset(path, k, seed):
+    rows = []
+    for row in read_jsonl(path):
+        document = truncate_at_word(row["document"], HEADLINES_MAX_CHARS)
+        if document.strip() and row["summary"].strip():
+            rows.append({"id": row["id"], "document": document, "summary": row["summary"]})
+    return sample(rows, k, random.Random(seed), str(path))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shared-data", type=Path, required=True, help="folder holding 20newsgroups/ and news_headlines/")
+    parser.add_argument("--output", type=Path, default=Path("data"), help="where to write the subsets (default: data)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed for sampling and shuffling (default: 0)")
+    args = parser.parse_args()
+
+    for split, per_class in NEWSGROUPS_PER_CLASS.items():
+        rows = newsgroups_subset(args.shared_data / "20newsgroups" / f"{split}.jsonl", per_class, args.seed)
+        write_jsonl(args.output / "20newsgroups" / f"{split}.jsonl", rows)
+    for split, k in HEADLINES_ROWS.items():
+        rows = headlines_subset(args.shared_data / "news_headlines" / f"{split}.jsonl", k, args.seed)
+        write_jsonl(args.output / "news_headlines" / f"{split}.jsonl", rows)
+
+
+if __name__ == "__main__":
+    main()
