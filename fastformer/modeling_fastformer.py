@@ -530,9 +530,12 @@ class FastformerCache(Cache):
         return sum(t.numel() * t.element_size() for t in self.tensors())
 
     def _apply_to_rows(self, select):
+        def apply(t):
+            return None if t is None else select(t)
+
         for layer in self.layers:
-            layer.state, layer.encoded = torch.utils._pytree.tree_map(select, (layer.state, layer.encoded))
-        self.positions = None if self.positions is None else select(self.positions)
+            layer.state, layer.encoded = torch.utils._pytree.tree_map(apply, (layer.state, layer.encoded))
+        self.positions = apply(self.positions)
 
     def reorder_cache(self, beam_idx: torch.LongTensor):
         self._apply_to_rows(lambda t: t.index_select(0, beam_idx.to(t.device)))

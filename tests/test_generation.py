@@ -1,0 +1,282 @@
+"""FastformerForConditionalGeneration and FastformerForCausalLM: causality, incremental decoding, generate()."""
+
+import pytest
+import torch
+
+from fastformer import FastformerCache, FastformerConfig, FastformerForCausalLM, FastformerForConditionalGeneration
+
+VOCAB, PAD, START, EOS = 61, 0, 1, 2
+
+VARIANTS = {
+    "paper": {},
+    "unshared-softmax-cross": dict(share_layers=False, share_query_value=False),
+    "additive-cross-concat": dict(share_layers=False, cross_attention_type="additive", interaction="concat"),
+}
+
+
+def tiny_config(**overrides):
+    settings = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_attention_heads=4,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_decoder_layers=3,
+        max_position_embeddings=600,
+        hidden_dropout_prob=0.0,
+        initializer_range=0.2,  # wide enough that greedy decoding does not repeat one token
+        pad_token_id=PAD,
+        bos_token_id=START,
+        decoder_start_token_id=START,
+        eos_token_id=EOS,
+    )
+    return FastformerConfig(**{**settings, **overrides})
+
+
+def build(model_class, seed=0, **overrides):
+    torch.manual_seed(seed)
+    return model_class(tiny_config(**overrides)).eval()
+
+
+def tokens(*shape, seed=1):
+    return torch.randint(3, VOCAB, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def logits(model, ids, mask=None, **kwargs):
+    """Decoder logits for decoder input `ids` (and a fixed source for the seq2seq model)."""
+    with torch.no_grad():
+        if isinstance(model, FastformerForConditionalGeneration):
+            source = tokens(ids.shape[0], 9, seed=7)
+            return model(source, decoder_input_ids=ids, decoder_attention_mask=mask, **kwargs).logits
+        return model(ids, attention_mask=mask, **kwargs).logits
+
+
+MODELS = [FastformerForConditionalGeneration, FastformerForCausalLM]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
+def test_no_future_leak(model_class, variant):
+    model = build(model_class, **VARIANTS[variant])
+    ids = tokens(2, 10)
+    reference = logits(model, ids, use_cache=False)
+    for t in [0, 4, 8]:
+        changed = ids.clone()
+        changed[:, t + 1 :] = tokens(2, 9 - t, seed=t + 11)
+        torch.testing.assert_close(logits(model, changed, use_cache=False)[:, : t + 1], reference[:, : t + 1])
+    assert not torch.allclose(logits(model, changed, use_cache=False), reference)
+
+
+@pytest.mark.parametrize("pieces", [[1] * 10, [3, 1, 4, 2]], ids=["token-by-token", "chunks-3-1-4-2"])
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
+def test_incremental_decoding_equals_full_forward(model_class, variant, pieces):
+    model = build(model_class, **VARIANTS[variant])
+    ids = tokens(2, 10)
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # left padding in row 1
+    full = logits(model, ids, mask, use_cache=False)
+    cache, steps, start = FastformerCache(model.config.num_decoder_layers), [], 0
+    for length in pieces:
+        # generate() style: the mask covers every token so far, the ids only the new ones
+        steps.append(logits(model, ids[:, start : start + length], mask[:, : start + length], cache=cache))
+        start += length
+    assert cache.get_seq_length() == 10
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
+
+
+def generate(model, inputs, mask=None, **kwargs):
+    with torch.no_grad():
+        return model.generate(inputs, attention_mask=mask, return_dict_in_generate=True, output_scores=True, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [dict(), dict(num_beams=3), dict(num_beams=3, num_return_sequences=2)],
+    ids=["greedy", "beam", "beam-return-2"],
+)
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
+def test_generate_with_cache_equals_without(model_class, variant, settings):
+    model = build(model_class, **VARIANTS[variant])
+    inputs = tokens(2, 7)
+    mask = torch.ones_like(inputs)
+    mask[0, :2] = 0
+    cached = generate(model, inputs, mask, max_new_tokens=12, use_cache=True, **settings)
+    uncached = generate(model, inputs, mask, max_new_tokens=12, use_cache=False, **settings)
+    assert torch.equal(cached.sequences, uncached.sequences)
+    assert not torch.allclose(cached.scores[1], cached.scores[-1])  # the state evolves from step to step
+    for step_cached, step_uncached in zip(cached.scores, uncached.scores):
+        torch.testing.assert_close(step_cached, step_uncached, rtol=1e-4, atol=1e-4)
+    if "num_beams" in settings:
+        torch.testing.assert_close(cached.sequences_scores, uncached.sequences_scores, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
+def test_sampling_with_cache_equals_without(model_class):
+    model = build(model_class)
+    inputs = tokens(2, 7)
+    runs = []
+    for use_cache in [True, False]:
+        torch.manual_seed(5)
+        runs.append(
+            generate(model, inputs, max_new_tokens=10, do_sample=True, top_k=10, num_return_sequences=3,
+                     use_cache=use_cache).sequences
+        )
+    assert runs[0].shape[0] == 6 and torch.equal(runs[0], runs[1])
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_padded_sources_generate_as_single_runs(variant, side):
+    model = build(FastformerForConditionalGeneration, **VARIANTS[variant])
+    sources = [tokens(n, seed=n) for n in (4, 9, 6)]
+    batch = torch.full((3, 9), PAD)
+    mask = torch.zeros_like(batch)
+    for row, source in enumerate(sources):
+        span = slice(9 - len(source), 9) if side == "left" else slice(0, len(source))
+        batch[row, span], mask[row, span] = source, 1
+    settings = dict(max_new_tokens=10, min_new_tokens=10)
+    together = generate(model, batch, mask, **settings).sequences
+    for row, source in enumerate(sources):
+        assert torch.equal(together[row], generate(model, source[None], **settings).sequences[0])
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_left_padded_prompts_generate_as_single_runs(variant):
+    model = build(FastformerForCausalLM, **VARIANTS[variant])
+    prompts = [tokens(n, seed=n) for n in (3, 8, 5)]
+    batch = torch.full((3, 8), PAD)
+    mask = torch.zeros_like(batch)
+    for row, prompt in enumerate(prompts):
+        batch[row, 8 - len(prompt) :], mask[row, 8 - len(prompt) :] = prompt, 1
+    settings = dict(max_new_tokens=10, min_new_tokens=10)
+    together = generate(model, batch, mask, **settings)
+    for row, prompt in enumerate(prompts):
+        alone = generate(model, prompt[None], **settings)
+        assert torch.equal(together.sequences[row, -10:], alone.sequences[0, -10:])
+        for step_together, step_alone in zip(together.scores, alone.scores):
+            torch.testing.assert_close(step_together[row], step_alone[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
+def test_cache_size_does_not_grow_with_generated_tokens(model_class, variant):
+    model = build(model_class, **VARIANTS[variant])
+    inputs = tokens(2, 7)
+    sizes = {}
+    for new_tokens in (8, 500):
+        output = generate(model, inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens)
+        assert output.sequences.shape[1] >= new_tokens
+        assert isinstance(output.cache, FastformerCache) and output.cache.get_seq_length() >= new_tokens
+        sizes[new_tokens] = output.cache.nbytes
+    assert sizes[8] == sizes[500] > 0
+
+
+def test_source_padding_never_changes_decoder_logits():
+    model = build(FastformerForConditionalGeneration, share_layers=False)
+    source, decoder_ids = tokens(1, 5, seed=3), tokens(1, 6, seed=4)
+    with torch.no_grad():
+        alone = model(source, decoder_input_ids=decoder_ids).logits
+        for padded, mask in [
+            (torch.cat([torch.full((1, 3), PAD), source], 1), torch.tensor([[0] * 3 + [1] * 5])),
+            (torch.cat([source, torch.full((1, 3), PAD)], 1), torch.tensor([[1] * 5 + [0] * 3])),
+        ]:
+            torch.testing.assert_close(model(padded, attention_mask=mask, decoder_input_ids=decoder_ids).logits, alone)
+
+
+@pytest.mark.parametrize("cross_attention_type", ["softmax", "additive"])
+def test_all_padding_source_is_finite(cross_attention_type):
+    model = build(FastformerForConditionalGeneration, cross_attention_type=cross_attention_type)
+    source = tokens(2, 5)
+    mask = torch.ones_like(source)
+    mask[1] = 0
+    with torch.no_grad():
+        out = model(source, attention_mask=mask, decoder_input_ids=tokens(2, 4))
+    assert torch.isfinite(out.logits).all()
+
+
+def test_labels_give_teacher_forced_cross_entropy_without_double_shift():
+    model = build(FastformerForConditionalGeneration)
+    source, labels = tokens(2, 6), tokens(2, 5, seed=9)
+    labels[1, 3:] = -100
+    with torch.no_grad():
+        out = model(source, labels=labels)
+        decoder_ids = model.shift_labels_right(labels)
+        expected_logits = model(source, decoder_input_ids=decoder_ids).logits
+    # decoder_start_token_id, then the labels without the last one, -100 turned into padding
+    assert torch.equal(decoder_ids[:, 0], torch.full((2,), START))
+    assert torch.equal(decoder_ids[:, 1:], torch.where(labels[:, :-1] == -100, PAD, labels[:, :-1]))
+    torch.testing.assert_close(out.logits, expected_logits)
+    expected = torch.nn.functional.cross_entropy(out.logits.reshape(-1, VOCAB), labels.reshape(-1), ignore_index=-100)
+    torch.testing.assert_close(out.loss, expected)
+
+
+def test_causal_lm_loss_predicts_the_next_token():
+    model = build(FastformerForCausalLM)
+    ids = tokens(2, 6)
+    with torch.no_grad():
+        out = model(ids, labels=ids)
+    expected = torch.nn.functional.cross_entropy(out.logits[:, :-1].reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
+    torch.testing.assert_close(out.loss, expected)
+
+
+@pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
+def test_gradient_checkpointing_gives_the_same_gradients(model_class):
+    def gradients(checkpointing):
+        model = build(model_class, share_layers=False).train()
+        if checkpointing:
+            model.activation_checkpointing_enable()
+        ids = tokens(2, 6)
+        if model_class is FastformerForConditionalGeneration:
+            loss = model(tokens(2, 5, seed=3), labels=ids).loss
+        else:
+            loss = model(ids, labels=ids).loss
+        loss.backward()
+        return {name: p.grad for name, p in model.named_parameters()}
+
+    plain, checkpointed = gradients(False), gradients(True)
+    for name in plain:
+        torch.testing.assert_close(checkpointed[name], plain[name], rtol=1e-6, atol=1e-7, msg=name)
+
+
+def test_embeddings_and_lm_head_are_shared():
+    seq2seq = build(FastformerForConditionalGeneration)
+    shared = seq2seq.fastformer.embeddings.word_embeddings.weight
+    assert seq2seq.decoder.embeddings.word_embeddings.weight is shared and seq2seq.lm_head.weight is shared
+    causal = build(FastformerForCausalLM)
+    assert causal.lm_head.weight is causal.decoder.embeddings.word_embeddings.weight
+
+
+def test_a_config_serves_both_generation_classes_unchanged():
+    config = tiny_config()
+    assert FastformerForConditionalGeneration(config).config.is_encoder_decoder
+    assert not FastformerForCausalLM(config).config.is_encoder_decoder
+    assert not config.is_encoder_decoder
+
+
+@pytest.mark.parametrize("settings", [dict(assistant_model="self"), dict(penalty_alpha=0.6, top_k=4)],
+                         ids=["assisted", "contrastive"])
+def test_assisted_and_contrastive_decoding_are_refused(settings):
+    model = build(FastformerForConditionalGeneration)
+    settings = {k: model if v == "self" else v for k, v in settings.items()}
+    with pytest.raises(ValueError, match="only supports .*'greedy_search', 'sample', 'beam_search', 'beam_sample'"):
+        model.generate(tokens(1, 5), max_new_tokens=3, trust_remote_code=True, **settings)
+
+
+def test_cache_rows_follow_beam_reordering_and_cannot_be_cropped():
+    model = build(FastformerForCausalLM)
+    cache = FastformerCache(model.config.num_decoder_layers)
+    logits(model, tokens(3, 4), cache=cache)
+    before = [t.clone() for t in cache.tensors()]
+    cache.reorder_cache(torch.tensor([2, 0, 0]))
+    for old, new in zip(before, cache.tensors()):
+        assert torch.equal(new, old[[2, 0, 0]])
+    with pytest.raises(ValueError, match="cannot be rolled back"):
+        cache.crop(1)
+
+
+def test_decoding_past_the_positions_is_a_clear_error():
+    model = build(FastformerForCausalLM, max_position_embeddings=8)
+    with pytest.raises(ValueError, match="reaches 9 tokens but `max_position_embeddings` is 8"):
+        logits(model, tokens(1, 9))
