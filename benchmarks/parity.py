@@ -1,8 +1,11 @@
-"""Numerical parity of fastformer.functional.additive_attention with the paper's equations.
+"""Numerical parity of the fast paths with the paper's equations.
 
-1. float64 vs the plain float64 loop reference of tests/test_functional.py (small sizes: the loop is slow);
-2. each dtype (and CUDA when present) vs float64, at a realistic size with left padding;
-3. the whole encoder (FastformerModel, the paper's default config) in each dtype vs the same weights in float64.
+For `additive_attention` (the encoder) and `causal_additive_attention` (the decoder):
+1. float64 vs the plain float64 loop references of tests/test_functional.py (small sizes: the loops are slow);
+2. each dtype (and CUDA when present) vs float64, at a realistic size with left padding.
+For the models:
+3. FastformerModel (the paper's default config) in each dtype vs the same weights in float64;
+4. FastformerForConditionalGeneration, float32: token-by-token decoding with the cache vs one full forward.
 
 Prints a markdown table. Usage: python benchmarks/parity.py [--seq-len 4096]
 """
@@ -15,12 +18,21 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from test_functional import reference_additive_attention  # noqa: E402
+from test_functional import reference_additive_attention, reference_causal_additive_attention  # noqa: E402
 
-from fastformer import FastformerConfig, FastformerModel  # noqa: E402
-from fastformer.functional import additive_attention  # noqa: E402
+from fastformer import (  # noqa: E402
+    FastformerCache,
+    FastformerConfig,
+    FastformerForConditionalGeneration,
+    FastformerModel,
+)
+from fastformer.functional import additive_attention, causal_additive_attention  # noqa: E402
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+FUNCTIONS = {
+    "additive_attention": (additive_attention, reference_additive_attention),
+    "causal_additive_attention": (lambda *a: causal_additive_attention(*a)[0], reference_causal_additive_attention),
+}
 
 
 def random_inputs(batch, heads, length, head_dim, seed=0):
@@ -39,42 +51,58 @@ def errors(result, expected, mask):
     return diff.abs().max().item(), (diff.norm() / expected[real].norm()).item()
 
 
+def function_rows(seq_len, devices):
+    for name, (function, reference) in FUNCTIONS.items():
+        tensors, mask = random_inputs(2, 4, 64, 16)
+        error = errors(function(*tensors, mask), reference(*tensors, mask), mask)
+        yield name, "cpu", torch.float64, "loop reference", 64, *error
+        tensors, mask = random_inputs(2, 16, seq_len, 16)
+        expected = function(*tensors, mask)
+        for device in devices:
+            for dtype in DTYPES:
+                result = function(*[t.to(device=device, dtype=dtype) for t in tensors], mask.to(device))
+                yield name, device, dtype, "float64", seq_len, *errors(result, expected, mask)
+
+
+@torch.no_grad()
+def model_rows(seq_len, devices):
+    torch.manual_seed(0)
+    model = FastformerModel(FastformerConfig(max_position_embeddings=seq_len)).eval()
+    ids = torch.randint(1, model.config.vocab_size, (2, seq_len))
+    _, mask = random_inputs(2, 1, seq_len, 1)
+    expected = copy.deepcopy(model).double()(ids, attention_mask=mask).last_hidden_state[:, None]
+    for device in devices:
+        for dtype in DTYPES:
+            cast = copy.deepcopy(model).to(device=device, dtype=dtype)
+            result = cast(ids.to(device), attention_mask=mask.to(device)).last_hidden_state[:, None]
+            yield "FastformerModel", device, dtype, "float64", seq_len, *errors(result, expected, mask)
+
+    length = 256
+    config = FastformerConfig(num_decoder_layers=4, share_layers=False, max_position_embeddings=length)
+    model = FastformerForConditionalGeneration(config).eval()
+    source, target = torch.randint(1, config.vocab_size, (2, 64)), torch.randint(1, config.vocab_size, (2, length))
+    full = model(source, decoder_input_ids=target, use_cache=False).logits
+    cache = FastformerCache(config.num_decoder_layers)
+    encoder_outputs = model.get_encoder()(source)
+    steps = [model(encoder_outputs=encoder_outputs, decoder_input_ids=target[:, t : t + 1], cache=cache).logits
+             for t in range(length)]
+    mask = torch.ones(2, length, dtype=torch.bool)
+    error = errors(torch.cat(steps, 1)[:, None], full[:, None].double(), mask)
+    yield "seq2seq decoding, token by token", "cpu", torch.float32, "full forward", length, *error
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seq-len", type=int, default=4096)
     args = parser.parse_args()
-
-    rows = []
-    tensors, mask = random_inputs(2, 4, 64, 16)
-    result = additive_attention(*tensors, mask)
-    reference = reference_additive_attention(*tensors, mask)
-    rows.append(("cpu", torch.float64, "loop reference", 64, *errors(result, reference, mask)))
-
-    tensors, mask = random_inputs(2, 16, args.seq_len, 16)
-    expected = additive_attention(*tensors, mask)
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    for device in devices:
-        for dtype in DTYPES:
-            cast = [t.to(device=device, dtype=dtype) for t in tensors]
-            result = additive_attention(*cast, mask.to(device))
-            rows.append((device, dtype, "float64", args.seq_len, *errors(result, expected, mask)))
 
-    torch.manual_seed(0)
-    model = FastformerModel(FastformerConfig(max_position_embeddings=args.seq_len)).eval()
-    ids = torch.randint(1, model.config.vocab_size, (2, args.seq_len))
-    with torch.no_grad():
-        expected = copy.deepcopy(model).double()(ids, attention_mask=mask).last_hidden_state[:, None]
-        for device in devices:
-            for dtype in DTYPES:
-                cast = copy.deepcopy(model).to(device=device, dtype=dtype)
-                result = cast(ids.to(device), attention_mask=mask.to(device)).last_hidden_state[:, None]
-                rows.append((device, dtype, "float64 encoder", args.seq_len, *errors(result, expected, mask)))
-
-    print("| device | dtype | compared with | tokens | max abs error | relative error (L2) |")
-    print("|---|---|---|---|---|---|")
-    for device, dtype, reference, length, max_abs, relative in rows:
+    print("| what | device | dtype | compared with | tokens | max abs error | relative error (L2) |")
+    print("|---|---|---|---|---|---|---|")
+    for row in [*function_rows(args.seq_len, devices), *model_rows(args.seq_len, devices)]:
+        what, device, dtype, reference, length, max_abs, relative = row
         dtype = str(dtype).removeprefix("torch.")
-        print(f"| {device} | {dtype} | {reference} | {length} | {max_abs:.2e} | {relative:.2e} |")
+        print(f"| {what} | {device} | {dtype} | {reference} | {length} | {max_abs:.2e} | {relative:.2e} |")
 
 
 if __name__ == "__main__":
