@@ -13,6 +13,8 @@ def test_defaults_are_the_papers_final_model():
     assert config.share_query_value and config.share_layers and not config.share_heads
     assert config.pooler_type == "additive"
     assert config.tie_word_embeddings
+    assert config.num_decoder_layers == config.num_hidden_layers  # as T5: the decoder mirrors the encoder
+    assert config.cross_attention_type == "softmax"
 
 
 @pytest.mark.parametrize(
@@ -30,6 +32,10 @@ def test_defaults_are_the_papers_final_model():
         ({"share_layers": "yes"}, r"`share_layers` must be one of \(True, False\), got 'yes'"),
         ({"share_query_value": 1}, r"`share_query_value` must be one of \(True, False\), got 1"),
         ({"vocab_size": 10, "pad_token_id": 10}, r"`pad_token_id` must be None or an id in \[0, 10\), got 10"),
+        ({"vocab_size": 10, "decoder_start_token_id": -1}, r"`decoder_start_token_id` must be None or an id in"),
+        ({"cross_attention_type": "linear"}, r"`cross_attention_type` must be one of \('softmax', 'additive'\)"),
+        ({"num_decoder_layers": 0}, r"`num_decoder_layers` must be a positive integer, got 0"),
+        ({"use_cache": None}, r"`use_cache` must be one of \(True, False\), got None"),
     ],
     ids=lambda value: "-".join(value) if isinstance(value, dict) else None,
 )
