@@ -158,6 +158,9 @@ def causal_additive_pooling(
             logits.new_zeros(batch, heads, dim),
         )
 
+    if length == 1:  # one decoding step: update the streaming softmax directly
+        return _pooling_step(logits[..., 0], x[:, :, 0].to(acc), state, x.dtype)
+
     chunk = min(chunk_size, length)
     padded = -length % chunk
     chunks = (length + padded) // chunk
@@ -197,6 +200,18 @@ def causal_additive_pooling(
     pooled = pooled.view(batch, heads, -1, dim)[:, :, :length].to(x.dtype)
     new_state = PoolingState(running[..., -1, -1], denominator[..., -1, -1], numerator[..., -1, -1, :])
     return pooled, new_state
+
+
+def _pooling_step(logit, x, state, dtype):
+    """`causal_additive_pooling` for a single token: logit (B, H), x (B, H, D)."""
+    with torch.no_grad():
+        new_max = torch.maximum(state.max, logit)
+    decay = (state.max - new_max).exp()  # rescales what was pooled so far
+    weight = (logit - new_max).exp()  # 0 for padding (logit -inf)
+    denominator = state.denominator * decay + weight
+    weighted_sum = state.weighted_sum * decay[..., None] + weight[..., None] * x
+    pooled = weighted_sum / torch.where(denominator > 0, denominator, 1.0)[..., None]
+    return pooled[:, :, None].to(dtype), PoolingState(new_max, denominator, weighted_sum)
 
 
 def causal_additive_attention(

@@ -28,6 +28,7 @@ from transformers.utils.generic import can_return_tuple
 
 from .configuration_fastformer import FastformerConfig
 from .functional import additive_attention, additive_pooling, causal_additive_attention, masked_softmax
+from .pipeline_fastformer import SummarizationPipeline
 
 
 class FastformerEmbeddings(nn.Module):
@@ -635,15 +636,6 @@ class FastformerGenerationMixin(GenerationMixin):
     def _supports_default_dynamic_cache(cls) -> bool:
         return False  # the model makes its own FastformerCache on the first forward with use_cache=True
 
-    @staticmethod
-    def _config_with(config: FastformerConfig, is_encoder_decoder: bool) -> FastformerConfig:
-        """The config, or a copy with `is_encoder_decoder` set as generate() needs it for this class: one config
-        object may serve both an encoder-decoder and a decoder-only model."""
-        if config.is_encoder_decoder == is_encoder_decoder:
-            return config
-        config = copy.deepcopy(config)
-        config.is_encoder_decoder = is_encoder_decoder
-        return config
 
 
 class FastformerForConditionalGeneration(FastformerPreTrainedModel, FastformerGenerationMixin):
@@ -665,12 +657,25 @@ class FastformerForConditionalGeneration(FastformerPreTrainedModel, FastformerGe
     accepts_loss_kwargs = True
 
     def __init__(self, config: FastformerConfig):
-        super().__init__(self._config_with(config, is_encoder_decoder=True))
-        config = self.config
+        if not config.is_encoder_decoder:  # generate() reads it; copy, as the config may also serve an encoder
+            config = copy.deepcopy(config)
+            config.is_encoder_decoder = True
+        super().__init__(config)
         self.fastformer = FastformerModel(config, add_pooling_layer=False)
         self.decoder = FastformerDecoder(config, cross_attention=True)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        # transformers 5 has no summarization pipeline: ship ours with the checkpoint (see pipeline_fastformer.py)
+        self.config.custom_pipelines = {
+            "summarization": {
+                "impl": f"{SummarizationPipeline.__module__.rsplit('.', 1)[-1]}.{SummarizationPipeline.__name__}",
+                "pt": ["AutoModelForSeq2SeqLM"],
+                "type": "text",
+            }
+        }
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     def get_encoder(self, modality=None):
         return self.fastformer
@@ -776,8 +781,14 @@ class FastformerForCausalLM(FastformerPreTrainedModel, FastformerGenerationMixin
     accepts_loss_kwargs = True
 
     def __init__(self, config: FastformerConfig):
-        super().__init__(self._config_with(config, is_encoder_decoder=False))
-        config = self.config
+        if config.is_encoder_decoder:
+            # e.g. a text-generation pipeline on a seq2seq checkpoint: its embeddings are stored under the encoder
+            # and would be left random here
+            raise ValueError(
+                "This config is an encoder-decoder's (is_encoder_decoder=True): load the checkpoint with "
+                "FastformerForConditionalGeneration / AutoModelForSeq2SeqLM, not FastformerForCausalLM"
+            )
+        super().__init__(config)
         self.decoder = FastformerDecoder(config, cross_attention=False)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()

@@ -255,6 +255,12 @@ def test_a_config_serves_both_generation_classes_unchanged():
     assert not config.is_encoder_decoder
 
 
+def test_a_seq2seq_checkpoint_does_not_load_as_a_causal_lm(tmp_path):
+    build(FastformerForConditionalGeneration).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="load the checkpoint with FastformerForConditionalGeneration"):
+        FastformerForCausalLM.from_pretrained(tmp_path)
+
+
 @pytest.mark.parametrize("settings", [dict(assistant_model="self"), dict(penalty_alpha=0.6, top_k=4)],
                          ids=["assisted", "contrastive"])
 def test_assisted_and_contrastive_decoding_are_refused(settings):

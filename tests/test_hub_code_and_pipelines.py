@@ -17,7 +17,14 @@ import pytest
 import torch
 from transformers import AutoTokenizer, pipeline
 
-from fastformer import FastformerConfig, FastformerForMaskedLM, FastformerForSequenceClassification, FastformerModel
+from fastformer import (
+    FastformerConfig,
+    FastformerForCausalLM,
+    FastformerForConditionalGeneration,
+    FastformerForMaskedLM,
+    FastformerForSequenceClassification,
+    FastformerModel,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER_PATH = REPO_ROOT / "data" / "tokenizers" / "bert-base-uncased"
@@ -25,18 +32,24 @@ TOKENIZER_PATH = REPO_ROOT / "data" / "tokenizers" / "bert-base-uncased"
 ID2LABEL = {0: "negative", 1: "neutral", 2: "positive"}
 # two lengths, so the batch the models see carries padding
 TEXTS = ["fastformer is fast.", "additive attention pools the whole sequence into one global query vector."]
+GENERATION = {"max_new_tokens": 5, "do_sample": False}
 
 # checkpoint folder -> class saved there
 CHECKPOINT_CLASSES = {
     "model": FastformerModel,
     "classifier": FastformerForSequenceClassification,
     "masked_lm": FastformerForMaskedLM,
+    "seq2seq": FastformerForConditionalGeneration,
+    "causal_lm": FastformerForCausalLM,
 }
 HEADS = [FastformerForSequenceClassification, FastformerForMaskedLM]
+GENERATORS = ["seq2seq", "causal_lm"]
 AUTO_CLASS_OF = {
     FastformerModel: "AutoModel",
     FastformerForSequenceClassification: "AutoModelForSequenceClassification",
     FastformerForMaskedLM: "AutoModelForMaskedLM",
+    FastformerForConditionalGeneration: "AutoModelForSeq2SeqLM",
+    FastformerForCausalLM: "AutoModelForCausalLM",
 }
 # (checkpoint folder, Auto class) pairs loaded as remote code: each checkpoint into its own class, and the bare
 # encoder's checkpoint into every head
@@ -75,16 +88,24 @@ REMOTE_CODE_SCRIPT = textwrap.dedent(
     import traceback
 
     import torch
-    from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification, pipeline
+    import transformers
+    from transformers import pipeline
 
-    AUTO_CLASSES = {cls.__name__: cls for cls in (AutoModel, AutoModelForSequenceClassification, AutoModelForMaskedLM)}
     job = torch.load("remote_job.pt")
     results = {}
 
 
+    @torch.no_grad()
+    def model_outputs(model, inputs, decoder_inputs):  # as model_outputs in the test module
+        outputs = {name: value for name, value in model(**inputs, **decoder_inputs).items() if torch.is_tensor(value)}
+        if model.base_model is model:
+            return {"outputs": outputs}
+        return {"outputs": outputs, "encoder_outputs": dict(model.base_model(**inputs))}
+
+
     def error_name(**kwargs):
         try:
-            AutoModel.from_pretrained("model", **kwargs)
+            transformers.AutoModel.from_pretrained("model", **kwargs)
         except Exception as error:
             return type(error).__name__
         return None
@@ -95,15 +116,17 @@ REMOTE_CODE_SCRIPT = textwrap.dedent(
 
     for folder, auto_name in job["loads"]:
         try:
-            model = AUTO_CLASSES[auto_name].from_pretrained(folder, trust_remote_code=True)
-            with torch.no_grad():
-                results[f"{folder}/{auto_name}"] = {
-                    "class": type(model).__name__,
-                    "module": type(model).__module__,
-                    "training": model.training,
-                    "outputs": dict(model(**job["inputs"])),
-                    "encoder_outputs": dict(model.base_model(**job["inputs"])),
-                }
+            model = getattr(transformers, auto_name).from_pretrained(folder, trust_remote_code=True)
+            loaded = {
+                "class": type(model).__name__,
+                "module": type(model).__module__,
+                "training": model.training,
+                **model_outputs(model, job["inputs"], job["decoder_inputs"].get(folder, {})),
+            }
+            if model.can_generate():
+                with torch.no_grad():
+                    loaded["generated"] = model.generate(**job["inputs"], **job["generation"])
+            results[f"{folder}/{auto_name}"] = loaded
         except Exception:
             results[f"{folder}/{auto_name}"] = {"error": traceback.format_exc()}
 
@@ -149,9 +172,15 @@ def remote_load(remote_results, folder, auto_name):
 
 
 @torch.no_grad()
-def model_outputs(model, inputs):
-    """The model's outputs and its encoder's (the same for the bare encoder), as dicts of tensors."""
-    return {"outputs": dict(model(**inputs)), "encoder_outputs": dict(model.base_model(**inputs))}
+def model_outputs(model, inputs, decoder_inputs):
+    """The model's outputs on the text `inputs` (with `decoder_inputs`) and those of the Fastformer encoder it is
+    built on (its `base_model`) on the text alone, as dicts of tensors: the generation cache, an object, is left
+    out. The bare encoder and the decoder-only causal LM are their own `base_model` and have "outputs" only.
+    REMOTE_CODE_SCRIPT records the same."""
+    outputs = {name: value for name, value in model(**inputs, **decoder_inputs).items() if torch.is_tensor(value)}
+    if model.base_model is model:
+        return {"outputs": outputs}
+    return {"outputs": outputs, "encoder_outputs": dict(model.base_model(**inputs))}
 
 
 def assert_same_tensors(actual, expected):
@@ -169,23 +198,37 @@ def tokenizer():
 class Checkpoints:
     path: Path  # a folder per entry of CHECKPOINT_CLASSES (weights, Hub code, tokenizer), and remote_job.pt
     models: dict  # folder -> the saved model, in eval mode
-    inputs: dict  # a padded batch of TEXTS, also in remote_job.pt
+    inputs: dict  # a left-padded batch of TEXTS, also in remote_job.pt
+    decoder_inputs: dict  # folder -> what its model takes besides `inputs`: fixed decoder input ids for seq2seq
 
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory, tokenizer):
     path = tmp_path_factory.mktemp("checkpoints")
+    # the generation heads start from [CLS] and stop at [SEP]; with larger random weights than the default, the
+    # untrained models generate tokens that depend on the input rather than repeating [CLS]
+    generation = dict(
+        bos_token_id=tokenizer.cls_token_id,
+        decoder_start_token_id=tokenizer.cls_token_id,
+        eos_token_id=tokenizer.sep_token_id,
+        initializer_range=0.2,
+    )
+    config_overrides = {"classifier": {"id2label": ID2LABEL}, "seq2seq": generation, "causal_lm": generation}
     torch.manual_seed(0)
     models = {}
     for folder, cls in CHECKPOINT_CLASSES.items():
-        config = tiny_config(id2label=ID2LABEL) if cls is FastformerForSequenceClassification else tiny_config()
-        models[folder] = cls(config).eval()
+        models[folder] = cls(tiny_config(**config_overrides.get(folder, {}))).eval()
         models[folder].save_pretrained(path / folder)
         tokenizer.save_pretrained(path / folder)
-    inputs = dict(tokenizer(TEXTS, padding=True, return_tensors="pt"))
+    # left padding, as decoder-only generation needs it (the encoders ignore padding on either side)
+    inputs = dict(tokenizer(TEXTS, padding=True, padding_side="left", return_tensors="pt"))
     assert not inputs["attention_mask"].all()
-    torch.save({"inputs": inputs, "texts": TEXTS, "loads": REMOTE_LOADS}, path / "remote_job.pt")
-    return Checkpoints(path, models, inputs)
+    # fixed decoder inputs for the seq2seq forward: the first tokens of the other text
+    decoder_input_ids = tokenizer(TEXTS[::-1], padding=True, return_tensors="pt").input_ids[:, :6]
+    decoder_inputs = {"seq2seq": {"decoder_input_ids": decoder_input_ids}}
+    job = dict(inputs=inputs, decoder_inputs=decoder_inputs, generation=GENERATION, texts=TEXTS, loads=REMOTE_LOADS)
+    torch.save(job, path / "remote_job.pt")
+    return Checkpoints(path, models, inputs, decoder_inputs)
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +256,7 @@ def test_saved_checkpoint_carries_code_for_every_head(checkpoints, folder):
         "AutoModelForSeq2SeqLM": "modeling_fastformer.FastformerForConditionalGeneration",
         "AutoModelForCausalLM": "modeling_fastformer.FastformerForCausalLM",
     }
-    for module in ("configuration_fastformer.py", "modeling_fastformer.py", "functional.py"):
+    for module in ("configuration_fastformer.py", "modeling_fastformer.py", "functional.py", "pipeline_fastformer.py"):
         assert (saved / module).read_text() == (REPO_ROOT / "fastformer" / module).read_text()
 
 
@@ -228,9 +271,23 @@ def test_remote_code_gives_the_same_outputs(checkpoints, remote_results, folder)
     remote = remote_load(remote_results, folder, AUTO_CLASS_OF[type(model)])
     assert remote["class"] == type(model).__name__
     assert not remote["training"]
-    expected = model_outputs(model, checkpoints.inputs)
-    assert_same_tensors(remote["outputs"], expected["outputs"])
-    assert_same_tensors(remote["encoder_outputs"], expected["encoder_outputs"])
+    expected = model_outputs(model, checkpoints.inputs, checkpoints.decoder_inputs.get(folder, {}))
+    assert expected["outputs"]
+    for part, tensors in expected.items():
+        assert_same_tensors(remote[part], tensors)
+    assert ("encoder_outputs" in remote) == ("encoder_outputs" in expected)
+
+
+@pytest.mark.parametrize("folder", GENERATORS)
+def test_remote_code_generates_the_same_tokens(checkpoints, remote_results, folder):
+    model = checkpoints.models[folder]
+    remote = remote_load(remote_results, folder, AUTO_CLASS_OF[type(model)])
+    with torch.no_grad():
+        expected = model.generate(**checkpoints.inputs, **GENERATION)
+    prompt_length = 1 if model.config.is_encoder_decoder else checkpoints.inputs["input_ids"].shape[1]
+    assert expected.shape == (len(TEXTS), prompt_length + GENERATION["max_new_tokens"])
+    assert not torch.equal(expected[0, prompt_length:], expected[1, prompt_length:])  # the tokens follow the input
+    assert torch.equal(remote["generated"], expected)
 
 
 @pytest.mark.parametrize("head", HEADS, ids=lambda c: c.__name__)
@@ -238,7 +295,7 @@ def test_remote_code_loads_encoder_checkpoint_into_head(checkpoints, remote_resu
     remote = remote_load(remote_results, "model", AUTO_CLASS_OF[head])
     assert remote["class"] == head.__name__
     # the head itself is newly initialized; the encoder must be the saved one (the masked LM has no pooler)
-    encoder_outputs = model_outputs(checkpoints.models["model"], checkpoints.inputs)["encoder_outputs"]
+    encoder_outputs = model_outputs(checkpoints.models["model"], checkpoints.inputs, {})["outputs"]
     if head is FastformerForMaskedLM:
         del encoder_outputs["pooler_output"]
     assert_same_tensors(remote["encoder_outputs"], encoder_outputs)
