@@ -1,0 +1,236 @@
+"""Per-token decoding time and cache size against the number of generated tokens: Fastformer vs BART.
+
+FastformerForConditionalGeneration and BartForConditionalGeneration (sdpa attention, its usual growing KV
+cache) of the same size, random weights, fp32, batch 1, eval mode, no_grad. Each model encodes one fixed
+random source once; then greedy decoding calls the model's forward one token at a time exactly as generate()
+does (last token, the returned cache passed back, use_cache=True), without generate()'s stopping logic.
+Before timing, each model's steps are checked against generate()'s logits. The step time at a length is the
+mean over the WINDOW steps ending there; the cache size is taken right after that step.
+
+The machine is assumed noisy: every repeat decodes up to the longest length once per model, with the models'
+order alternating between repeats, and the tables report medians over repeats.
+
+Usage:
+    python benchmarks/decoding.py                                # 64..4096 tokens, 3 repeats, 2 threads
+    python benchmarks/decoding.py --lengths 64 256 --repeats 2   # a quick check
+    python benchmarks/decoding.py --lengths 64 256 1024 4096 8192 --threads 1
+"""
+
+import argparse
+import csv
+import datetime
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import BartConfig, BartForConditionalGeneration
+
+from fastformer import FastformerCache, FastformerConfig, FastformerForConditionalGeneration
+
+WINDOW = 16  # steps averaged per length
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[64, 256, 1024, 4096], help="generated tokens")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    parser.add_argument("--source-length", type=int, default=512, help="encoder input tokens")
+    parser.add_argument("--hidden-size", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--intermediate-size", type=int, default=1024)
+    parser.add_argument("--encoder-layers", type=int, default=2)
+    parser.add_argument("--decoder-layers", type=int, default=4)
+    parser.add_argument(
+        "--cross-attention", choices=["softmax", "additive"], default="softmax", help="Fastformer's only"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--csv", type=Path, default=DOCS / "decoding.csv", help="every measurement")
+    parser.add_argument("--markdown", type=Path, default=DOCS / "DECODING.md", help="the report")
+    args = parser.parse_args()
+    args.lengths = sorted(set(args.lengths))
+    if args.lengths[0] < WINDOW:
+        parser.error(f"every length must be at least {WINDOW}, the number of steps averaged")
+    return args
+
+
+def build_models(args) -> dict[str, transformers.PreTrainedModel]:
+    """The two models, same widths and layer counts, random weights, no dropout, eval mode."""
+    positions = max(args.lengths[-1], args.source_length)
+    fastformer = FastformerConfig(
+        hidden_size=args.hidden_size,
+        num_attention_heads=args.heads,
+        intermediate_size=args.intermediate_size,
+        num_hidden_layers=args.encoder_layers,
+        num_decoder_layers=args.decoder_layers,
+        share_layers=False,  # one parameter set per layer, as BART
+        cross_attention_type=args.cross_attention,
+        hidden_dropout_prob=0.0,
+        max_position_embeddings=positions,
+        decoder_start_token_id=101,  # [CLS] of the bert-base-uncased vocabulary
+    )
+    bart = BartConfig(
+        vocab_size=fastformer.vocab_size,
+        d_model=args.hidden_size,
+        encoder_attention_heads=args.heads,
+        decoder_attention_heads=args.heads,
+        encoder_ffn_dim=args.intermediate_size,
+        decoder_ffn_dim=args.intermediate_size,
+        encoder_layers=args.encoder_layers,
+        decoder_layers=args.decoder_layers,
+        max_position_embeddings=positions,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        attn_implementation="sdpa",
+    )
+    torch.manual_seed(args.seed)
+    return {
+        "Fastformer": FastformerForConditionalGeneration(fastformer).eval(),
+        "BART": BartForConditionalGeneration(bart).eval(),
+    }
+
+
+def cache_bytes(cache) -> int:
+    """Bytes held by a FastformerCache, or by BART's EncoderDecoderCache (self- and cross-attention K and V)."""
+    if isinstance(cache, FastformerCache):
+        return cache.nbytes
+    layers = cache.self_attention_cache.layers + cache.cross_attention_cache.layers
+    return sum(t.numel() * t.element_size() for layer in layers for t in (layer.keys, layer.values) if t is not None)
+
+
+def step(model, token, encoder_outputs, cache):
+    """One greedy decoding step as generate() takes it: the logits of `token` and the cache to pass back."""
+    outputs = model(decoder_input_ids=token, encoder_outputs=encoder_outputs, cache=cache, use_cache=True)
+    return outputs.logits[:, -1], outputs.cache
+
+
+@torch.no_grad()
+def check_against_generate(model, source, encoder_outputs, steps=32):
+    """Fail unless `step` gives generate()'s logits, step for step (this also warms the model up)."""
+    expected = model.generate(
+        source, max_new_tokens=steps, do_sample=False, num_beams=1, output_logits=True, return_dict_in_generate=True
+    )
+    token, cache = torch.tensor([[model.generation_config.decoder_start_token_id]]), None
+    for expected_logits in expected.logits:  # fewer than `steps` if generate() met the end-of-sequence token
+        logits, cache = step(model, token, encoder_outputs, cache)
+        torch.testing.assert_close(logits, expected_logits)
+        token = logits.argmax(dim=-1, keepdim=True)
+
+
+@torch.no_grad()
+def decode(model, encoder_outputs, lengths) -> dict[int, tuple[float, int]]:
+    """Greedy decoding up to the longest length; per length, the mean seconds of the WINDOW steps ending there
+    (the forward and the argmax) and the cache bytes after that step."""
+    token, cache = torch.tensor([[model.generation_config.decoder_start_token_id]]), None
+    seconds, sizes = [], {}
+    for generated in range(1, lengths[-1] + 1):
+        start = time.perf_counter()
+        logits, cache = step(model, token, encoder_outputs, cache)
+        token = logits.argmax(dim=-1, keepdim=True)
+        seconds.append(time.perf_counter() - start)
+        if generated in lengths:
+            sizes[generated] = cache_bytes(cache)
+    return {n: (statistics.fmean(seconds[n - WINDOW : n]), sizes[n]) for n in lengths}
+
+
+def measure(models, args) -> list[dict]:
+    """Every (repeat, model, length) measurement, the models' order alternating between repeats."""
+    source = torch.randint(1000, models["Fastformer"].config.vocab_size, (1, args.source_length))
+    encoded = {}
+    for name, model in models.items():
+        with torch.no_grad():
+            encoded[name] = model.get_encoder()(source)
+        check_against_generate(model, source, encoded[name])
+    rows = []
+    for repeat in range(args.repeats):
+        for name in list(models)[:: 1 if repeat % 2 == 0 else -1]:
+            results = decode(models[name], encoded[name], args.lengths)
+            rows += [
+                dict(model=name, repeat=repeat, generated_tokens=n, ms_per_token=round(1e3 * s, 4), cache_bytes=b)
+                for n, (s, b) in results.items()
+            ]
+            print(f"repeat {repeat}: {name} done", file=sys.stderr)
+    return rows
+
+
+def cpu_name() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return names[0] if names else platform.processor() or "unknown CPU"
+
+
+def header(args, models, elapsed) -> list[str]:
+    """The command, the machine, the date and the models, so that a reader can rerun it."""
+    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    parameters = ", ".join(f"{name} {sum(p.numel() for p in m.parameters()) / 1e6:.2f}M" for name, m in models.items())
+    return [
+        "# Decoding: time per token and cache size against generated tokens",
+        "",
+        f"- Command: `{shlex.join(['python', *sys.argv])}` ({elapsed / 60:.1f} min)",
+        f"- Date: {datetime.datetime.now().astimezone().isoformat(timespec='minutes')}",
+        f"- Machine: {cpu_name()}, nproc {nproc}, torch threads {args.threads}, "
+        f"{platform.platform()}, Python {platform.python_version()}, torch {torch.__version__}, "
+        f"transformers {transformers.__version__}",
+        f"- Models: hidden {args.hidden_size}, {args.heads} heads, feed-forward {args.intermediate_size}, "
+        f"{args.encoder_layers} encoder and {args.decoder_layers} decoder layers, random weights, fp32, batch 1; "
+        f"parameters {parameters}. Fastformer: no layer sharing, {args.cross_attention} cross-attention; "
+        "BART: sdpa attention, DynamicCache.",
+        f"- Method: a {args.source_length}-token random source encoded once; greedy decoding by the model's forward "
+        f"one token at a time with the cache, as generate() steps (checked against its logits). ms/token is the "
+        f"mean of the {WINDOW} steps ending at the length; median, min and max over {args.repeats} repeats, the "
+        "models' order alternating. Cache MB: the cache's tensors after that step.",
+        "",
+    ]
+
+
+def tables(rows, lengths) -> list[str]:
+    """Medians per model and length, BART over Fastformer per length, and the growth from shortest to longest."""
+    groups = {}
+    for row in rows:
+        groups.setdefault((row["model"], row["generated_tokens"]), []).append(row)
+    times = {key: [row["ms_per_token"] for row in group] for key, group in groups.items()}
+    median = {key: statistics.median(values) for key, values in times.items()}
+    cache = {key: group[0]["cache_bytes"] / 2**20 for key, group in groups.items()}  # MB, the same every repeat
+    lines = ["| model | generated tokens | ms/token (median) | min - max | cache MB |", "|---|---|---|---|---|"]
+    for (name, n), values in times.items():
+        low, high = min(values), max(values)
+        lines.append(f"| {name} | {n} | {median[name, n]:.3f} | {low:.3f} - {high:.3f} | {cache[name, n]:.2f} |")
+    lines += ["", "| generated tokens | BART / Fastformer, ms/token | BART / Fastformer, cache |", "|---|---|---|"]
+    for n in lengths:
+        time_ratio, cache_ratio = (d["BART", n] / d["Fastformer", n] for d in (median, cache))
+        lines.append(f"| {n} | {time_ratio:.2f} | {cache_ratio:.2f} |")
+    lines.append("")
+    for name in ("Fastformer", "BART"):
+        growth = median[name, lengths[-1]] / median[name, lengths[0]]
+        lines.append(f"- {name}: ms/token at {lengths[-1]} tokens / at {lengths[0]} = {growth:.2f}")
+    return lines
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    models = build_models(args)
+    start = time.perf_counter()
+    rows = measure(models, args)
+    report = "\n".join(header(args, models, time.perf_counter() - start) + tables(rows, args.lengths)) + "\n"
+    print(report)
+    args.markdown.parent.mkdir(parents=True, exist_ok=True)
+    args.markdown.write_text(report)
+    args.csv.parent.mkdir(parents=True, exist_ok=True)
+    with args.csv.open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
