@@ -636,6 +636,12 @@ class FastformerGenerationMixin(GenerationMixin):
     def _supports_default_dynamic_cache(cls) -> bool:
         return False  # the model makes its own FastformerCache on the first forward with use_cache=True
 
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head = new_embeddings
+
 
 
 class FastformerForConditionalGeneration(FastformerPreTrainedModel, FastformerGenerationMixin):
@@ -688,12 +694,6 @@ class FastformerForConditionalGeneration(FastformerPreTrainedModel, FastformerGe
 
     def set_input_embeddings(self, value):
         self.fastformer.set_input_embeddings(value)
-
-    def get_output_embeddings(self):
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings):
-        self.lm_head = new_embeddings
 
     @can_return_tuple
     def forward(
@@ -798,12 +798,6 @@ class FastformerForCausalLM(FastformerPreTrainedModel, FastformerGenerationMixin
 
     def set_input_embeddings(self, value):
         self.decoder.embeddings.word_embeddings = value
-
-    def get_output_embeddings(self):
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings):
-        self.lm_head = new_embeddings
 
     @can_return_tuple
     def forward(

@@ -16,19 +16,22 @@ from fastformer.functional import (
 B, H, N, D = 3, 2, 6, 4
 
 
+def reference_combine(interaction, g, x, projection):
+    """The interaction of a global vector g with a token x, as the paper writes it."""
+    if interaction == "product":
+        return g * x
+    if interaction == "add":
+        return g + x
+    return torch.cat([g, x]) @ projection.double()  # [g ; x] P
+
+
 def reference_additive_attention(q, k, v, w_q, w_k, mask, interaction="product", qk_proj=None, kv_proj=None):
     """One head, one sequence at a time, a token at a time, in float64. Padding takes no part in the two
     softmaxes; a sequence with no token pools to the zero vector."""
     q, k, v, w_q, w_k = (t.double() for t in (q, k, v, w_q, w_k))
     batch, heads, length, dim = q.shape
     mask = torch.ones(batch, length, dtype=torch.bool) if mask is None else mask.bool()
-
-    def combine(g, x, projection):
-        if interaction == "product":
-            return g * x
-        if interaction == "add":
-            return g + x
-        return torch.cat([g, x]) @ projection.double()  # [g ; x] P
+    qk_proj, kv_proj = ([None] * heads if p is None else p for p in (qk_proj, kv_proj))
 
     def pool(vectors, w, b):
         scores = [w @ vectors[i] / math.sqrt(dim) for i in range(length)]
@@ -44,10 +47,10 @@ def reference_additive_attention(q, k, v, w_q, w_k, mask, interaction="product",
     for b in range(batch):
         for h in range(heads):
             global_query = pool(q[b, h], w_q[h], b)
-            p = [combine(global_query, k[b, h, i], None if qk_proj is None else qk_proj[h]) for i in range(length)]
+            p = [reference_combine(interaction, global_query, k[b, h, i], qk_proj[h]) for i in range(length)]
             global_key = pool(p, w_k[h], b)
             for i in range(length):
-                u[b, h, i] = combine(global_key, v[b, h, i], None if kv_proj is None else kv_proj[h])
+                u[b, h, i] = reference_combine(interaction, global_key, v[b, h, i], kv_proj[h])
     return u
 
 
@@ -206,13 +209,7 @@ def reference_causal_additive_attention(q, k, v, w_q, w_k, mask, interaction="pr
     q, k, v, w_q, w_k = (t.double() for t in (q, k, v, w_q, w_k))
     batch, heads, length, dim = q.shape
     mask = torch.ones(batch, length, dtype=torch.bool) if mask is None else mask.bool()
-
-    def combine(g, x, projection):
-        if interaction == "product":
-            return g * x
-        if interaction == "add":
-            return g + x
-        return torch.cat([g, x]) @ projection.double()
+    qk_proj, kv_proj = ([None] * heads if p is None else p for p in (qk_proj, kv_proj))
 
     def pool(vectors, w, real):
         if not real:
@@ -227,9 +224,9 @@ def reference_causal_additive_attention(q, k, v, w_q, w_k, mask, interaction="pr
             for t in range(length):
                 real = [i for i in range(t + 1) if mask[b, i]]
                 global_query = pool(q[b, h], w_q[h], real)
-                p.append(combine(global_query, k[b, h, t], None if qk_proj is None else qk_proj[h]))
+                p.append(reference_combine(interaction, global_query, k[b, h, t], qk_proj[h]))
                 global_key = pool(p, w_k[h], real)
-                u[b, h, t] = combine(global_key, v[b, h, t], None if kv_proj is None else kv_proj[h])
+                u[b, h, t] = reference_combine(interaction, global_key, v[b, h, t], kv_proj[h])
     return u
 
 
