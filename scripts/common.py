@@ -1,0 +1,210 @@
+"""What the example scripts share: model arguments, building a config, tokenizer and model from scratch or
+from a checkpoint, loading local files or Hub data sets, and saving a Hub-ready folder with a model card.
+
+The scripts follow the transformers examples (HfArgumentParser over dataclasses and TrainingArguments), so
+the flags are the ones users know; this module keeps the parts they share in one place.
+"""
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import transformers
+from transformers import AutoConfig, AutoTokenizer
+
+import fastformer  # noqa: F401  (registers Fastformer with the Auto classes)
+from model_card import write_model_card
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLED_TOKENIZER = REPO / "data" / "tokenizers" / "bert-base-uncased"
+DATA_EXTENSIONS = {".json": "json", ".jsonl": "json", ".csv": "csv"}
+
+logger = logging.getLogger(__name__)
+
+
+def fail(message: str):
+    """Stop the script with a one-line message naming the problem (exit status 1)."""
+    sys.exit(f"{Path(sys.argv[0]).name}: error: {message}")
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Checkpoint to fine-tune (local folder or Hub id). Leave out to train from scratch."}
+    )
+    model_type: str = field(
+        default="fastformer",
+        metadata={"help": "Architecture to train from scratch: fastformer, or any transformers model type (bert, bart, ...)."},
+    )
+    config_name: str | None = field(default=None, metadata={"help": "Config to start from, if not the model's."})
+    config_overrides: str | None = field(
+        default=None,
+        metadata={"help": "Config fields to override, e.g. 'num_hidden_layers=4,interaction=add,share_layers=false'."},
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "Tokenizer, if not the model's; from scratch: the bundled bert-base-uncased."}
+    )
+    cache_dir: str | None = field(default=None, metadata={"help": "Where to cache Hub downloads."})
+    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the checkpoint."})
+    token: str | None = field(default=None, metadata={"help": "Hub token (default: the cached login)."})
+    trust_remote_code: bool = field(
+        default=False, metadata={"help": "Run a checkpoint's own code (e.g. Fastformer without this package)."}
+    )
+
+
+def setup_logging(training_args):
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    level = training_args.get_process_log_level()
+    for log in (logger, logging.getLogger("__main__")):
+        log.setLevel(level)
+    datasets.utils.logging.set_verbosity(level)
+    transformers.utils.logging.set_verbosity(level)
+    logger.info(f"Training/evaluation parameters {training_args}")
+
+
+def hub_kwargs(model_args) -> dict:
+    return dict(cache_dir=model_args.cache_dir, revision=model_args.model_revision, token=model_args.token,
+                trust_remote_code=model_args.trust_remote_code)
+
+
+def load_tokenizer(model_args):
+    source = model_args.tokenizer_name or model_args.model_name_or_path or BUNDLED_TOKENIZER
+    return AutoTokenizer.from_pretrained(source, **hub_kwargs(model_args))
+
+
+def load_config(model_args, tokenizer, max_length: int, **task_settings):
+    """The checkpoint's config, or a new one of `model_type` sized to the tokenizer; then the overrides,
+    validated by the config class itself."""
+    source = model_args.config_name or model_args.model_name_or_path
+    if source:
+        config = AutoConfig.from_pretrained(source, **task_settings, **hub_kwargs(model_args))
+    else:
+        try:
+            config = AutoConfig.for_model(model_args.model_type, **task_settings)
+        except ValueError:
+            fail(f"unknown --model_type {model_args.model_type!r}: use fastformer or a transformers model type")
+        # a new model: its vocabulary, special tokens and positions follow the tokenizer and the data
+        config.vocab_size = len(tokenizer)
+        special = {"pad_token_id": tokenizer.pad_token_id}
+        special["bos_token_id"] = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
+        special["eos_token_id"] = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+        if config.is_encoder_decoder or model_args.model_type == "fastformer":
+            special["decoder_start_token_id"] = special["bos_token_id"]
+        for name, value in special.items():
+            setattr(config, name, value)
+        if getattr(config, "max_position_embeddings", max_length) < max_length:
+            config.max_position_embeddings = max_length
+    if model_args.config_overrides:
+        logger.info(f"Overriding config: {model_args.config_overrides}")
+        try:
+            config.update_from_string(model_args.config_overrides)
+            config = config.__class__.from_dict(config.to_dict())  # the class's own validation
+        except ValueError as error:
+            fail(f"--config_overrides: {error}")
+    return config
+
+
+def load_model(auto_class, model_args, config):
+    if model_args.model_name_or_path:
+        return auto_class.from_pretrained(model_args.model_name_or_path, config=config, **hub_kwargs(model_args))
+    logger.info(f"Training a new {config.model_type} model from scratch")
+    return auto_class.from_config(config, trust_remote_code=model_args.trust_remote_code)
+
+
+def load_raw_datasets(
+    data_args, model_args, default_files: dict[str, Path], extensions: dict[str, str] = DATA_EXTENSIONS
+) -> datasets.DatasetDict:
+    """A Hub data set (--dataset_name), local files (--train_file, ...) of the given `extensions` (file suffix ->
+    datasets loader), or the bundled data."""
+    if data_args.dataset_name:
+        return datasets.load_dataset(
+            data_args.dataset_name, data_args.dataset_config_name, cache_dir=model_args.cache_dir, token=model_args.token
+        )
+    files = {
+        split: path
+        for split, path in [
+            ("train", data_args.train_file),
+            ("validation", data_args.validation_file),
+            ("test", data_args.test_file),
+        ]
+        if path
+    }
+    if not files:
+        logger.info(f"No data given: using the bundled {default_files['train'].parent.relative_to(REPO)}")
+        files = {split: str(path) for split, path in default_files.items()}
+    kinds = set()
+    for split, path in files.items():
+        extension = Path(path).suffix
+        if extension not in extensions:
+            fail(f"--{split}_file {path}: unsupported extension {extension!r}, use one of {sorted(extensions)}")
+        if not Path(path).is_file():
+            fail(f"--{split}_file {path}: no such file")
+        if Path(path).stat().st_size == 0:
+            fail(f"--{split}_file {path} is empty")
+        kinds.add(extensions[extension])
+    if len(kinds) > 1:
+        fail(f"all data files must be of one kind (json/jsonl or csv), got {sorted(files.values())}")
+    raw = datasets.load_dataset(kinds.pop(), data_files=files, cache_dir=model_args.cache_dir)
+    for split, dataset in raw.items():
+        if len(dataset) == 0:
+            fail(f"the {split} data has no rows")
+    return raw
+
+
+def require_columns(dataset, columns, flag: str):
+    missing = [column for column in columns if column not in dataset.column_names]
+    if missing:
+        fail(f"{flag}: column(s) {missing} not in the data, which has {dataset.column_names}")
+
+
+def save_hub_ready(trainer, **card_settings):
+    """Weights, config, code (for trust_remote_code), tokenizer and the model card, in the output folder."""
+    trainer.save_model()
+    write_card(trainer, **card_settings)
+
+
+def write_card(trainer, *, task: str, dataset: str, metrics: dict, base_model: str | None):
+    if trainer.is_world_process_zero():
+        write_model_card(
+            trainer.args.output_dir,
+            model=trainer.accelerator.unwrap_model(trainer.model),
+            task=task,
+            dataset=dataset,
+            metrics=metrics,
+            hyperparameters=hyperparameters(trainer.args),
+            base_model=base_model,
+        )
+
+
+def hyperparameters(args) -> dict:
+    return {
+        "learning_rate": args.learning_rate,
+        "train_batch_size": args.per_device_train_batch_size,
+        "eval_batch_size": args.per_device_eval_batch_size,
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "total_train_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
+        "num_devices": args.world_size,
+        "seed": args.seed,
+        "optimizer": getattr(args.optim, "value", args.optim),
+        "lr_scheduler_type": getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type),
+        "warmup_steps": args.warmup_steps,
+        "num_epochs": args.num_train_epochs,
+        "max_steps": args.max_steps,
+        "weight_decay": args.weight_decay,
+    }
+
+
+class ModelCardTrainerMixin:
+    """Trainer.push_to_hub writes its own generic README.md before uploading; write the Fastformer card."""
+
+    card_settings: dict | None = None
+
+    def create_model_card(self, **kwargs):
+        if self.card_settings is not None:
+            write_card(self, **self.card_settings)
