@@ -1,0 +1,147 @@
+"""The model card (README.md) that the training scripts write next to a trained checkpoint.
+
+`huggingface_hub.ModelCard.from_template` renders ../model_cards/fastformer.md: the YAML metadata (license,
+pipeline tag, tags, datasets, a model-index holding the evaluation results) comes from a `ModelCardData`, the
+text from the template and the variables built here.
+"""
+
+from pathlib import Path
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+TEMPLATE_PATH = Path(__file__).resolve().parents[1] / "model_cards" / "fastformer.md"
+
+# task (the pipeline tag) -> (Auto class that loads the checkpoint, task name in the model-index)
+TASKS = {
+    "text-classification": ("AutoModelForSequenceClassification", "Text Classification"),
+    "summarization": ("AutoModelForSeq2SeqLM", "Summarization"),
+    "fill-mask": ("AutoModelForMaskedLM", "Fill-Mask"),
+}
+
+# key in eval_results.json, less its "eval_" prefix -> (metric type, metric name, metric config) in the
+# model-index. Other keys (runtime, samples, epoch, ...) only go into the card's results table.
+QUALITY_METRICS = {
+    "accuracy": ("accuracy", "Accuracy", None),
+    "f1_macro": ("f1", "macro-F1", "macro"),
+    "rouge1": ("rouge", "ROUGE-1", None),
+    "rouge2": ("rouge", "ROUGE-2", None),
+    "rougeL": ("rouge", "ROUGE-L", None),
+    "rougeLsum": ("rouge", "ROUGE-Lsum", None),
+    "loss": ("loss", "Loss", None),
+    "perplexity": ("perplexity", "Perplexity", None),
+}
+
+# config fields in the card's architecture table, where the config has them (BART answers hidden_size,
+# num_hidden_layers and num_attention_heads through its attribute_map); the decoder depth for encoder-decoders only
+ARCHITECTURE_FIELDS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_decoder_layers",
+    "decoder_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "vocab_size",
+)
+DECODER_FIELDS = ("num_decoder_layers", "decoder_layers")
+
+
+def write_model_card(
+    output_dir, *, model, task, dataset, metrics, hyperparameters, base_model=None, license="apache-2.0"
+) -> ModelCard:
+    """Writes `output_dir`/README.md, the model card of `model` trained for `task` on `dataset`, and returns it.
+
+    Args:
+        output_dir: the checkpoint's folder (created if missing); its name is the card's model name.
+        model: the trained `PreTrainedModel`: a Fastformer, or a transformers baseline (BERT, BART, ...).
+        task: "text-classification", "summarization" or "fill-mask"; the card's pipeline tag.
+        dataset: the training data set, a Hub id or a path (e.g. "data/20newsgroups").
+        metrics: the evaluation metrics as in eval_results.json; the quality metrics (see `QUALITY_METRICS`)
+            go into the model-index with their exact values.
+        hyperparameters: training hyperparameters, name -> value, shown as a table.
+        base_model: the checkpoint this model was fine-tuned from; None if trained from scratch.
+        license: the card's license id.
+    """
+    if task not in TASKS:
+        raise ValueError(f"`task` must be one of {tuple(TASKS)}, got {task!r}")
+    auto_class, task_name = TASKS[task]
+    config = model.config
+    is_fastformer = config.model_type == "fastformer"
+    model_name = Path(output_dir).resolve().name
+
+    eval_results = []
+    for key, value in metrics.items():
+        known = _quality_metric(key)
+        if known is None:
+            continue
+        metric_type, metric_name, metric_config = known
+        eval_results.append(
+            EvalResult(
+                task_type=task,
+                task_name=task_name,
+                dataset_type=dataset,
+                dataset_name=dataset,
+                metric_type=metric_type,
+                metric_name=metric_name,
+                metric_config=metric_config,
+                metric_value=float(value),  # a plain float: numpy scalars do not dump to YAML
+            )
+        )
+    tags = ["fastformer", "additive-attention", task] if is_fastformer else [config.model_type, task]
+    # the Hub takes only a model id as `base_model` metadata: a local folder is named in the text only
+    hub_base_model = base_model if base_model and not Path(base_model).exists() else None
+    card_data = ModelCardData(
+        language="en",
+        license=license,
+        library_name="transformers",
+        pipeline_tag=task,
+        tags=tags,
+        datasets=[dataset],
+        metrics=list(dict.fromkeys(result.metric_type for result in eval_results)) or None,
+        base_model=hub_base_model,
+        model_name=model_name,
+        eval_results=eval_results or None,
+    )
+
+    architecture = [
+        (field, getattr(config, field))
+        for field in ARCHITECTURE_FIELDS
+        if getattr(config, field, None) is not None and (config.is_encoder_decoder or field not in DECODER_FIELDS)
+    ]
+    labels = [config.id2label[index] for index in sorted(config.id2label)] if task == "text-classification" else []
+    card = ModelCard.from_template(
+        card_data,
+        template_path=TEMPLATE_PATH,
+        model_name=model_name,  # the card data's model_name goes into its model-index, not to the template
+        base_model=base_model,
+        dataset=dataset,
+        is_fastformer=is_fastformer,
+        config=config,
+        model_class=type(model).__name__,
+        auto_class=auto_class,
+        architecture=architecture,
+        num_parameters=f"{model.num_parameters():,}",
+        num_parameters_without_embeddings=f"{model.num_parameters(exclude_embeddings=True):,}",
+        labels=labels,
+        hyperparameters=[(name, _cell(value)) for name, value in hyperparameters.items()],
+        results=[(_metric_label(key), _cell(value, decimals=4)) for key, value in metrics.items()],
+    )
+    card.save(Path(output_dir) / "README.md")
+    return card
+
+
+def _quality_metric(key):
+    """(metric type, metric name, metric config) of the metrics key `key`, or None if it is not a quality metric."""
+    return QUALITY_METRICS.get(key.removeprefix("eval_"))
+
+
+def _metric_label(key):
+    known = _quality_metric(key)
+    return known[1] if known else key
+
+
+def _cell(value, decimals=None):
+    """`value` as the text of a Markdown table cell; floats rounded to `decimals` if given."""
+    if decimals is not None and isinstance(value, float):
+        value = round(value, decimals)
+    return str(value).replace("|", "\\|").replace("\n", " ")
