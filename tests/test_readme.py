@@ -1,7 +1,12 @@
 """The README's example runs as written, and CI runs the README's test command."""
 
+import json
+import os
 import re
 import runpy
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import torch
@@ -33,7 +38,32 @@ def test_generation_example_runs(tmp_path, monkeypatch):
     assert summary_ids[0, 0] == namespace["tokenizer"].cls_token_id
 
 
+def quickstart_commands():
+    section = README.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```bash\n(.*?)\n```", section, re.S)
+
+
+def test_quickstart_has_exactly_the_main_job_and_the_tests():
+    main_job, tests = quickstart_commands()
+    assert main_job.startswith('pip install -e ".[train]" && python scripts/run_classification.py')
+    assert tests == 'pip install -e ".[test]" && python -m pytest -q'
+
+
 def test_ci_runs_the_readme_test_command():
-    command = re.search(r"## Quickstart\n.*?```bash\n(.*?)\n```", README, re.S).group(1)
-    assert "pytest" in command
-    assert command in (REPO / ".ci" / "run").read_text().splitlines()
+    tests = quickstart_commands()[1]
+    assert tests in (REPO / ".ci" / "run").read_text().splitlines()
+
+
+def test_main_job_command_runs(tmp_path):
+    """The README's main job as written, cut short: the later flags override the same flags of the command."""
+    command = shlex.split(quickstart_commands()[0].split("&&", 1)[1])
+    assert command[:2] == ["python", "scripts/run_classification.py"] and "--do_train" in command
+    short = ["--output_dir", str(tmp_path), "--max_train_samples", "32", "--max_eval_samples", "16",
+             "--max_steps", "2", "--config_overrides", "hidden_size=32,num_attention_heads=4,intermediate_size=64"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    process = subprocess.run([sys.executable, *command[1:], *short], cwd=REPO, env=env, capture_output=True,
+                             text=True, timeout=600)
+    assert process.returncode == 0, process.stderr[-3000:]
+    metrics = json.loads((tmp_path / "eval_results.json").read_text())
+    assert metrics["eval_samples"] == 16 and "eval_f1_macro" in metrics
+    assert (tmp_path / "README.md").exists() and (tmp_path / "model.safetensors").exists()
