@@ -18,8 +18,6 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from test_functional import reference_additive_attention, reference_causal_additive_attention  # noqa: E402
-
 from fastformer import (  # noqa: E402
     FastformerCache,
     FastformerConfig,
@@ -27,6 +25,7 @@ from fastformer import (  # noqa: E402
     FastformerModel,
 )
 from fastformer.functional import additive_attention, causal_additive_attention  # noqa: E402
+from test_functional import reference_additive_attention, reference_causal_additive_attention  # noqa: E402
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 FUNCTIONS = {

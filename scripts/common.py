@@ -32,11 +32,12 @@ def fail(message: str):
 @dataclass
 class ModelArguments:
     model_name_or_path: str | None = field(
-        default=None, metadata={"help": "Checkpoint to fine-tune (local folder or Hub id). Leave out to train from scratch."}
+        default=None,
+        metadata={"help": "Checkpoint to fine-tune (local folder or Hub id). Leave out to train from scratch."},
     )
     model_type: str = field(
         default="fastformer",
-        metadata={"help": "Architecture to train from scratch: fastformer, or any transformers model type (bert, bart, ...)."},
+        metadata={"help": "Architecture to train from scratch: fastformer, or a transformers model type (bert, bart)."},
     )
     config_name: str | None = field(default=None, metadata={"help": "Config to start from, if not the model's."})
     config_overrides: str | None = field(
@@ -92,8 +93,9 @@ def load_config(model_args, tokenizer, max_length: int, **task_settings):
         # a new model: its vocabulary, special tokens and positions follow the tokenizer and the data
         config.vocab_size = len(tokenizer)
         special = {"pad_token_id": tokenizer.pad_token_id}
-        special["bos_token_id"] = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.cls_token_id
-        special["eos_token_id"] = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else tokenizer.sep_token_id
+        bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id  # BERT-style tokenizers have [CLS] and [SEP]
+        special["bos_token_id"] = bos if bos is not None else tokenizer.cls_token_id
+        special["eos_token_id"] = eos if eos is not None else tokenizer.sep_token_id
         if config.is_encoder_decoder or model_args.model_type == "fastformer":
             special["decoder_start_token_id"] = special["bos_token_id"]
         for name, value in special.items():
@@ -124,7 +126,10 @@ def load_raw_datasets(
     datasets loader), or the bundled data."""
     if data_args.dataset_name:
         return datasets.load_dataset(
-            data_args.dataset_name, data_args.dataset_config_name, cache_dir=model_args.cache_dir, token=model_args.token
+            data_args.dataset_name,
+            data_args.dataset_config_name,
+            cache_dir=model_args.cache_dir,
+            token=model_args.token,
         )
     files = {
         split: path
@@ -163,6 +168,75 @@ def require_columns(dataset, columns, flag: str):
         fail(f"{flag}: column(s) {missing} not in the data, which has {dataset.column_names}")
 
 
+SPLIT_FLAGS = {"train": "do_train", "validation": "do_eval", "test": "do_predict"}
+
+
+def tokenize_splits(raw, data_args, training_args, preprocess) -> dict[str, datasets.Dataset]:
+    """The splits the run asks for (--do_train, --do_eval, --do_predict), cut to --max_*_samples and mapped
+    with `preprocess` (batched; it replaces the raw columns)."""
+    limits = {
+        "train": data_args.max_train_samples,
+        "validation": data_args.max_eval_samples,
+        "test": getattr(data_args, "max_predict_samples", None),
+    }
+    prepared = {}
+    for split, flag in SPLIT_FLAGS.items():
+        if not getattr(training_args, flag):
+            continue
+        if split not in raw:
+            fail(f"--{flag} needs {split} data")
+        dataset = raw[split]
+        if limits[split] is not None:
+            dataset = dataset.select(range(min(limits[split], len(dataset))))
+        with training_args.main_process_first(desc=f"{split} preprocessing"):
+            prepared[split] = dataset.map(
+                preprocess,
+                batched=True,
+                remove_columns=dataset.column_names,
+                num_proc=data_args.preprocessing_num_workers,
+                desc=f"Preprocessing {split}",
+            )
+    return prepared
+
+
+def train_and_evaluate(trainer, prepared, add_eval_metrics=None) -> dict:
+    """--do_train and --do_eval as the transformers examples do them: metrics logged and written to
+    train_results.json / eval_results.json / all_results.json. Returns the evaluation metrics."""
+    if trainer.args.do_train:
+        result = trainer.train(resume_from_checkpoint=trainer.args.resume_from_checkpoint)
+        metrics = {**result.metrics, "train_samples": len(prepared["train"])}
+        trainer.log_metrics("train", metrics)
+        trainer.save_metrics("train", metrics)
+        trainer.save_state()
+    metrics = {}
+    if trainer.args.do_eval:
+        metrics = {**trainer.evaluate(), "eval_samples": len(prepared["validation"])}
+        if add_eval_metrics is not None:
+            metrics.update(add_eval_metrics(metrics))
+        trainer.log_metrics("eval", metrics)
+        trainer.save_metrics("eval", metrics)
+    return metrics
+
+
+def publish(trainer, **card_settings):
+    """After training, the Hub-ready folder with its model card; with --push_to_hub, the upload (through
+    Trainer.push_to_hub, which writes the same card)."""
+    trainer.card_settings = card_settings
+    if trainer.args.do_train:
+        save_hub_ready(trainer, **card_settings)
+    if trainer.args.push_to_hub:
+        trainer.push_to_hub()
+
+
+def dataset_name(data_args, default: Path) -> str:
+    """What the model card names as the training data."""
+    if data_args.dataset_name:
+        return data_args.dataset_name
+    if data_args.train_file:
+        return str(Path(data_args.train_file).parent)
+    return str(default.relative_to(REPO))
+
+
 def save_hub_ready(trainer, **card_settings):
     """Weights, config, code (for trust_remote_code), tokenizer and the model card, in the output folder."""
     trainer.save_model()
@@ -188,7 +262,9 @@ def hyperparameters(args) -> dict:
         "train_batch_size": args.per_device_train_batch_size,
         "eval_batch_size": args.per_device_eval_batch_size,
         "gradient_accumulation_steps": args.gradient_accumulation_steps,
-        "total_train_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
+        "total_train_batch_size": (
+            args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+        ),
         "num_devices": args.world_size,
         "seed": args.seed,
         "optimizer": getattr(args.optim, "value", args.optim),

@@ -73,7 +73,9 @@ def headlines_subset(path, k, seed):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shared-data", type=Path, required=True, help="folder holding 20newsgroups/ and news_headlines/")
+    parser.add_argument(
+        "--shared-data", type=Path, required=True, help="folder holding 20newsgroups/ and news_headlines/"
+    )
     parser.add_argument("--output", type=Path, default=Path("data"), help="where to write the subsets (default: data)")
     parser.add_argument("--seed", type=int, default=0, help="random seed for sampling and shuffling (default: 0)")
     args = parser.parse_args()

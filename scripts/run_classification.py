@@ -14,19 +14,6 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
-from common import (
-    REPO,
-    ModelArguments,
-    ModelCardTrainerMixin,
-    fail,
-    load_config,
-    load_model,
-    load_raw_datasets,
-    load_tokenizer,
-    require_columns,
-    save_hub_ready,
-    setup_logging,
-)
 from sklearn.metrics import accuracy_score, f1_score
 from transformers import (
     AutoModelForSequenceClassification,
@@ -37,8 +24,25 @@ from transformers import (
     set_seed,
 )
 
+from common import (
+    REPO,
+    ModelArguments,
+    ModelCardTrainerMixin,
+    dataset_name,
+    load_config,
+    load_model,
+    load_raw_datasets,
+    load_tokenizer,
+    publish,
+    require_columns,
+    setup_logging,
+    tokenize_splits,
+    train_and_evaluate,
+)
+
 logger = logging.getLogger(__name__)
-BUNDLED = {"train": REPO / "data" / "20newsgroups" / "train.jsonl", "validation": REPO / "data" / "20newsgroups" / "test.jsonl"}
+NEWSGROUPS = REPO / "data" / "20newsgroups"
+BUNDLED = {"train": NEWSGROUPS / "train.jsonl", "validation": NEWSGROUPS / "test.jsonl"}
 
 
 @dataclass
@@ -106,24 +110,7 @@ def main():
             encoded["labels"] = [label2id[label] for label in batch[data_args.label_column_name]]
         return encoded
 
-    def prepare(split, limit):
-        dataset = raw[split] if limit is None else raw[split].select(range(min(limit, len(raw[split]))))
-        with training_args.main_process_first(desc=f"{split} tokenization"):
-            return dataset.map(
-                preprocess,
-                batched=True,
-                remove_columns=raw[split].column_names,
-                num_proc=data_args.preprocessing_num_workers,
-                desc=f"Tokenizing {split}",
-            )
-
-    splits = {"train": training_args.do_train, "validation": training_args.do_eval, "test": training_args.do_predict}
-    for split, wanted in splits.items():
-        if wanted and split not in raw:
-            fail(f"--do_{ {'validation': 'eval', 'test': 'predict'}.get(split, split)} needs {split} data")
-    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
-              "test": data_args.max_predict_samples}
-    prepared = {split: prepare(split, limits[split]) for split, wanted in splits.items() if wanted}
+    prepared = tokenize_splits(raw, data_args, training_args, preprocess)
 
     trainer = ClassificationTrainer(
         model=model,
@@ -135,18 +122,7 @@ def main():
         compute_metrics=compute_metrics,
     )
 
-    if training_args.do_train:
-        result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-        metrics = {**result.metrics, "train_samples": len(prepared["train"])}
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
-
-    eval_metrics = {}
-    if training_args.do_eval:
-        eval_metrics = {**trainer.evaluate(), "eval_samples": len(prepared["validation"])}
-        trainer.log_metrics("eval", eval_metrics)
-        trainer.save_metrics("eval", eval_metrics)
+    eval_metrics = train_and_evaluate(trainer, prepared)
 
     if training_args.do_predict:
         output = trainer.predict(prepared["test"], metric_key_prefix="test")
@@ -158,18 +134,8 @@ def main():
                 for index, predicted in enumerate(np.argmax(output.predictions, axis=-1)):
                     file.write(json.dumps({"index": index, "prediction": str(labels[predicted])}) + "\n")
 
-    trainer.card_settings = dict(
-        task="text-classification",
-        dataset=data_args.dataset_name or str((data_args.train_file and os.path.dirname(data_args.train_file))
-                                                or BUNDLED["train"].parent.relative_to(REPO)),
-        metrics=eval_metrics,
-        base_model=model_args.model_name_or_path,
-    )
-    if training_args.do_train:
-        save_hub_ready(trainer, **trainer.card_settings)
-    if training_args.push_to_hub:
-        trainer.push_to_hub()
-
+    publish(trainer, task="text-classification", dataset=dataset_name(data_args, NEWSGROUPS),
+            metrics=eval_metrics, base_model=model_args.model_name_or_path)
 
 if __name__ == "__main__":
     main()

@@ -12,24 +12,9 @@ the texts of the bundled 20 Newsgroups subset.
 
 import logging
 import math
-import os
 from dataclasses import dataclass, field
 from itertools import chain
 
-from common import (
-    DATA_EXTENSIONS,
-    REPO,
-    ModelArguments,
-    ModelCardTrainerMixin,
-    fail,
-    load_config,
-    load_model,
-    load_raw_datasets,
-    load_tokenizer,
-    require_columns,
-    save_hub_ready,
-    setup_logging,
-)
 from transformers import (
     AutoModelForMaskedLM,
     DataCollatorForLanguageModeling,
@@ -39,9 +24,28 @@ from transformers import (
     set_seed,
 )
 
+from common import (
+    DATA_EXTENSIONS,
+    REPO,
+    ModelArguments,
+    ModelCardTrainerMixin,
+    dataset_name,
+    fail,
+    load_config,
+    load_model,
+    load_raw_datasets,
+    load_tokenizer,
+    publish,
+    require_columns,
+    setup_logging,
+    tokenize_splits,
+    train_and_evaluate,
+)
+
 logger = logging.getLogger(__name__)
 TEXT_EXTENSIONS = {**DATA_EXTENSIONS, ".txt": "text"}  # .txt: one example per line, in a column named "text"
-BUNDLED = {"train": REPO / "data" / "20newsgroups" / "train.jsonl", "validation": REPO / "data" / "20newsgroups" / "test.jsonl"}
+NEWSGROUPS = REPO / "data" / "20newsgroups"
+BUNDLED = {"train": NEWSGROUPS / "train.jsonl", "validation": NEWSGROUPS / "test.jsonl"}
 
 
 @dataclass
@@ -54,8 +58,8 @@ class DataTrainingArguments:
     text_column_name: str = field(default="text", metadata={"help": "The text column."})
     max_seq_length: int = field(default=512, metadata={"help": "Tokens per packed block."})
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens to mask."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N blocks for training."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep the first N blocks for evaluation."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training texts."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep the first N evaluation texts."})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
 
 
@@ -77,32 +81,18 @@ def main():
     model = load_model(AutoModelForMaskedLM, model_args, config)
     block = data_args.max_seq_length
 
-    def tokenize(batch):
-        return tokenizer([text for text in batch[data_args.text_column_name] if text and not text.isspace()],
-                         return_special_tokens_mask=True)
-
-    def pack(batch):
-        """Concatenate the tokenized texts and cut them into blocks of max_seq_length (the remainder is dropped)."""
-        joined = {key: list(chain(*batch[key])) for key in batch}
+    def preprocess(batch):
+        """Tokenize the texts, concatenate them and cut them into blocks of max_seq_length (the rest is dropped)."""
+        texts = [text for text in batch[data_args.text_column_name] if text and not text.isspace()]
+        tokens = tokenizer(texts, return_special_tokens_mask=True)
+        joined = {key: list(chain(*values)) for key, values in tokens.items()}
         length = len(joined["input_ids"]) // block * block
         return {key: [values[i : i + block] for i in range(0, length, block)] for key, values in joined.items()}
 
-    splits = {"train": training_args.do_train, "validation": training_args.do_eval}
-    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples}
-    prepared = {}
-    for split, wanted in splits.items():
-        if not wanted:
-            continue
-        with training_args.main_process_first(desc=f"{split} tokenization"):
-            tokens = raw[split].map(tokenize, batched=True, remove_columns=raw[split].column_names,
-                                    num_proc=data_args.preprocessing_num_workers, desc=f"Tokenizing {split}")
-            blocks = tokens.map(pack, batched=True, num_proc=data_args.preprocessing_num_workers,
-                                desc=f"Packing {split} into blocks of {block}")
-        if limits[split] is not None:
-            blocks = blocks.select(range(min(limits[split], len(blocks))))
+    prepared = tokenize_splits(raw, data_args, training_args, preprocess)
+    for split, blocks in prepared.items():
         if len(blocks) == 0:
             fail(f"the {split} text has fewer than --max_seq_length={block} tokens")
-        prepared[split] = blocks
 
     trainer = MaskedLMTrainer(
         model=model,
@@ -113,33 +103,12 @@ def main():
         data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=data_args.mlm_probability),
     )
 
-    if training_args.do_train:
-        result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-        metrics = {**result.metrics, "train_samples": len(prepared["train"])}
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
+    def perplexity(metrics):
+        return {"perplexity": math.exp(metrics["eval_loss"]) if metrics["eval_loss"] < 700 else math.inf}
 
-    eval_metrics = {}
-    if training_args.do_eval:
-        eval_metrics = trainer.evaluate()
-        eval_metrics["eval_samples"] = len(prepared["validation"])
-        eval_metrics["perplexity"] = math.exp(eval_metrics["eval_loss"]) if eval_metrics["eval_loss"] < 700 else math.inf
-        trainer.log_metrics("eval", eval_metrics)
-        trainer.save_metrics("eval", eval_metrics)
-
-    trainer.card_settings = dict(
-        task="fill-mask",
-        dataset=data_args.dataset_name or str((data_args.train_file and os.path.dirname(data_args.train_file))
-                                                or BUNDLED["train"].parent.relative_to(REPO)),
-        metrics=eval_metrics,
-        base_model=model_args.model_name_or_path,
-    )
-    if training_args.do_train:
-        save_hub_ready(trainer, **trainer.card_settings)
-    if training_args.push_to_hub:
-        trainer.push_to_hub()
-
+    eval_metrics = train_and_evaluate(trainer, prepared, add_eval_metrics=perplexity)
+    publish(trainer, task="fill-mask", dataset=dataset_name(data_args, NEWSGROUPS),
+            metrics=eval_metrics, base_model=model_args.model_name_or_path)
 
 if __name__ == "__main__":
     main()

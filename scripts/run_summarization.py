@@ -15,19 +15,6 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
-from common import (
-    REPO,
-    ModelArguments,
-    ModelCardTrainerMixin,
-    fail,
-    load_config,
-    load_model,
-    load_raw_datasets,
-    load_tokenizer,
-    require_columns,
-    save_hub_ready,
-    setup_logging,
-)
 from rouge_score import rouge_scorer, scoring
 from transformers import (
     AutoModelForSeq2SeqLM,
@@ -36,6 +23,23 @@ from transformers import (
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
     set_seed,
+)
+
+from common import (
+    REPO,
+    ModelArguments,
+    ModelCardTrainerMixin,
+    dataset_name,
+    fail,
+    load_config,
+    load_model,
+    load_raw_datasets,
+    load_tokenizer,
+    publish,
+    require_columns,
+    setup_logging,
+    tokenize_splits,
+    train_and_evaluate,
 )
 
 logger = logging.getLogger(__name__)
@@ -102,24 +106,7 @@ def main():
         encoded["labels"] = [ids[: data_args.max_target_length - 1] + [eos] for ids in targets]
         return encoded
 
-    def prepare(split, limit):
-        dataset = raw[split] if limit is None else raw[split].select(range(min(limit, len(raw[split]))))
-        with training_args.main_process_first(desc=f"{split} tokenization"):
-            return dataset.map(
-                preprocess,
-                batched=True,
-                remove_columns=raw[split].column_names,
-                num_proc=data_args.preprocessing_num_workers,
-                desc=f"Tokenizing {split}",
-            )
-
-    splits = {"train": training_args.do_train, "validation": training_args.do_eval, "test": training_args.do_predict}
-    for split, wanted in splits.items():
-        if wanted and split not in raw:
-            fail(f"--do_{ {'validation': 'eval', 'test': 'predict'}.get(split, split)} needs {split} data")
-    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
-              "test": data_args.max_predict_samples}
-    prepared = {split: prepare(split, limits[split]) for split, wanted in splits.items() if wanted}
+    prepared = tokenize_splits(raw, data_args, training_args, preprocess)
 
     def compute_metrics(prediction):
         predictions = np.where(prediction.predictions != -100, prediction.predictions, tokenizer.pad_token_id)
@@ -141,18 +128,7 @@ def main():
         compute_metrics=compute_metrics if training_args.predict_with_generate else None,
     )
 
-    if training_args.do_train:
-        result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-        metrics = {**result.metrics, "train_samples": len(prepared["train"])}
-        trainer.log_metrics("train", metrics)
-        trainer.save_metrics("train", metrics)
-        trainer.save_state()
-
-    eval_metrics = {}
-    if training_args.do_eval:
-        eval_metrics = {**trainer.evaluate(metric_key_prefix="eval"), "eval_samples": len(prepared["validation"])}
-        trainer.log_metrics("eval", eval_metrics)
-        trainer.save_metrics("eval", eval_metrics)
+    eval_metrics = train_and_evaluate(trainer, prepared)
 
     if training_args.do_predict:
         output = trainer.predict(prepared["test"], metric_key_prefix="test")
@@ -164,18 +140,8 @@ def main():
             with open(os.path.join(training_args.output_dir, "generated_predictions.txt"), "w") as file:
                 file.write("\n".join(text.strip() for text in texts) + "\n")
 
-    trainer.card_settings = dict(
-        task="summarization",
-        dataset=data_args.dataset_name or str((data_args.train_file and os.path.dirname(data_args.train_file))
-                                                or BUNDLED_DATA.relative_to(REPO)),
-        metrics=eval_metrics,
-        base_model=model_args.model_name_or_path,
-    )
-    if training_args.do_train:
-        save_hub_ready(trainer, **trainer.card_settings)
-    if training_args.push_to_hub:
-        trainer.push_to_hub()
-
+    publish(trainer, task="summarization", dataset=dataset_name(data_args, BUNDLED_DATA),
+            metrics=eval_metrics, base_model=model_args.model_name_or_path)
 
 if __name__ == "__main__":
     main()

@@ -18,7 +18,7 @@ import torch
 from transformers import AutoTokenizer
 
 from fastformer import FastformerForConditionalGeneration, FastformerForSequenceClassification
-from hub_server import GITATTRIBUTES, TOKEN, RunningHub, client_env, hub, hub_server  # noqa: F401 (hub: a fixture)
+from hub_server import GITATTRIBUTES, TOKEN, RunningHub, client_env, hub_server
 from test_hub_code_and_pipelines import (
     AUTO_CLASS_OF,
     GENERATION,

@@ -73,6 +73,10 @@ def headlines(tmp_path_factory):
             head(REPO / "data/news_headlines/validation.jsonl", folder / "validation.jsonl", 6))
 
 
+def from_scratch(model_type):
+    return ["--model_type", model_type, "--config_overrides", TINY[model_type]]
+
+
 def classify(output_dir, data, *extra, model_type="fastformer"):
     train, validation = data
     return run(
@@ -80,7 +84,7 @@ def classify(output_dir, data, *extra, model_type="fastformer"):
         "--train_file", train, "--validation_file", validation, "--max_seq_length", 64,
         "--per_device_train_batch_size", 8, "--per_device_eval_batch_size", 4, "--max_steps", 4,
         "--learning_rate", "3e-3", *COMMON, *extra,
-        *(["--model_type", model_type, "--config_overrides", TINY[model_type]] if "--model_name_or_path" not in extra else []),
+        *([] if "--model_name_or_path" in extra else from_scratch(model_type)),
     )
 
 
@@ -117,7 +121,7 @@ def summarize(output_dir, data, *extra, model_type="fastformer"):
         "run_summarization.py", "--output_dir", output_dir, "--do_train", "--do_eval", "--predict_with_generate",
         "--train_file", train, "--validation_file", validation, "--max_source_length", 64, "--max_target_length", 12,
         "--per_device_train_batch_size", 8, "--per_device_eval_batch_size", 4, "--max_steps", 3, *COMMON, *extra,
-        *(["--model_type", model_type, "--config_overrides", TINY[model_type]] if "--model_name_or_path" not in extra else []),
+        *([] if "--model_name_or_path" in extra else from_scratch(model_type)),
     )
 
 
@@ -165,7 +169,7 @@ def test_masked_lm_pretraining_then_classification(tmp_path, newsgroups):
         (["--train_file", "EMPTY"], "is empty"),
         (["--train_file", "data.parquet"], "unsupported extension '.parquet'"),
     ],
-    ids=["missing-text-column", "missing-label-column", "unknown-model-type", "bad-override", "empty-file", "extension"],
+    ids=["missing-text", "missing-label", "unknown-model-type", "bad-override", "empty-file", "extension"],
 )
 def test_bad_input_exits_with_a_clear_message(tmp_path, newsgroups, args, message):
     empty = tmp_path / "empty.jsonl"
@@ -178,7 +182,7 @@ def test_bad_input_exits_with_a_clear_message(tmp_path, newsgroups, args, messag
         base += ["--config_overrides", TINY["fastformer"]] if "--config_overrides" not in args else []
     process = run("run_classification.py", *base, *args, check=False)
     assert process.returncode != 0
-    assert f"run_classification.py: error: " in process.stderr and message in process.stderr, process.stderr[-2000:]
+    assert "run_classification.py: error: " in process.stderr and message in process.stderr, process.stderr[-2000:]
 
 
 def test_two_processes_train_with_world_size_two_and_count_each_example_once(tmp_path, newsgroups):
