@@ -53,6 +53,9 @@ class ModelArguments:
     trust_remote_code: bool = field(
         default=False, metadata={"help": "Run a checkpoint's own code (e.g. Fastformer without this package)."}
     )
+    ignore_mismatched_sizes: bool = field(
+        default=False, metadata={"help": "Start afresh the checkpoint's weights of another shape (e.g. a new head)."}
+    )
 
 
 def setup_logging(training_args):
@@ -114,7 +117,12 @@ def load_config(model_args, tokenizer, max_length: int, **task_settings):
 
 def load_model(auto_class, model_args, config):
     if model_args.model_name_or_path:
-        return auto_class.from_pretrained(model_args.model_name_or_path, config=config, **hub_kwargs(model_args))
+        return auto_class.from_pretrained(
+            model_args.model_name_or_path,
+            config=config,
+            ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
+            **hub_kwargs(model_args),
+        )
     logger.info(f"Training a new {config.model_type} model from scratch")
     return auto_class.from_config(config, trust_remote_code=model_args.trust_remote_code)
 
