@@ -110,5 +110,6 @@ def main():
     publish(trainer, task="fill-mask", dataset=dataset_name(data_args, NEWSGROUPS),
             metrics=eval_metrics, base_model=model_args.model_name_or_path)
 
+
 if __name__ == "__main__":
     main()

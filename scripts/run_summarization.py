@@ -95,8 +95,9 @@ def main():
     tokenizer = load_tokenizer(model_args)
     config = load_config(model_args, tokenizer, max(data_args.max_source_length, data_args.max_target_length))
     model = load_model(AutoModelForSeq2SeqLM, model_args, config)
-    if model.config.decoder_start_token_id is None:
-        fail("the model config has no decoder_start_token_id: set it with --config_overrides")
+    for name in ("decoder_start_token_id", "eos_token_id"):
+        if getattr(model.config, name, None) is None:
+            fail(f"the model config has no {name}: set it with --config_overrides {name}=ID")
     eos = model.config.eos_token_id
 
     def preprocess(batch):
@@ -142,6 +143,7 @@ def main():
 
     publish(trainer, task="summarization", dataset=dataset_name(data_args, BUNDLED_DATA),
             metrics=eval_metrics, base_model=model_args.model_name_or_path)
+
 
 if __name__ == "__main__":
     main()
