@@ -1,9 +1,11 @@
-"""Fastformer models for transformers: the encoder and its task heads.
+"""Fastformer models for transformers: the encoder, its task heads, and the generation models.
 
 Class chain: FastformerAttention -> FastformerLayer -> FastformerPreTrainedModel -> FastformerModel ->
 FastformerFor<Task>. The layer is BERT-style post-LN, as in the authors' code: additive attention (with the
 output transform W_r and the query residual) -> dense -> dropout -> add & LayerNorm -> feed-forward -> add &
-LayerNorm. This file imports the package only relatively, so a saved checkpoint carries it as Hub code.
+LayerNorm. The decoder (FastformerForConditionalGeneration, FastformerForCausalLM) uses the causal version of
+the attention, whose constant-size state FastformerCache carries during generation. This file imports the
+package only relatively, so a saved checkpoint carries it as Hub code.
 """
 
 import copy
@@ -267,7 +269,7 @@ class FastformerPreTrainedModel(PreTrainedModel):
     config_class = FastformerConfig
     base_model_prefix = "fastformer"
     supports_gradient_checkpointing = True
-    _no_split_modules = ["FastformerEmbeddings", "FastformerLayer"]
+    _no_split_modules = ["FastformerEmbeddings", "FastformerLayer", "FastformerDecoderLayer"]
 
     def _init_weights(self, module):
         super()._init_weights(module)
