@@ -1,0 +1,58 @@
+"""torch.compile(fullgraph=True) on the encoder and on one cached decoding step, against eager mode."""
+
+import copy
+
+import torch
+
+from fastformer import FastformerCache, FastformerConfig, FastformerForConditionalGeneration, FastformerModel
+
+
+def tiny_config():
+    return FastformerConfig(
+        vocab_size=99, hidden_size=32, num_attention_heads=4, intermediate_size=64, hidden_dropout_prob=0.0,
+        max_position_embeddings=64, num_decoder_layers=2, share_layers=False, decoder_start_token_id=1,
+        initializer_range=0.2,
+    )
+
+
+def padded_batch():
+    ids = torch.randint(1, 99, (2, 16), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    return ids, mask
+
+
+@torch.no_grad()
+def test_encoder_compiles_as_one_graph():
+    torch.manual_seed(0)
+    model = FastformerModel(tiny_config()).eval()
+    ids, mask = padded_batch()
+    compiled = torch.compile(model, fullgraph=True)
+    expected = model(ids, attention_mask=mask)
+    result = compiled(ids, attention_mask=mask)
+    torch.testing.assert_close(result.last_hidden_state, expected.last_hidden_state, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(result.pooler_output, expected.pooler_output, rtol=1e-5, atol=1e-5)
+
+
+@torch.no_grad()
+def test_decoding_step_compiles_as_one_graph():
+    torch.manual_seed(0)
+    model = FastformerForConditionalGeneration(tiny_config()).eval()
+    ids, mask = padded_batch()
+    encoder_outputs = model.get_encoder()(ids, attention_mask=mask)
+    eager_cache = FastformerCache(model.config.num_decoder_layers)
+    prefix = torch.tensor([[1, 5, 7], [1, 9, 4]])
+    model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=prefix, cache=eager_cache)
+    compiled_cache = copy.deepcopy(eager_cache)
+    step = torch.compile(model, fullgraph=True)
+    token = torch.tensor([[3], [8]])
+    for _ in range(3):  # the same compiled step again and again, its state moving on
+        expected = model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=token,
+                         cache=eager_cache)
+        result = step(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=token,
+                      cache=compiled_cache)
+        torch.testing.assert_close(result.logits, expected.logits, rtol=1e-5, atol=1e-5)
+        for compiled_tensor, eager_tensor in zip(compiled_cache.tensors(), eager_cache.tensors()):
+            torch.testing.assert_close(compiled_tensor, eager_tensor, rtol=1e-5, atol=1e-5)
+        token = expected.logits[:, -1].argmax(-1, keepdim=True)
+    assert compiled_cache.get_seq_length() == eager_cache.get_seq_length() == 6
