@@ -207,3 +207,18 @@ def test_two_processes_train_with_world_size_two_and_count_each_example_once(tmp
     assert distributed["eval_accuracy"] == single["eval_accuracy"]
     assert distributed["eval_f1_macro"] == pytest.approx(single["eval_f1_macro"], abs=1e-12)
     # (eval_loss is transformers' mean of per-batch losses: it depends on how batches fall, so it is not compared)
+
+
+def test_dataset_name_loads_like_a_hub_data_set(tmp_path, newsgroups):
+    """--dataset_name goes through datasets.load_dataset as for a Hub id; a local folder of split files is the
+    offline stand-in (datasets infers the splits from the file names)."""
+    folder = tmp_path / "newsgroups_dataset"
+    folder.mkdir()
+    for path in newsgroups:
+        (folder / path.name).write_text(path.read_text())
+    run("run_classification.py", "--output_dir", tmp_path / "out", "--do_train", "--do_eval", "--dataset_name",
+        folder, "--max_seq_length", 64, "--per_device_train_batch_size", 8, "--max_steps", 2,
+        *from_scratch("fastformer"), *COMMON)
+    metrics = results(tmp_path / "out")
+    assert metrics["eval_samples"] == 21
+    assert ModelCard.load(tmp_path / "out" / "README.md").data.datasets == [str(folder)]

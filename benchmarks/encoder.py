@@ -1,0 +1,478 @@
+"""Encoder forward time, forward+backward time and peak memory against sequence length: Fastformer and its peers.
+
+Models, all with the same width, depth, heads and feed-forward size, random weights, no dropout, fp32, batch 1,
+eval mode, learned absolute positions up to the longest length:
+  - Fastformer: FastformerModel, no layer or query-value sharing (as many parameters as its peers), no pooler.
+  - floor: FloorEncoder below, Fastformer with the additive-attention math removed. No implementation of this
+    architecture can beat it.
+  - BERT: BertModel with sdpa attention; lengths above --bert-max-length are "not run".
+  - FNet: FNetModel (Fourier token mixing, no heads).
+  - Longformer: LongformerModel, sliding window of --attention-window tokens, no global tokens.
+  - BigBird: BigBirdModel, block_sparse attention, blocks of --block-size; transformers itself falls back to full
+    attention at lengths up to (5 + 2 * 3 random blocks) * block size (704 for blocks of 64).
+  - fast-transformer-pytorch: lucidrains' FastTransformer (pre-LN Fastformer with absolute positions), its
+    vocabulary projection removed so that it returns the final LayerNorm's output as the others do.
+Longformer and BigBird pad the input to a multiple of their window or block themselves and cut the output back.
+
+Each model is wrapped as a callable `(input_ids) -> last hidden states`. Forward is timed under no_grad;
+forward+backward is `output.sum().backward()` with the gradients reset (set to None) first. Per length, every
+model is warmed up once; then each repeat measures every model in turn, the models' order alternating between
+repeats, and the tables report medians over repeats. A measurement is the mean over --iterations calls (by
+default as many as fill about 0.5 s, judged from the warm-up; 1 at long lengths).
+
+Peak memory (Linux only): each (model, length) forward+backward runs once more in a fresh process, which builds
+that model alone, resets the kernel's peak resident memory (VmHWM) to the resident memory now (VmRSS), runs
+forward+backward and reads VmHWM. The difference is the memory forward+backward needed beyond the built model:
+activations, temporaries and the parameters' gradients. (`ru_maxrss` cannot be used: a process started by
+fork+exec begins with its parent's resident memory as its peak, and building the model can peak higher than
+the forward+backward of a short input.)
+
+Usage:
+    python benchmarks/encoder.py                                    # 512..16384 tokens, 3 repeats, 2 threads
+        (on a 24 GB machine this run was killed for memory at 16384 tokens; BigBird needed 7.4 GB at 8192)
+    python benchmarks/encoder.py --lengths 512 2048 --repeats 1     # a quick check
+    python benchmarks/encoder.py --lengths 16384 65536 --models Fastformer floor FNet
+"""
+
+import argparse
+import csv
+import datetime
+import os
+import platform
+import re
+import shlex
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+import matplotlib
+import torch
+import transformers
+from torch import nn
+from transformers import (
+    BertConfig,
+    BertModel,
+    BigBirdConfig,
+    BigBirdModel,
+    FNetConfig,
+    FNetModel,
+    LongformerConfig,
+    LongformerModel,
+)
+
+from fastformer import FastformerConfig, FastformerModel
+from fastformer.modeling_fastformer import FastformerEmbeddings, FastformerLayer
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+MAX_LENGTH = 65536
+TARGET_SECONDS = 0.5  # per measurement, when --iterations is not given
+
+
+class FloorEncoder(nn.Module):
+    """Fastformer's Linear and LayerNorm work with the additive-attention math removed: a lower bound.
+
+    Each layer runs the query, key, value and transform (W_r) Linear layers of FastformerAttention on the hidden
+    states, with u = key + value in place of the two additive poolings (the sum, so that the key's Linear is in
+    the backward pass as well), keeps the query residual, then attention_output and feed_forward exactly as
+    FastformerLayer does. No implementation of this architecture can beat it.
+    """
+
+    def __init__(self, config: FastformerConfig):
+        super().__init__()
+        self.embeddings = FastformerEmbeddings(config)
+        self.layers = nn.ModuleList(FastformerLayer(config) for _ in range(config.num_hidden_layers))
+
+    def forward(self, input_ids) -> torch.Tensor:
+        position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+        hidden_states = self.embeddings(input_ids, position_ids)  # (B, N, C)
+        for layer in self.layers:
+            attention = layer.attention
+            u = attention.key(hidden_states) + attention.value(hidden_states)
+            query = attention.query(hidden_states)
+            hidden_states = layer.attention_output(attention.transform(u) + query, hidden_states)
+            hidden_states = layer.feed_forward(hidden_states)
+        return hidden_states
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--models", nargs="+", choices=list(BUILDERS), default=list(BUILDERS))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--iterations", type=int, default=None, help="calls per measurement (default: ~0.5 s)")
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    parser.add_argument("--hidden-size", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--intermediate-size", type=int, default=1024)
+    parser.add_argument("--vocab-size", type=int, default=30522)
+    parser.add_argument("--bert-max-length", type=int, default=16384, help="longer lengths are not run for BERT")
+    parser.add_argument("--attention-window", type=int, default=256, help="Longformer's")
+    parser.add_argument("--block-size", type=int, default=64, help="BigBird's")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--csv", type=Path, default=DOCS / "encoder.csv", help="every measurement")
+    parser.add_argument("--markdown", type=Path, default=DOCS / "ENCODER.md", help="the report")
+    parser.add_argument("--plots", type=Path, default=DOCS, help="folder for encoder_time.png, encoder_memory.png")
+    args = parser.parse_args(argv)
+    args.lengths = sorted(set(args.lengths))
+    if not 1 <= args.lengths[0] <= args.lengths[-1] <= MAX_LENGTH:
+        parser.error(f"lengths must lie in 1..{MAX_LENGTH}")
+    if "Fastformer" not in args.models:
+        parser.error("the report compares every model with Fastformer: keep it in --models")
+    return args
+
+
+def bert_like(args) -> dict:
+    """The size settings BERT, FNet, Longformer and BigBird configs share."""
+    return dict(
+        vocab_size=args.vocab_size,
+        hidden_size=args.hidden_size,
+        num_hidden_layers=args.layers,
+        intermediate_size=args.intermediate_size,
+        hidden_dropout_prob=0.0,
+        max_position_embeddings=args.lengths[-1],
+        type_vocab_size=1,
+    )
+
+
+def fastformer_config(args) -> FastformerConfig:
+    return FastformerConfig(
+        vocab_size=args.vocab_size,
+        hidden_size=args.hidden_size,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        intermediate_size=args.intermediate_size,
+        share_layers=False,
+        share_query_value=False,
+        hidden_dropout_prob=0.0,
+        max_position_embeddings=args.lengths[-1],
+    )
+
+
+def last_hidden_state(model):
+    return lambda input_ids: model(input_ids=input_ids).last_hidden_state
+
+
+def build_fastformer(args):
+    model = FastformerModel(fastformer_config(args), add_pooling_layer=False)
+    return model, last_hidden_state(model)
+
+
+def build_floor(args):
+    model = FloorEncoder(fastformer_config(args))
+    return model, model
+
+
+def build_bert(args):
+    config = BertConfig(
+        **bert_like(args), num_attention_heads=args.heads, attention_probs_dropout_prob=0.0, attn_implementation="sdpa"
+    )
+    model = BertModel(config, add_pooling_layer=False)
+    return model, last_hidden_state(model)
+
+
+def build_fnet(args):
+    model = FNetModel(FNetConfig(**bert_like(args)), add_pooling_layer=False)
+    return model, last_hidden_state(model)
+
+
+def build_longformer(args):
+    settings = bert_like(args)
+    settings["max_position_embeddings"] += 2  # RoBERTa-style positions start after the padding index 1
+    config = LongformerConfig(
+        **settings,
+        num_attention_heads=args.heads,
+        attention_probs_dropout_prob=0.0,
+        attention_window=args.attention_window,
+    )
+    model = LongformerModel(config, add_pooling_layer=False)
+    return model, last_hidden_state(model)
+
+
+def build_bigbird(args):
+    config = BigBirdConfig(
+        **bert_like(args),
+        num_attention_heads=args.heads,
+        attention_probs_dropout_prob=0.0,
+        attention_type="block_sparse",
+        block_size=args.block_size,
+    )
+    model = BigBirdModel(config, add_pooling_layer=False)
+
+    def call(input_ids):
+        # BigBird switches itself to full attention for good after one short input; switch back for long ones
+        if model.attention_type != "block_sparse":
+            model.set_attention_type("block_sparse")
+        return model(input_ids=input_ids).last_hidden_state
+
+    return model, call
+
+
+def build_fast_transformer(args):
+    from fast_transformer_pytorch import FastTransformer
+
+    model = FastTransformer(
+        num_tokens=args.vocab_size,
+        dim=args.hidden_size,
+        depth=args.layers,
+        max_seq_len=args.lengths[-1],
+        heads=args.heads,
+        dim_head=args.hidden_size // args.heads,
+        ff_mult=args.intermediate_size // args.hidden_size,
+        absolute_pos_emb=True,
+    )
+    model.to_logits = model.to_logits[0]  # its final LayerNorm, without the vocabulary projection
+
+    def call(input_ids):
+        return model(input_ids, mask=torch.ones_like(input_ids, dtype=torch.bool))  # mask=None crashes
+
+    return model, call
+
+
+BUILDERS = {
+    "Fastformer": build_fastformer,
+    "floor": build_floor,
+    "BERT": build_bert,
+    "FNet": build_fnet,
+    "Longformer": build_longformer,
+    "BigBird": build_bigbird,
+    "fast-transformer-pytorch": build_fast_transformer,
+}
+
+
+def build(name, args):
+    """The model in eval mode and its `(input_ids) -> last hidden states` callable, same seed for every model."""
+    torch.manual_seed(args.seed)
+    model, call = BUILDERS[name](args)
+    return model.eval(), call
+
+
+def skip_reason(name, length, args) -> str | None:
+    if name == "BERT" and length > args.bert_max_length:
+        return f"not run: above --bert-max-length {args.bert_max_length}"
+    return None
+
+
+def random_ids(length, args) -> torch.Tensor:
+    return torch.randint(1000, args.vocab_size, (1, length), generator=torch.Generator().manual_seed(length))
+
+
+def forward(model, call, input_ids):
+    with torch.no_grad():
+        call(input_ids)
+
+
+def forward_backward(model, call, input_ids):
+    model.zero_grad(set_to_none=True)
+    call(input_ids).sum().backward()
+
+
+def seconds_per_call(step, model, call, input_ids, iterations) -> float:
+    start = time.perf_counter()
+    for _ in range(iterations):
+        step(model, call, input_ids)
+    return (time.perf_counter() - start) / iterations
+
+
+def resident_kib(field) -> int:
+    """VmRSS (resident now) or VmHWM (peak resident since the last reset) of this process, in KiB (Linux)."""
+    status = Path("/proc/self/status").read_text()
+    return int(re.search(rf"^{field}:\s+(\d+) kB", status, re.MULTILINE).group(1))
+
+
+def peak_megabytes(name, length, args) -> float:
+    """In a fresh process: peak resident memory of one forward+backward beyond the built model, in MB."""
+    torch.set_num_threads(args.threads)
+    transformers.logging.set_verbosity_error()
+    model, call = build(name, args)
+    input_ids = random_ids(length, args)
+    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the resident memory now
+    baseline = resident_kib("VmRSS")
+    forward_backward(model, call, input_ids)
+    return (resident_kib("VmHWM") - baseline) / 1024
+
+
+def measure_memory(name, length, args) -> float:
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
+        return pool.submit(peak_megabytes, name, length, args).result()
+
+
+def measure(models, args) -> list[dict]:
+    """Every (model, length, repeat) measurement; lengths one after another, models interleaved within each."""
+    steps = {"forward_ms": forward, "forward_backward_ms": forward_backward}
+    rows = []
+    for length in args.lengths:
+        input_ids = random_ids(length, args)
+        runnable = [name for name in models if skip_reason(name, length, args) is None]
+        iterations = {}
+        for name in runnable:  # warm-up, which also sets the number of calls per measurement
+            for column, step in steps.items():
+                seconds = seconds_per_call(step, *models[name], input_ids, 1)
+                iterations[name, column] = args.iterations or max(1, round(TARGET_SECONDS / seconds))
+        for repeat in range(args.repeats):
+            for name in runnable[:: 1 if repeat % 2 == 0 else -1]:
+                row = dict(model=name, length=length, repeat=repeat)
+                for column, step in steps.items():
+                    seconds = seconds_per_call(step, *models[name], input_ids, iterations[name, column])
+                    row[column] = round(1e3 * seconds, 3)
+                    row[column.replace("_ms", "_iterations")] = iterations[name, column]
+                rows.append(row)
+        memory = {name: round(measure_memory(name, length, args), 1) for name in runnable}
+        for row in rows:
+            if row["length"] == length:
+                row["peak_mb"] = memory[row["model"]]
+        rows += [
+            dict(model=name, length=length, note=skip_reason(name, length, args))
+            for name in models
+            if name not in runnable
+        ]
+        print(f"length {length} done", file=sys.stderr)
+    return rows
+
+
+def cpu_name() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return names[0] if names else platform.processor() or "unknown CPU"
+
+
+def header(args, models, elapsed) -> list[str]:
+    """The command, the machine, the date and the models, so that a reader can rerun it."""
+    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    parameters = ", ".join(
+        f"{name} {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M" for name, (model, _) in models.items()
+    )
+    return [
+        "# Encoder: forward time, forward+backward time and peak memory against sequence length",
+        "",
+        f"- Command: `{shlex.join(['python', *sys.argv])}` ({elapsed / 60:.1f} min)",
+        f"- Date: {datetime.datetime.now().astimezone().isoformat(timespec='minutes')}",
+        f"- Machine: {cpu_name()}, nproc {nproc}, torch threads {args.threads}, "
+        f"{platform.platform()}, Python {platform.python_version()}, torch {torch.__version__}, "
+        f"transformers {transformers.__version__}",
+        f"- Models: hidden {args.hidden_size}, {args.layers} layers, {args.heads} heads, feed-forward "
+        f"{args.intermediate_size}, vocabulary {args.vocab_size}, {args.lengths[-1]} positions, random weights, "
+        f"no dropout, fp32, batch 1, eval mode; parameters {parameters}. Fastformer: no layer or query-value "
+        "sharing. floor: Fastformer's Linear and LayerNorm work without the additive attention (FloorEncoder in "
+        "benchmarks/encoder.py), a bound no implementation of this architecture can beat. BERT: sdpa attention. "
+        f"Longformer: window {args.attention_window}, no global tokens. BigBird: block_sparse, blocks of "
+        f"{args.block_size}, 3 random blocks (transformers runs full attention at lengths up to "
+        f"{(5 + 2 * 3) * args.block_size}). fast-transformer-pytorch: lucidrains' FastTransformer, absolute "
+        "positions, without its vocabulary projection.",
+        f"- Method: per length, one warm-up call per model; then {args.repeats} repeats, each measuring every model "
+        "in turn, the order alternating; a measurement is the mean over its calls (column *_iterations of the "
+        "CSV). Forward under no_grad; forward+backward: `output.sum().backward()`. Times: median over repeats. "
+        "Peak MB: peak resident memory (VmHWM, reset just before) over one forward+backward minus the resident "
+        "memory before it, in a fresh process that holds that model only (activations, temporaries and "
+        "parameter gradients, not the weights).",
+        "",
+    ]
+
+
+def tables(rows, args) -> list[str]:
+    """The report's tables (per measure, model x length medians; then the ratios per length), the medians by
+    (column, model, length) and the models in order."""
+    names = list(dict.fromkeys(row["model"] for row in rows))
+    values = {}
+    for row in rows:
+        for column in ("forward_ms", "forward_backward_ms", "peak_mb"):
+            if column in row:
+                values.setdefault((column, row["model"], row["length"]), []).append(row[column])
+    median = {key: statistics.median(found) for key, found in values.items()}
+
+    def cell(column, name, length, digits):
+        value = median.get((column, name, length))
+        return "not run" if value is None else f"{value:.{digits}f}"
+
+    lines = []
+    titles = {"forward_ms": "ms per forward", "forward_backward_ms": "ms per forward+backward", "peak_mb": "peak MB"}
+    for column, title in titles.items():
+        lines += [f"## {title}", "", "| model | " + " | ".join(map(str, args.lengths)) + " |"]
+        lines.append("|---" * (len(args.lengths) + 1) + "|")
+        for name in names:
+            digits = 1 if column == "peak_mb" else 2
+            lines.append(f"| {name} | " + " | ".join(cell(column, name, n, digits) for n in args.lengths) + " |")
+        lines.append("")
+
+    ratios = [("Fastformer", "floor"), ("fast-transformer-pytorch", "Fastformer"), ("BERT", "Fastformer")]
+    lines += [
+        "## Ratios (medians)",
+        "",
+        "| ratio | length | forward | forward+backward | peak MB |",
+        "|---|---|---|---|---|",
+    ]
+    for top, bottom in ratios:
+        if top not in names or bottom not in names:
+            continue
+        for n in args.lengths:
+            cells = []
+            for column in titles:
+                a, b = median.get((column, top, n)), median.get((column, bottom, n))
+                cells.append("not run" if a is None or b is None or b == 0 else f"{a / b:.2f}")
+            lines.append(f"| {top} / {bottom} | {n} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines, median, names
+
+
+def label_lengths(axis, lengths):
+    """The measured lengths as the log x axis's only labels."""
+    axis.set_xticks(lengths, labels=map(str, lengths))
+    axis.tick_params(axis="x", which="minor", labelbottom=False)
+
+
+def plot(median, names, args):
+    """Log-log time against length (forward, forward+backward) and peak memory against length."""
+    figure, axes = plt.subplots(1, 2, figsize=(12, 5))
+    for axis, column, title in zip(axes, ("forward_ms", "forward_backward_ms"), ("forward", "forward+backward")):
+        for name in names:
+            points = [(n, median[column, name, n]) for n in args.lengths if (column, name, n) in median]
+            axis.plot(*zip(*points), marker="o", label=name)
+        axis.set(xscale="log", yscale="log", xlabel="sequence length", ylabel="ms", title=title)
+        label_lengths(axis, args.lengths)
+        axis.grid(True, which="both", alpha=0.3)
+    axes[0].legend()
+    figure.tight_layout()
+    figure.savefig(args.plots / "encoder_time.png", dpi=120)
+    figure, axis = plt.subplots(figsize=(6, 5))
+    for name in names:
+        points = [(n, median["peak_mb", name, n]) for n in args.lengths if ("peak_mb", name, n) in median]
+        axis.plot(*zip(*points), marker="o", label=name)
+    axis.set(xscale="log", yscale="log", xlabel="sequence length", ylabel="MB", title="peak memory, forward+backward")
+    label_lengths(axis, args.lengths)
+    axis.grid(True, which="both", alpha=0.3)
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(args.plots / "encoder_memory.png", dpi=120)
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    transformers.logging.set_verbosity_error()  # BigBird's warning at every short input
+    models = {name: build(name, args) for name in args.models}
+    start = time.perf_counter()
+    rows = measure(models, args)
+    lines, median, names = tables(rows, args)
+    report = "\n".join(header(args, models, time.perf_counter() - start) + lines) + "\n"
+    print(report)
+    for path in (args.markdown, args.csv):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    args.markdown.write_text(report)
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    with args.csv.open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    args.plots.mkdir(parents=True, exist_ok=True)
+    plot(median, names, args)
+
+
+if __name__ == "__main__":
+    main()
