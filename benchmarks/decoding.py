@@ -18,10 +18,6 @@ Usage:
 
 import argparse
 import csv
-import datetime
-import os
-import platform
-import shlex
 import statistics
 import sys
 import time
@@ -32,6 +28,7 @@ import transformers
 from transformers import BartConfig, BartForConditionalGeneration
 
 from fastformer import FastformerCache, FastformerConfig, FastformerForConditionalGeneration
+from report import run_lines
 
 WINDOW = 16  # steps averaged per length
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -161,25 +158,13 @@ def measure(models, args) -> list[dict]:
     return rows
 
 
-def cpu_name() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
-    return names[0] if names else platform.processor() or "unknown CPU"
-
-
 def header(args, models, elapsed) -> list[str]:
     """The command, the machine, the date and the models, so that a reader can rerun it."""
-    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     parameters = ", ".join(f"{name} {sum(p.numel() for p in m.parameters()) / 1e6:.2f}M" for name, m in models.items())
     return [
         "# Decoding: time per token and cache size against generated tokens",
         "",
-        f"- Command: `{shlex.join(['python', *sys.argv])}` ({elapsed / 60:.1f} min)",
-        f"- Date: {datetime.datetime.now().astimezone().isoformat(timespec='minutes')}",
-        f"- Machine: {cpu_name()}, nproc {nproc}, torch threads {args.threads}, "
-        f"{platform.platform()}, Python {platform.python_version()}, torch {torch.__version__}, "
-        f"transformers {transformers.__version__}",
+        *run_lines(args.threads, elapsed),
         f"- Models: hidden {args.hidden_size}, {args.heads} heads, feed-forward {args.intermediate_size}, "
         f"{args.encoder_layers} encoder and {args.decoder_layers} decoder layers, random weights, fp32, batch 1; "
         f"parameters {parameters}. Fastformer: no layer sharing, {args.cross_attention} cross-attention; "

@@ -36,11 +36,7 @@ Usage:
 
 import argparse
 import csv
-import datetime
-import os
-import platform
 import re
-import shlex
 import statistics
 import sys
 import time
@@ -65,6 +61,7 @@ from transformers import (
 
 from fastformer import FastformerConfig, FastformerModel
 from fastformer.modeling_fastformer import FastformerEmbeddings, FastformerLayer
+from report import run_lines
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
@@ -336,27 +333,15 @@ def measure(models, args) -> list[dict]:
     return rows
 
 
-def cpu_name() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
-    return names[0] if names else platform.processor() or "unknown CPU"
-
-
 def header(args, models, elapsed) -> list[str]:
     """The command, the machine, the date and the models, so that a reader can rerun it."""
-    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     parameters = ", ".join(
         f"{name} {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M" for name, (model, _) in models.items()
     )
     return [
         "# Encoder: forward time, forward+backward time and peak memory against sequence length",
         "",
-        f"- Command: `{shlex.join(['python', *sys.argv])}` ({elapsed / 60:.1f} min)",
-        f"- Date: {datetime.datetime.now().astimezone().isoformat(timespec='minutes')}",
-        f"- Machine: {cpu_name()}, nproc {nproc}, torch threads {args.threads}, "
-        f"{platform.platform()}, Python {platform.python_version()}, torch {torch.__version__}, "
-        f"transformers {transformers.__version__}",
+        *run_lines(args.threads, elapsed),
         f"- Models: hidden {args.hidden_size}, {args.layers} layers, {args.heads} heads, feed-forward "
         f"{args.intermediate_size}, vocabulary {args.vocab_size}, {args.lengths[-1]} positions, random weights, "
         f"no dropout, fp32, batch 1, eval mode; parameters {parameters}. Fastformer: no layer or query-value "
