@@ -10,10 +10,9 @@ mean over the WINDOW steps ending there; the cache size is taken right after tha
 The machine is assumed noisy: every repeat decodes up to the longest length once per model, with the models'
 order alternating between repeats, and the tables report medians over repeats.
 
-Usage:
-    python benchmarks/decoding.py                                # 64..4096 tokens, 3 repeats, 2 threads
+Usage (benchmarks/suite.py runs this and the encoder benchmark in one command):
+    python benchmarks/decoding.py                                # 64..8192 tokens, 3 repeats, 2 threads
     python benchmarks/decoding.py --lengths 64 256 --repeats 2   # a quick check
-    python benchmarks/decoding.py --lengths 64 256 1024 4096 8192 --threads 1
 """
 
 import argparse
@@ -28,15 +27,15 @@ import transformers
 from transformers import BartConfig, BartForConditionalGeneration
 
 from fastformer import FastformerCache, FastformerConfig, FastformerForConditionalGeneration
-from report import run_lines
+from report import label_lengths, plt, run_lines
 
 WINDOW = 16  # steps averaged per length
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-def parse_args():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[64, 256, 1024, 4096], help="generated tokens")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[2**k for k in range(6, 14)], help="generated tokens")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument("--source-length", type=int, default=512, help="encoder input tokens")
@@ -51,7 +50,8 @@ def parse_args():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--csv", type=Path, default=DOCS / "decoding.csv", help="every measurement")
     parser.add_argument("--markdown", type=Path, default=DOCS / "DECODING.md", help="the report")
-    args = parser.parse_args()
+    parser.add_argument("--plot", type=Path, default=DOCS / "decoding.png", help="time and cache against tokens")
+    args = parser.parse_args(argv)
     args.lengths = sorted(set(args.lengths))
     if args.lengths[0] < WINDOW:
         parser.error(f"every length must be at least {WINDOW}, the number of steps averaged")
@@ -177,8 +177,9 @@ def header(args, models, elapsed) -> list[str]:
     ]
 
 
-def tables(rows, lengths) -> list[str]:
-    """Medians per model and length, BART over Fastformer per length, and the growth from shortest to longest."""
+def tables(rows, lengths) -> tuple[list[str], dict, dict]:
+    """Medians per model and length, BART over Fastformer per length, and the growth from shortest to longest;
+    also the medians (ms/token) and cache MB by (model, length)."""
     groups = {}
     for row in rows:
         groups.setdefault((row["model"], row["generated_tokens"]), []).append(row)
@@ -197,16 +198,33 @@ def tables(rows, lengths) -> list[str]:
     for name in ("Fastformer", "BART"):
         growth = median[name, lengths[-1]] / median[name, lengths[0]]
         lines.append(f"- {name}: ms/token at {lengths[-1]} tokens / at {lengths[0]} = {growth:.2f}")
-    return lines
+    return lines, median, cache
 
 
-def main():
-    args = parse_args()
+def plot(median, cache, args):
+    """ms/token and cache MB against generated tokens, log-log."""
+    figure, axes = plt.subplots(1, 2, figsize=(12, 5))
+    for axis, values, unit in zip(axes, (median, cache), ("ms per token", "cache MB")):
+        for name in ("Fastformer", "BART"):
+            axis.plot(args.lengths, [values[name, n] for n in args.lengths], marker="o", label=name)
+        axis.set(xscale="log", yscale="log", xlabel="generated tokens", ylabel=unit, title=unit)
+        label_lengths(axis, args.lengths)
+        axis.grid(True, which="both", alpha=0.3)
+    axes[0].legend()
+    figure.tight_layout()
+    args.plot.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(args.plot, dpi=120)
+
+
+def run(args) -> tuple[dict, dict]:
+    """Measure, write the markdown report, the CSV and the plot; return the medians (ms/token) and cache MB by
+    (model, generated tokens)."""
     torch.set_num_threads(args.threads)
     models = build_models(args)
     start = time.perf_counter()
     rows = measure(models, args)
-    report = "\n".join(header(args, models, time.perf_counter() - start) + tables(rows, args.lengths)) + "\n"
+    lines, median, cache = tables(rows, args.lengths)
+    report = "\n".join(header(args, models, time.perf_counter() - start) + lines) + "\n"
     print(report)
     args.markdown.parent.mkdir(parents=True, exist_ok=True)
     args.markdown.write_text(report)
@@ -215,7 +233,9 @@ def main():
         writer = csv.DictWriter(file, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+    plot(median, cache, args)
+    return median, cache
 
 
 if __name__ == "__main__":
-    main()
+    run(parse_args())

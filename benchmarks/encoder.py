@@ -5,7 +5,7 @@ eval mode, learned absolute positions up to the longest length:
   - Fastformer: FastformerModel, no layer or query-value sharing (as many parameters as its peers), no pooler.
   - floor: FloorEncoder below, Fastformer with the additive-attention math removed. No implementation of this
     architecture can beat it.
-  - BERT: BertModel with sdpa attention; lengths above --bert-max-length are "not run".
+  - BERT: BertModel with sdpa attention.
   - FNet: FNetModel (Fourier token mixing, no heads).
   - Longformer: LongformerModel, sliding window of --attention-window tokens, no global tokens.
   - BigBird: BigBirdModel, block_sparse attention, blocks of --block-size; transformers itself falls back to full
@@ -20,6 +20,12 @@ model is warmed up once; then each repeat measures every model in turn, the mode
 repeats, and the tables report medians over repeats. A measurement is the mean over --iterations calls (by
 default as many as fill about 0.5 s, judged from the warm-up; 1 at long lengths).
 
+Not every model fits every length. Before a length, each model's forward+backward time and peak memory there
+are predicted from its two previous lengths (the growth between them extrapolated, quadratic after the first);
+a model predicted above --max-seconds per forward+backward or --max-memory-gb is "not run" at this length and
+longer ones, with the prediction as the reason. Peak memory is measured first, in a fresh process, so that a
+model that does not fit is found (its process killed) before the timing process tries it.
+
 Peak memory (Linux only): each (model, length) forward+backward runs once more in a fresh process, which builds
 that model alone, resets the kernel's peak resident memory (VmHWM) to the resident memory now (VmRSS), runs
 forward+backward and reads VmHWM. The difference is the memory forward+backward needed beyond the built model:
@@ -27,24 +33,24 @@ activations, temporaries and the parameters' gradients. (`ru_maxrss` cannot be u
 fork+exec begins with its parent's resident memory as its peak, and building the model can peak higher than
 the forward+backward of a short input.)
 
-Usage:
-    python benchmarks/encoder.py                                    # 512..16384 tokens, 3 repeats, 2 threads
-        (on a 24 GB machine this run was killed for memory at 16384 tokens; BigBird needed 7.4 GB at 8192)
+Usage (benchmarks/suite.py runs this and the decoding benchmark in one command):
+    python benchmarks/encoder.py                                    # 512..65536 tokens, 3 repeats, 2 threads
     python benchmarks/encoder.py --lengths 512 2048 --repeats 1     # a quick check
     python benchmarks/encoder.py --lengths 16384 65536 --models Fastformer floor FNet
 """
 
 import argparse
 import csv
+import math
 import re
 import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from pathlib import Path
 
-import matplotlib
 import torch
 import transformers
 from torch import nn
@@ -61,10 +67,7 @@ from transformers import (
 
 from fastformer import FastformerConfig, FastformerModel
 from fastformer.modeling_fastformer import FastformerEmbeddings, FastformerLayer
-from report import run_lines
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+from report import label_lengths, memory_available_gb, plt, run_lines
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 MAX_LENGTH = 65536
@@ -99,7 +102,7 @@ class FloorEncoder(nn.Module):
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[2**k for k in range(9, 17)])
     parser.add_argument("--models", nargs="+", choices=list(BUILDERS), default=list(BUILDERS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=None, help="calls per measurement (default: ~0.5 s)")
@@ -109,7 +112,15 @@ def parse_args(argv=None):
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--intermediate-size", type=int, default=1024)
     parser.add_argument("--vocab-size", type=int, default=30522)
-    parser.add_argument("--bert-max-length", type=int, default=16384, help="longer lengths are not run for BERT")
+    parser.add_argument(
+        "--max-seconds", type=float, default=60.0, help="skip a model predicted slower per forward+backward"
+    )
+    parser.add_argument(
+        "--max-memory-gb",
+        type=float,
+        default=round(0.6 * memory_available_gb(), 1),
+        help="skip a model predicted to need more for forward+backward (default: 60%% of the memory available now)",
+    )
     parser.add_argument("--attention-window", type=int, default=256, help="Longformer's")
     parser.add_argument("--block-size", type=int, default=64, help="BigBird's")
     parser.add_argument("--seed", type=int, default=0)
@@ -250,9 +261,27 @@ def build(name, args):
     return model.eval(), call
 
 
-def skip_reason(name, length, args) -> str | None:
-    if name == "BERT" and length > args.bert_max_length:
-        return f"not run: above --bert-max-length {args.bert_max_length}"
+def predict(history: list[tuple[int, float]], length: int) -> float | None:
+    """A measure at `length` from (length, value) pairs at shorter lengths: the growth between the last two
+    extrapolated, at least linear (quadratic when there is one pair only); None before any measurement."""
+    if not history:
+        return None
+    last_length, last = history[-1]
+    exponent = 2.0
+    if len(history) > 1:
+        previous_length, previous = history[-2]
+        exponent = max(1.0, math.log(max(last, 1e-9) / max(previous, 1e-9)) / math.log(last_length / previous_length))
+    return last * (length / last_length) ** exponent
+
+
+def skip_reason(name, length, history, args) -> str | None:
+    """Why `name` is not run at `length`, from its measurements at shorter lengths, or None."""
+    seconds = predict(history.get((name, "seconds"), []), length)
+    if seconds is not None and seconds > args.max_seconds:
+        return f"predicted {seconds:.3g} s per forward+backward, above --max-seconds {args.max_seconds:g}"
+    gigabytes = predict(history.get((name, "peak_gb"), []), length)
+    if gigabytes is not None and gigabytes > args.max_memory_gb:
+        return f"predicted {gigabytes:.3g} GB peak, above --max-memory-gb {args.max_memory_gb:g}"
     return None
 
 
@@ -295,18 +324,32 @@ def peak_megabytes(name, length, args) -> float:
     return (resident_kib("VmHWM") - baseline) / 1024
 
 
-def measure_memory(name, length, args) -> float:
+def measure_memory(name, length, args) -> float | None:
+    """`peak_megabytes` in a fresh process; None if that process died (killed for memory)."""
     with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-        return pool.submit(peak_megabytes, name, length, args).result()
+        try:
+            return pool.submit(peak_megabytes, name, length, args).result()
+        except BrokenProcessPool:
+            return None
 
 
 def measure(models, args) -> list[dict]:
     """Every (model, length, repeat) measurement; lengths one after another, models interleaved within each."""
     steps = {"forward_ms": forward, "forward_backward_ms": forward_backward}
-    rows = []
+    rows, history, skipped = [], {}, {}
     for length in args.lengths:
+        memory = {}
+        for name in models:
+            skipped[name] = skipped.get(name) or skip_reason(name, length, history, args)
+            if skipped[name] is None:
+                peak = measure_memory(name, length, args)
+                if peak is None:
+                    skipped[name] = f"its process was killed during forward+backward at {length} tokens"
+                else:
+                    memory[name] = round(peak, 1)
+                    history.setdefault((name, "peak_gb"), []).append((length, peak / 1024))
         input_ids = random_ids(length, args)
-        runnable = [name for name in models if skip_reason(name, length, args) is None]
+        runnable = [name for name in models if skipped[name] is None]
         iterations = {}
         for name in runnable:  # warm-up, which also sets the number of calls per measurement
             for column, step in steps.items():
@@ -320,15 +363,13 @@ def measure(models, args) -> list[dict]:
                     row[column] = round(1e3 * seconds, 3)
                     row[column.replace("_ms", "_iterations")] = iterations[name, column]
                 rows.append(row)
-        memory = {name: round(measure_memory(name, length, args), 1) for name in runnable}
         for row in rows:
             if row["length"] == length:
                 row["peak_mb"] = memory[row["model"]]
-        rows += [
-            dict(model=name, length=length, note=skip_reason(name, length, args))
-            for name in models
-            if name not in runnable
-        ]
+        for name in runnable:
+            times = [row["forward_backward_ms"] for row in rows if row["length"] == length and row["model"] == name]
+            history.setdefault((name, "seconds"), []).append((length, statistics.median(times) / 1e3))
+        rows += [dict(model=name, length=length, note=skipped[name]) for name in models if name not in runnable]
         print(f"length {length} done", file=sys.stderr)
     return rows
 
@@ -401,15 +442,18 @@ def tables(rows, args) -> list[str]:
             for column in titles:
                 a, b = median.get((column, top, n)), median.get((column, bottom, n))
                 cells.append("not run" if a is None or b is None or b == 0 else f"{a / b:.2f}")
-            lines.append(f"| {top} / {bottom} | {n} | " + " | ".join(cells) + " |")
+            if set(cells) != {"not run"}:
+                lines.append(f"| {top} / {bottom} | {n} | " + " | ".join(cells) + " |")
     lines.append("")
+    first_skips = {}
+    for row in rows:
+        if "note" in row:
+            first_skips.setdefault(row["model"], row)
+    if first_skips:
+        lines += ["## Not run", ""]
+        lines += [f"- {name} from {row['length']} tokens on: {row['note']}" for name, row in first_skips.items()]
+        lines.append("")
     return lines, median, names
-
-
-def label_lengths(axis, lengths):
-    """The measured lengths as the log x axis's only labels."""
-    axis.set_xticks(lengths, labels=map(str, lengths))
-    axis.tick_params(axis="x", which="minor", labelbottom=False)
 
 
 def plot(median, names, args):
@@ -437,8 +481,8 @@ def plot(median, names, args):
     figure.savefig(args.plots / "encoder_memory.png", dpi=120)
 
 
-def main():
-    args = parse_args()
+def run(args) -> dict:
+    """Measure, write the markdown report, the CSV and the plots; return the medians by (column, model, length)."""
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()  # BigBird's warning at every short input
     models = {name: build(name, args) for name in args.models}
@@ -457,7 +501,8 @@ def main():
         writer.writerows(rows)
     args.plots.mkdir(parents=True, exist_ok=True)
     plot(median, names, args)
+    return median
 
 
 if __name__ == "__main__":
-    main()
+    run(parse_args())

@@ -83,8 +83,10 @@ def model_rows(seq_len, devices):
     full = model(source, decoder_input_ids=target, use_cache=False).logits
     cache = FastformerCache(config.num_decoder_layers)
     encoder_outputs = model.get_encoder()(source)
-    steps = [model(encoder_outputs=encoder_outputs, decoder_input_ids=target[:, t : t + 1], cache=cache).logits
-             for t in range(length)]
+    steps = [
+        model(encoder_outputs=encoder_outputs, decoder_input_ids=target[:, t : t + 1], cache=cache).logits
+        for t in range(length)
+    ]
     mask = torch.ones(2, length, dtype=torch.bool)
     error = errors(torch.cat(steps, 1)[:, None], full[:, None].double(), mask)
     yield "seq2seq decoding, token by token", "cpu", torch.float32, "full forward", length, *error

@@ -36,15 +36,71 @@ def additive_pooling(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One additive-attention pooling: softmax_i(w . x_i / sqrt(D)) weighted sum of x_i (Eqs. 3-4 and 5-6).
 
-    x: (B, H, N, D); weight: (H, D), the learned vector w; attention_mask: (B, N).
-    Returns the pooled vector (B, H, D) in x's dtype and the weights (B, H, N) in float32 or better.
+    x: (B, H, N, D); weight: (H, D), the learned vector w, or (B, H, D), one per sequence;
+    attention_mask: (B, N). Returns the pooled vector (B, H, D) in x's dtype and the weights (B, H, N) in
+    float32 or better.
+
+    Both products run over all heads at once on the tokens as (B, N, H*D): a free view of x when x is the
+    usual head split of a (B, N, H*D) projection (a transposed view), so no head transpose is ever copied.
     """
-    logits = (x @ weight.unsqueeze(-1)).squeeze(-1)  # (B, H, N)
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / math.sqrt(x.shape[-1])
+    batch, heads, length, dim = x.shape
+    tokens = x.transpose(1, 2).reshape(batch, length, heads * dim)  # (B, N, H*D), a view for a head split
+    logits = (tokens @ _block_diagonal(weight)).transpose(1, 2)  # (B, H, N): w_h . x_{i,h}
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / math.sqrt(dim)
     mask = None if attention_mask is None else attention_mask[:, None, :]  # (B, 1, N)
     probs = masked_softmax(logits, mask)  # (B, H, N)
-    pooled = (probs.to(x.dtype).unsqueeze(-2) @ x).squeeze(-2)  # (B, H, D)
+    # sum_i probs_{h,i} x_{i,h,d} for every head pair (h, h'), then the pairs h == h': (B, H*D, H) -> (B, H, D)
+    every_pair = tokens.transpose(1, 2) @ probs.to(x.dtype).transpose(1, 2)
+    pooled = every_pair.view(batch, heads, dim, heads).diagonal(dim1=1, dim2=3).transpose(1, 2)
     return pooled, probs
+
+
+def _block_diagonal(weight: torch.Tensor) -> torch.Tensor:
+    """(..., H, D) per-head vectors -> (..., H*D, H), column h holding head h's vector in rows h*D..(h+1)*D."""
+    heads, dim = weight.shape[-2:]
+    eye = torch.eye(heads, dtype=weight.dtype, device=weight.device)
+    return (weight.unsqueeze(-1) * eye.unsqueeze(-2)).reshape(*weight.shape[:-2], heads * dim, heads)
+
+
+def pool_interactions(
+    global_vector: torch.Tensor,
+    tokens: torch.Tensor,
+    weight: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    interaction: str = "product",
+    projection: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`additive_pooling(interact(g, tokens), weight, mask)` without forming the (B, H, N, D) interactions.
+
+    global_vector: (B, H, D); tokens: (B, H, N, D); weight: (H, D). With p_i = interact(g, x_i) and
+    beta = softmax_i(w . p_i / sqrt(D)), every interaction is linear in x_i, so
+        "product": w . (g * x_i) = (w * g) . x_i,           sum_i beta_i p_i = g * sum_i beta_i x_i
+        "add":     w . (g + x_i) = w . x_i + const,         sum_i beta_i p_i = g sum_i beta_i + sum_i beta_i x_i
+        "concat":  w . (g P1 + x_i P2) = (P2 w) . x_i + const, sum_i beta_i p_i = (g P1) sum_i beta_i
+                                                                                 + (sum_i beta_i x_i) P2
+    (a constant shift leaves a softmax unchanged; sum_i beta_i is 1, or 0 for a row of padding only).
+    Returns the pooled vector (B, H, D) and beta (B, H, N), as `additive_pooling`.
+    """
+    _check_interaction(interaction, projection)
+    if interaction == "product":
+        pooled, beta = additive_pooling(tokens, weight * global_vector, attention_mask)
+        return global_vector * pooled, beta
+    if interaction == "add":
+        pooled, beta = additive_pooling(tokens, weight, attention_mask)
+        return global_vector * beta.sum(dim=-1, keepdim=True).to(tokens.dtype) + pooled, beta
+    dim = tokens.shape[-1]  # concat
+    own, other = projection[:, :dim], projection[:, dim:]  # P1 for g, P2 for the tokens
+    pooled, beta = additive_pooling(tokens, (other @ weight.unsqueeze(-1)).squeeze(-1), attention_mask)
+    pooled = (pooled.unsqueeze(-2) @ other).squeeze(-2)  # (B, H, D)
+    own_part = (global_vector.unsqueeze(-2) @ own).squeeze(-2)
+    return own_part * beta.sum(dim=-1, keepdim=True).to(tokens.dtype) + pooled, beta
+
+
+def _check_interaction(interaction: str, projection: torch.Tensor | None):
+    if interaction not in INTERACTIONS:
+        raise ValueError(f"interaction must be one of {INTERACTIONS}, got {interaction!r}")
+    if interaction == "concat" and projection is None:
+        raise ValueError('interaction="concat" needs a projection of shape (heads, 2 * head_dim, head_dim)')
 
 
 def interact(
@@ -62,17 +118,14 @@ def interact(
     - "concat":  [g ; x_i] P with P: (H, 2D, D) a learned projection, computed as g P[:D] + x_i P[D:].
     Returns (B, H, N, D).
     """
+    _check_interaction(interaction, projection)
     g = global_vector
     if interaction == "product":
         return g * tokens
     if interaction == "add":
         return g + tokens
-    if interaction == "concat":
-        if projection is None:
-            raise ValueError('interaction="concat" needs a projection of shape (heads, 2 * head_dim, head_dim)')
-        head_dim = tokens.shape[-1]
-        return tokens @ projection[:, head_dim:] + g @ projection[:, :head_dim]
-    raise ValueError(f"interaction must be one of {INTERACTIONS}, got {interaction!r}")
+    head_dim = tokens.shape[-1]  # concat
+    return tokens @ projection[:, head_dim:] + g @ projection[:, :head_dim]
 
 
 def additive_attention(
@@ -102,10 +155,14 @@ def additive_attention(
     `interaction` swaps both "*" for another combination (see `interact`); "concat" takes one projection
     per interaction. Returns u: (B, H, N, D); with `return_weights`, also the two pooling distributions
     stacked as (B, H, 2, N): index 0 is alpha (global query), index 1 is beta (global key).
+    The p_i are never formed (`pool_interactions`). With inputs that are head splits of (B, N, H*D)
+    projections (transposed views), "product" and "add" give u back the same way, so
+    `u.transpose(1, 2).reshape(B, N, H*D)` is free as well.
     """
     global_query, alpha = additive_pooling(query, query_weight, attention_mask)
-    p = interact(global_query.unsqueeze(-2), key, interaction, query_key_projection)  # (B, H, N, D)
-    global_key, beta = additive_pooling(p, key_weight, attention_mask)
+    global_key, beta = pool_interactions(
+        global_query, key, key_weight, attention_mask, interaction, query_key_projection
+    )
     u = interact(global_key.unsqueeze(-2), value, interaction, key_value_projection)  # (B, H, N, D)
     if return_weights:
         return u, torch.stack((alpha, beta), dim=-2)

@@ -645,7 +645,6 @@ class FastformerGenerationMixin(GenerationMixin):
         self.lm_head = new_embeddings
 
 
-
 class FastformerForConditionalGeneration(FastformerPreTrainedModel, FastformerGenerationMixin):
     """Fastformer encoder + causal Fastformer decoder with cross-attention, for summarization and other
     sequence-to-sequence tasks. One decoding step costs the same at any output length, and the generation

@@ -8,9 +8,11 @@ import torch
 from fastformer.functional import (
     INTERACTIONS,
     additive_attention,
+    additive_pooling,
     causal_additive_attention,
     interact,
     masked_softmax,
+    pool_interactions,
 )
 
 B, H, N, D = 3, 2, 6, 4
@@ -124,6 +126,44 @@ def test_gradients_match_reference(mask_kind):
     expected = torch.autograd.grad((reference_additive_attention(*tensors, mask) * upstream).sum(), tensors)
     for grad, reference in zip(grads, expected):
         torch.testing.assert_close(grad, reference, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("interaction", INTERACTIONS)
+def test_head_splits_of_projections_match_reference_and_come_back_as_views(interaction):
+    """The model passes q, k, v as (B, N, H*D) -> (B, H, N, D) transposed views; u must merge back for free."""
+    tensors, generator = make_inputs(interaction)
+    mask = make_mask("random", generator)
+    views = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in tensors[:3]] + tensors[3:]
+    assert not views[0].is_contiguous()
+    u = call(views, mask, interaction)
+    expected = reference_additive_attention(*tensors[:5], mask, interaction, *tensors[5:])
+    torch.testing.assert_close(u, expected, rtol=1e-12, atol=1e-12)
+    if interaction != "concat":  # element-wise interactions keep the layout: (B, N, H*D) is a view, not a copy
+        assert u.transpose(1, 2).is_contiguous()
+
+
+@pytest.mark.parametrize("mask_kind", MASKS)
+@pytest.mark.parametrize("interaction", INTERACTIONS)
+def test_pool_interactions_equals_pooling_the_formed_interactions(interaction, mask_kind):
+    tensors, generator = make_inputs(interaction)
+    mask = make_mask(mask_kind, generator)
+    q, k, _, _, w_k, *projections = tensors
+    projection = projections[0] if projections else None
+    g = torch.randn(B, H, D, generator=generator, dtype=torch.float64)
+    pooled, beta = pool_interactions(g, k, w_k, mask, interaction, projection)
+    expected, expected_beta = additive_pooling(interact(g.unsqueeze(-2), k, interaction, projection), w_k, mask)
+    torch.testing.assert_close(pooled, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(beta, expected_beta, rtol=1e-12, atol=1e-12)
+
+
+def test_additive_pooling_takes_one_weight_per_sequence():
+    tensors, generator = make_inputs()
+    x, mask = tensors[0], make_mask("random", generator)
+    weights = torch.randn(B, H, D, generator=generator, dtype=torch.float64)
+    pooled, _ = additive_pooling(x, weights, mask)
+    for b in range(B):
+        expected, _ = additive_pooling(x[b : b + 1], weights[b], mask[b : b + 1])
+        torch.testing.assert_close(pooled[b : b + 1], expected, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("interaction", INTERACTIONS)

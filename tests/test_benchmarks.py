@@ -1,0 +1,59 @@
+"""The performance suite's CLI runs end to end at toy lengths, and its limits skip what would not fit."""
+
+import csv
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import encoder  # noqa: E402  (benchmarks/ is not a package)
+
+
+def test_predict_extrapolates_the_measured_growth():
+    assert encoder.predict([], 1024) is None
+    assert encoder.predict([(512, 1.0)], 1024) == pytest.approx(4.0)  # quadratic from one point
+    assert encoder.predict([(512, 1.0), (1024, 2.0)], 4096) == pytest.approx(8.0)  # linear
+    assert encoder.predict([(512, 1.0), (1024, 4.0)], 2048) == pytest.approx(16.0)  # quadratic
+    assert encoder.predict([(512, 2.0), (1024, 1.0)], 2048) == pytest.approx(2.0)  # at least linear
+
+
+def test_skip_reason_names_the_prediction_and_the_limit():
+    args = Namespace(max_seconds=60.0, max_memory_gb=10.0)
+    history = {("BERT", "seconds"): [(8192, 8.0), (16384, 32.0)], ("BERT", "peak_gb"): [(8192, 0.6), (16384, 1.2)]}
+    assert encoder.skip_reason("BERT", 16384, history, args) is None
+    assert encoder.skip_reason("BERT", 32768, history, args) == (
+        "predicted 128 s per forward+backward, above --max-seconds 60"
+    )
+    history = {("BigBird", "seconds"): [(8192, 10.0)], ("BigBird", "peak_gb"): [(4096, 2.0), (8192, 7.0)]}
+    assert "GB peak, above --max-memory-gb 10" in encoder.skip_reason("BigBird", 16384, history, args)
+
+
+def test_suite_runs_and_reports_every_target(tmp_path):
+    command = [
+        sys.executable, str(REPO / "benchmarks" / "suite.py"),
+        "--encoder-lengths", "64", "128", "--decoding-lengths", "16", "32", "--repeats", "1", "--threads", "1",
+        "--models", "Fastformer", "floor", "BERT", "FNet", "--max-seconds", "1e-9", "--docs", str(tmp_path),
+    ]  # fmt: skip
+    process = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert process.returncode == 0, process.stderr[-3000:]
+    for name in ("ENCODER.md", "encoder.csv", "encoder_time.png", "encoder_memory.png", "DECODING.md",
+                 "decoding.csv", "decoding.png", "PERFORMANCE.md"):  # fmt: skip
+        assert (tmp_path / name).stat().st_size > 0, name
+
+    rows = list(csv.DictReader((tmp_path / "encoder.csv").open()))
+    measured = {(row["model"], row["length"]) for row in rows if row["forward_ms"]}
+    assert measured == {(name, "64") for name in ("Fastformer", "floor", "BERT", "FNet")}
+    # --max-seconds is below any forward+backward: every model is predicted too slow for 128 tokens, and said so
+    skipped = [row for row in rows if row["length"] == "128"]
+    assert len(skipped) == 4 and all("above --max-seconds" in row["note"] for row in skipped)
+    assert "## Not run" in (tmp_path / "ENCODER.md").read_text()
+
+    performance = (tmp_path / "PERFORMANCE.md").read_text()
+    assert "`python " in performance and "suite.py" in performance  # the command that produced it
+    assert performance.count("| not measured |") == 5  # the encoder targets are at 8192 and 16384 tokens
+    assert "| decoding: Fastformer cache, largest / smallest (16..32 tokens) | 1.00 | == 1 | yes |" in performance
