@@ -3,8 +3,11 @@
 Models, all with the same width, depth, heads and feed-forward size, random weights, no dropout, fp32, batch 1,
 eval mode, learned absolute positions up to the longest length:
   - Fastformer: FastformerModel, no layer or query-value sharing (as many parameters as its peers), no pooler.
-  - floor: FloorEncoder below, Fastformer with the additive-attention math removed. No implementation of this
-    architecture can beat it.
+    Its layers take the collapsed path (FastformerAttention.forward_collapsed: the attention sub-layer's five
+    Linear layers folded into one matrix per sequence) from half the hidden size on.
+  - Fastformer-plain: the same model made to take the plain path (five Linear layers, then the attention math).
+  - floor: FloorEncoder below, the plain path's Linear and LayerNorm work with the additive-attention math
+    removed: no implementation of the plain formulation can beat it; the collapsed one does less work.
   - BERT: BertModel with sdpa attention.
   - FNet: FNetModel (Fourier token mixing, no heads).
   - Longformer: LongformerModel, sliding window of --attention-window tokens, no global tokens.
@@ -75,12 +78,13 @@ TARGET_SECONDS = 0.5  # per measurement, when --iterations is not given
 
 
 class FloorEncoder(nn.Module):
-    """Fastformer's Linear and LayerNorm work with the additive-attention math removed: a lower bound.
+    """The plain formulation's Linear and LayerNorm work with the additive-attention math removed.
 
     Each layer runs the query, key, value and transform (W_r) Linear layers of FastformerAttention on the hidden
     states, with u = key + value in place of the two additive poolings (the sum, so that the key's Linear is in
     the backward pass as well), keeps the query residual, then attention_output and feed_forward exactly as
-    FastformerLayer does. No implementation of this architecture can beat it.
+    FastformerLayer does. No implementation that runs these Linear layers can beat it; Fastformer's collapsed
+    path folds the first five into one, so it can.
     """
 
     def __init__(self, config: FastformerConfig):
@@ -172,6 +176,13 @@ def build_fastformer(args):
     return model, last_hidden_state(model)
 
 
+def build_fastformer_plain(args):
+    model = FastformerModel(fastformer_config(args), add_pooling_layer=False)
+    for layer in model.layers:
+        layer.attention.collapses = lambda hidden_states: False  # always the plain path
+    return model, last_hidden_state(model)
+
+
 def build_floor(args):
     model = FloorEncoder(fastformer_config(args))
     return model, model
@@ -245,6 +256,7 @@ def build_fast_transformer(args):
 
 BUILDERS = {
     "Fastformer": build_fastformer,
+    "Fastformer-plain": build_fastformer_plain,
     "floor": build_floor,
     "BERT": build_bert,
     "FNet": build_fnet,
@@ -386,8 +398,10 @@ def header(args, models, elapsed) -> list[str]:
         f"- Models: hidden {args.hidden_size}, {args.layers} layers, {args.heads} heads, feed-forward "
         f"{args.intermediate_size}, vocabulary {args.vocab_size}, {args.lengths[-1]} positions, random weights, "
         f"no dropout, fp32, batch 1, eval mode; parameters {parameters}. Fastformer: no layer or query-value "
-        "sharing. floor: Fastformer's Linear and LayerNorm work without the additive attention (FloorEncoder in "
-        "benchmarks/encoder.py), a bound no implementation of this architecture can beat. BERT: sdpa attention. "
+        "sharing, the collapsed attention sub-layer (one matrix per sequence for its five Linear layers); "
+        "Fastformer-plain: the same model on the plain path. floor: the plain path's Linear and LayerNorm work "
+        "without the additive attention (FloorEncoder in benchmarks/encoder.py), a bound for any implementation "
+        "that runs those Linear layers (the collapsed path runs fewer). BERT: sdpa attention. "
         f"Longformer: window {args.attention_window}, no global tokens. BigBird: block_sparse, blocks of "
         f"{args.block_size}, 3 random blocks (transformers runs full attention at lengths up to "
         f"{(5 + 2 * 3) * args.block_size}). fast-transformer-pytorch: lucidrains' FastTransformer, absolute "
@@ -427,7 +441,12 @@ def tables(rows, args) -> list[str]:
             lines.append(f"| {name} | " + " | ".join(cell(column, name, n, digits) for n in args.lengths) + " |")
         lines.append("")
 
-    ratios = [("Fastformer", "floor"), ("fast-transformer-pytorch", "Fastformer"), ("BERT", "Fastformer")]
+    ratios = [
+        ("Fastformer", "floor"),
+        ("Fastformer-plain", "floor"),
+        ("fast-transformer-pytorch", "Fastformer"),
+        ("BERT", "Fastformer"),
+    ]
     lines += [
         "## Ratios (medians)",
         "",

@@ -55,6 +55,35 @@ def additive_pooling(
     return pooled, probs
 
 
+def pool_projections(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    vectors: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`additive_pooling` of the heads of the projections y_i = W x_i + b, without forming the y_i.
+
+    x: (B, N, C); weight: (H*D, C) and bias: (H*D,), a Linear layer's; vectors: (H, D) or (B, H, D), the w.
+    Per head h, with W_h the head's D rows of W:
+        w_h . y_{i,h} = (W_h^T w_h) . x_i + w_h . b_h,     sum_i a_i y_{i,h} = W_h (sum_i a_i x_i) + b_h sum_i a_i
+    so the pooling costs two (N x C) by (C x H) products instead of the (N x C) by (C x H*D) projection.
+    Returns the pooled (B, H, D) and the weights (B, H, N), as `additive_pooling` on the y's heads.
+    """
+    heads, dim = vectors.shape[-2:]
+    per_head = weight.view(heads, dim, -1)  # (H, D, C)
+    effective = torch.einsum("...hd,hdc->...hc", vectors, per_head)  # (H, C) or (B, H, C): W_h^T w_h
+    shift = (vectors * bias.view(heads, dim)).sum(dim=-1)[..., None]  # (H, 1) or (B, H, 1): w_h . b_h
+    logits = effective @ x.transpose(1, 2) + shift  # (B, H, N)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / math.sqrt(dim)
+    mask = None if attention_mask is None else attention_mask[:, None, :]  # (B, 1, N)
+    probs = masked_softmax(logits, mask)  # (B, H, N)
+    weights = probs.to(x.dtype)
+    pooled_x = weights @ x  # (B, H, C)
+    pooled = torch.einsum("bhc,hdc->bhd", pooled_x, per_head) + bias.view(heads, dim) * weights.sum(-1, keepdim=True)
+    return pooled, probs
+
+
 def _block_diagonal(weight: torch.Tensor) -> torch.Tensor:
     """(..., H, D) per-head vectors -> (..., H*D, H), column h holding head h's vector in rows h*D..(h+1)*D."""
     heads, dim = weight.shape[-2:]

@@ -29,7 +29,13 @@ from transformers.modeling_outputs import (
 from transformers.utils.generic import can_return_tuple
 
 from .configuration_fastformer import FastformerConfig
-from .functional import additive_attention, additive_pooling, causal_additive_attention, masked_softmax
+from .functional import (
+    additive_attention,
+    additive_pooling,
+    causal_additive_attention,
+    masked_softmax,
+    pool_projections,
+)
 from .pipeline_fastformer import SummarizationPipeline
 
 
@@ -112,6 +118,37 @@ class FastformerAttention(nn.Module):
         u, weights = out if output_attentions else (out, None)
         return self._output(u, query), weights
 
+    def collapses(self, hidden_states) -> bool:
+        """Whether `forward_collapsed` is the cheaper way for these inputs: "product" interaction and a sequence
+        long enough (at least half the hidden size) to repay building its (batch, C, C) matrix."""
+        return self.interaction == "product" and 2 * hidden_states.shape[1] >= hidden_states.shape[2]
+
+    def forward_collapsed(self, hidden_states, attention_mask=None, output_attentions=False, output_dense=None):
+        """`output_dense(forward(...))` for the "product" interaction, with the Linear layers folded together.
+
+        The global query and key come from `pool_projections` (so q_i, k_i and p_i are never formed), and then
+        everything left is linear in x_i given the global key k:
+            dense(r_i + q_i) = W_o (W_r (k * (W_v x_i + b_v)) + b_r + W_q x_i + b_q) + b_o = M x_i + m
+            M = (W_o W_r) diag(k) W_v + W_o W_q,    m = W_o (W_r (k * b_v) + b_r + b_q) + b_o
+        so the sub-layer costs one (N x C) by (C x C) product per sequence instead of five, and stores no
+        (N x C) activation besides x. M depends on the sequence (through k): a (C x C) product per sequence.
+        """
+        batch, _, hidden_size = hidden_states.shape
+        value = self.query if self.value is None else self.value
+        (query_weight, key_weight), _ = self._attention_arguments()
+        query = self.query
+        global_query, alpha = pool_projections(hidden_states, query.weight, query.bias, query_weight, attention_mask)
+        key_weight = key_weight * global_query  # w_k . (q * k_i) = (w_k * q) . k_i
+        pooled_key, beta = pool_projections(hidden_states, self.key.weight, self.key.bias, key_weight, attention_mask)
+        global_key = (global_query * pooled_key).reshape(batch, 1, hidden_size)  # sum_i beta_i (q * k_i)
+
+        out_transform = output_dense.weight @ self.transform.weight  # W_o W_r
+        matrix = (out_transform * global_key) @ value.weight + output_dense.weight @ query.weight  # (B, C, C)
+        inner_bias = (global_key * value.bias) @ self.transform.weight.T + self.transform.bias + query.bias
+        bias = inner_bias @ output_dense.weight.T + output_dense.bias  # (B, 1, C)
+        out = torch.baddbmm(bias, hidden_states, matrix.transpose(1, 2))
+        return out, torch.stack((alpha, beta), dim=-2) if output_attentions else None
+
 
 class FastformerCausalAttention(FastformerAttention):
     """The decoder's attention: every position pools its prefix only; `state` continues a sequence."""
@@ -180,7 +217,11 @@ class FastformerSublayerOutput(nn.Module):
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, hidden_states, residual) -> torch.Tensor:
-        return self.layer_norm(residual + self.dropout(self.dense(hidden_states)))
+        return self.add_and_norm(self.dense(hidden_states), residual)
+
+    def add_and_norm(self, projected, residual) -> torch.Tensor:
+        """The sub-layer after `dense`, for a caller that applied `dense` itself."""
+        return self.layer_norm(residual + self.dropout(projected))
 
 
 class FastformerFeedForward(nn.Module):
@@ -202,8 +243,14 @@ class FastformerLayer(GradientCheckpointingLayer):
         self.feed_forward = FastformerFeedForward(config)
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False):
-        attention, weights = self.attention(hidden_states, attention_mask, output_attentions)
-        hidden_states = self.attention_output(attention, hidden_states)
+        if self.attention.collapses(hidden_states):  # the same function, fewer operations
+            projected, weights = self.attention.forward_collapsed(
+                hidden_states, attention_mask, output_attentions, self.attention_output.dense
+            )
+            hidden_states = self.attention_output.add_and_norm(projected, hidden_states)
+        else:
+            attention, weights = self.attention(hidden_states, attention_mask, output_attentions)
+            hidden_states = self.attention_output(attention, hidden_states)
         return self.feed_forward(hidden_states), weights
 
 

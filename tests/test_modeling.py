@@ -13,6 +13,7 @@ from transformers import (
 from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutput
 
 from fastformer import FastformerConfig, FastformerForMaskedLM, FastformerForSequenceClassification, FastformerModel
+from fastformer.modeling_fastformer import FastformerLayer
 
 HEADS = [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM]
 VOCAB, HIDDEN, NUM_HEADS, INTERMEDIATE, LAYERS = 99, 32, 4, 37, 3
@@ -64,7 +65,8 @@ VARIANTS = {
 def test_padding_never_changes_real_tokens(model_class, variant, side):
     model = build(model_class, **VARIANTS[variant])
     generator = torch.Generator().manual_seed(1)
-    lengths, width = [5, 9, 2], 12
+    # width 20 >= HIDDEN / 2: the batch takes the collapsed path, the 5- and 2-token sequences alone the plain one
+    lengths, width = [5, 17, 2], 20
     sequences = [torch.randint(1, VOCAB, (n,), generator=generator) for n in lengths]
     ids = torch.zeros(len(lengths), width, dtype=torch.long)  # pad_token_id = 0
     mask = torch.zeros_like(ids)
@@ -82,6 +84,52 @@ def test_padding_never_changes_real_tokens(model_class, variant, side):
                 torch.testing.assert_close(batched_token[row, real], per_token[0], rtol=1e-5, atol=1e-5)
             if per_sequence is not None:
                 torch.testing.assert_close(batched_sequence[row], per_sequence[0], rtol=1e-5, atol=1e-5)
+
+
+COLLAPSIBLE = {
+    "paper-default": {},
+    "unshared": dict(share_query_value=False, share_layers=False),
+    "heads-shared": dict(share_heads=True),
+}
+
+
+@pytest.mark.parametrize("variant", COLLAPSIBLE)
+def test_collapsed_attention_equals_the_plain_path_in_float64(variant):
+    """forward_collapsed folds W_q, W_v, W_r and the output dense into one matrix: the same function, values,
+    pooling weights and gradients, for every mask (an all-padding row included)."""
+    torch.manual_seed(0)
+    layer = FastformerLayer(tiny_config(**COLLAPSIBLE[variant])).double()
+    for parameter in layer.parameters():  # larger than the initializer's, so that every term matters
+        torch.nn.init.normal_(parameter, std=0.3)
+    x = torch.randn(4, 24, HIDDEN, dtype=torch.float64)
+    mask = torch.ones(4, 24, dtype=torch.bool)
+    mask[1, 15:] = False  # right padding
+    mask[2, :10] = False  # left padding
+    mask[3] = False  # no token at all
+    attention, dense = layer.attention, layer.attention_output.dense
+
+    plain, plain_weights = attention(x, mask, output_attentions=True)
+    plain = dense(plain)
+    collapsed, collapsed_weights = attention.forward_collapsed(x, mask, True, dense)
+    torch.testing.assert_close(collapsed, plain, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(collapsed_weights, plain_weights, rtol=1e-12, atol=1e-12)
+
+    upstream = torch.randn_like(plain)
+    plain_grads = torch.autograd.grad((plain * upstream).sum(), list(layer.parameters()), allow_unused=True)
+    collapsed_grads = torch.autograd.grad((collapsed * upstream).sum(), list(layer.parameters()), allow_unused=True)
+    for (name, _), expected, grad in zip(layer.named_parameters(), plain_grads, collapsed_grads):
+        if expected is None:  # the feed-forward block, not part of either
+            assert grad is None, name
+        else:
+            torch.testing.assert_close(grad, expected, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_layers_take_the_collapsed_path_for_long_product_inputs_only():
+    attention = FastformerLayer(tiny_config()).attention
+    assert attention.collapses(torch.zeros(1, HIDDEN // 2, HIDDEN))
+    assert not attention.collapses(torch.zeros(1, HIDDEN // 2 - 1, HIDDEN))
+    for interaction in ("add", "concat"):
+        assert not FastformerLayer(tiny_config(interaction=interaction)).attention.collapses(torch.zeros(1, 64, HIDDEN))
 
 
 @pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)
@@ -363,8 +411,15 @@ def test_trainer_two_steps_give_a_finite_loss_and_change_the_weights(tmp_path):
         for i in range(8)
     ]
     args = TrainingArguments(
-        output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4, learning_rate=1e-2,
-        use_cpu=True, report_to=[], save_strategy="no", logging_steps=1, disable_tqdm=True,
+        output_dir=str(tmp_path),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        learning_rate=1e-2,
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
     )
     result = Trainer(model=model, args=args, train_dataset=dataset).train()
     assert result.global_step == 2 and torch.isfinite(torch.tensor(result.training_loss))
