@@ -46,11 +46,10 @@ import argparse
 import csv
 import math
 import re
+import signal
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -336,13 +335,23 @@ def peak_megabytes(name, length, args) -> float:
     return (resident_kib("VmHWM") - baseline) / 1024
 
 
+def _report_peak(queue, name, length, args):
+    queue.put(peak_megabytes(name, length, args))
+
+
 def measure_memory(name, length, args) -> float | None:
-    """`peak_megabytes` in a fresh process; None if that process died (killed for memory)."""
-    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
-        try:
-            return pool.submit(peak_megabytes, name, length, args).result()
-        except BrokenProcessPool:
-            return None
+    """`peak_megabytes` in a fresh process; None if the kernel killed it (out of memory). Any other failure of
+    that process is an error: it must not pass for a model that does not fit."""
+    context = get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_report_peak, args=(queue, name, length, args))
+    process.start()
+    process.join()
+    if process.exitcode == -signal.SIGKILL:
+        return None
+    if process.exitcode != 0:
+        raise RuntimeError(f"measuring the memory of {name} at {length} tokens failed (exit code {process.exitcode})")
+    return queue.get()
 
 
 def measure(models, args) -> list[dict]:
@@ -356,7 +365,7 @@ def measure(models, args) -> list[dict]:
             if skipped[name] is None:
                 peak = measure_memory(name, length, args)
                 if peak is None:
-                    skipped[name] = f"its process was killed during forward+backward at {length} tokens"
+                    skipped[name] = f"killed (out of memory) during forward+backward at {length} tokens"
                 else:
                     memory[name] = round(peak, 1)
                     history.setdefault((name, "peak_gb"), []).append((length, peak / 1024))

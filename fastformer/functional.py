@@ -46,9 +46,7 @@ def additive_pooling(
     batch, heads, length, dim = x.shape
     tokens = x.transpose(1, 2).reshape(batch, length, heads * dim)  # (B, N, H*D), a view for a head split
     logits = (tokens @ _block_diagonal(weight)).transpose(1, 2)  # (B, H, N): w_h . x_{i,h}
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / math.sqrt(dim)
-    mask = None if attention_mask is None else attention_mask[:, None, :]  # (B, 1, N)
-    probs = masked_softmax(logits, mask)  # (B, H, N)
+    probs = _pooling_weights(logits, dim, attention_mask)
     # sum_i probs_{h,i} x_{i,h,d} for every head pair (h, h'), then the pairs h == h': (B, H*D, H) -> (B, H, D)
     every_pair = tokens.transpose(1, 2) @ probs.to(x.dtype).transpose(1, 2)
     pooled = every_pair.view(batch, heads, dim, heads).diagonal(dim1=1, dim2=3).transpose(1, 2)
@@ -75,13 +73,18 @@ def pool_projections(
     effective = torch.einsum("...hd,hdc->...hc", vectors, per_head)  # (H, C) or (B, H, C): W_h^T w_h
     shift = (vectors * bias.view(heads, dim)).sum(dim=-1)[..., None]  # (H, 1) or (B, H, 1): w_h . b_h
     logits = effective @ x.transpose(1, 2) + shift  # (B, H, N)
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / math.sqrt(dim)
-    mask = None if attention_mask is None else attention_mask[:, None, :]  # (B, 1, N)
-    probs = masked_softmax(logits, mask)  # (B, H, N)
+    probs = _pooling_weights(logits, dim, attention_mask)
     weights = probs.to(x.dtype)
     pooled_x = weights @ x  # (B, H, C)
     pooled = torch.einsum("bhc,hdc->bhd", pooled_x, per_head) + bias.view(heads, dim) * weights.sum(-1, keepdim=True)
     return pooled, probs
+
+
+def _pooling_weights(logits: torch.Tensor, dim: int, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """softmax_i(logit_i / sqrt(dim)) over the tokens of logits (B, H, N), in float32 or better, padding
+    (attention_mask (B, N) == 0) excluded."""
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / math.sqrt(dim)
+    return masked_softmax(logits, None if attention_mask is None else attention_mask[:, None, :])
 
 
 def _block_diagonal(weight: torch.Tensor) -> torch.Tensor:
