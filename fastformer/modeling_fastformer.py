@@ -9,6 +9,7 @@ package only relatively, so a saved checkpoint carries it as Hub code.
 """
 
 import copy
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -28,6 +29,13 @@ from transformers.modeling_outputs import (
 )
 from transformers.utils.generic import can_return_tuple
 
+from .checks import (
+    check_inputs,
+    checked_classification_labels,
+    checked_token_labels,
+    verify_checksums,
+    write_checksums,
+)
 from .configuration_fastformer import FastformerConfig
 from .functional import (
     additive_attention,
@@ -295,7 +303,8 @@ class FastformerPooler(nn.Module):
         if self.pooler_type == "additive":
             # the paper's attention pooling: a small tanh MLP scores each token
             self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-            self.score = nn.Linear(config.hidden_size, 1)
+            # no bias: a softmax ignores a shift, so its gradient is 0 and Adam would only move it by rounding noise
+            self.score = nn.Linear(config.hidden_size, 1, bias=False)
 
     def forward(self, hidden_states, attention_mask=None) -> torch.Tensor:
         if attention_mask is None:
@@ -339,7 +348,20 @@ class FastformerPreTrainedModel(PreTrainedModel):
             "AutoConfig": f"{FastformerConfig.__module__.rsplit('.', 1)[-1]}.{FastformerConfig.__name__}",
             **{cls._auto_class: f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}" for cls in AUTO_CLASSES},
         }
-        return super().save_pretrained(save_directory, *args, **kwargs)
+        result = super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            write_checksums(save_directory)
+        return result
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        # safetensors detects a broken header or a short file, not changed bytes: compare the SHA-256 recorded
+        # at saving, for a local folder (the Hub client checks what it downloads)
+        if pretrained_model_name_or_path is not None:
+            folder = Path(pretrained_model_name_or_path) / kwargs.get("subfolder", "")
+            if folder.is_dir():
+                verify_checksums(folder)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
 
 class FastformerModel(FastformerPreTrainedModel):
@@ -378,8 +400,7 @@ class FastformerModel(FastformerPreTrainedModel):
         output_hidden_states: bool | None = None,
         token_type_ids: torch.Tensor | None = None,
     ) -> BaseModelOutputWithPooling:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds`")
+        batch_size, seq_length = check_inputs(input_ids, inputs_embeds, self.config)
         # accepted so that BERT tokenizers work as they are; Fastformer has no segment embeddings
         if token_type_ids is not None and token_type_ids.any():
             raise ValueError(
@@ -390,7 +411,6 @@ class FastformerModel(FastformerPreTrainedModel):
         output_hidden_states = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
-        batch_size, seq_length = input_ids.shape if input_ids is not None else inputs_embeds.shape[:2]
         if seq_length > self.config.max_position_embeddings:
             raise ValueError(
                 f"The input has {seq_length} tokens but `max_position_embeddings` is "
@@ -466,7 +486,10 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
             return_dict=True,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output))
-        loss = None if labels is None else self.loss_function(labels, logits, self.config)
+        loss = None
+        if labels is not None:
+            labels = checked_classification_labels(labels, self.config, logits.shape[0])
+            loss = self.loss_function(labels, logits, self.config)
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -531,6 +554,7 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
         logits = self.lm_head(outputs.last_hidden_state)
         loss = None
         if labels is not None:
+            labels = checked_token_labels(labels, self.config, shape=logits.shape[:2])
             loss = self.loss_function(
                 logits, labels, vocab_size=self.config.vocab_size, num_items_in_batch=num_items_in_batch
             )
@@ -611,6 +635,7 @@ class FastformerDecoder(nn.Module):
     def __init__(self, config: FastformerConfig, cross_attention: bool):
         super().__init__()
         self.config = config
+        self.input_name = "decoder_input_ids" if cross_attention else "input_ids"  # for error messages
         self.embeddings = FastformerEmbeddings(config)
         # layer-wise sharing: one layer, applied num_decoder_layers times
         self.layers = nn.ModuleList(
@@ -629,9 +654,7 @@ class FastformerDecoder(nn.Module):
         cache: FastformerCache | None = None,
         output_hidden_states=False,
     ) -> BaseModelOutput:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of the decoder's `input_ids` and `inputs_embeds`")
-        batch_size, length = input_ids.shape if input_ids is not None else inputs_embeds.shape[:2]
+        batch_size, length = check_inputs(input_ids, inputs_embeds, self.config, self.input_name)
         device = (input_ids if input_ids is not None else inputs_embeds).device
         past = 0 if cache is None else cache.seen_tokens
         if past + length > self.config.max_position_embeddings:
@@ -777,6 +800,8 @@ class FastformerForConditionalGeneration(FastformerPreTrainedModel, FastformerGe
             encoder_outputs = BaseModelOutput(*encoder_outputs)
         if labels is not None:
             use_cache = False
+            shape = None if decoder_input_ids is None else decoder_input_ids.shape
+            labels = checked_token_labels(labels, self.config, shape)
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.shift_labels_right(labels)
         use_cache = self.config.use_cache if use_cache is None else use_cache
@@ -865,6 +890,8 @@ class FastformerForCausalLM(FastformerPreTrainedModel, FastformerGenerationMixin
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
         use_cache = False if labels is not None else (self.config.use_cache if use_cache is None else use_cache)
+        if labels is not None:
+            labels = checked_token_labels(labels, self.config, None if input_ids is None else input_ids.shape)
         if use_cache and cache is None:
             cache = FastformerCache(self.config.num_decoder_layers)
         outputs = self.decoder(

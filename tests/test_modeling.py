@@ -236,7 +236,7 @@ def test_pooler_types():
             scores = model.pooler.score(torch.tanh(model.pooler.dense(hidden))).squeeze(-1)
             weights = scores.masked_fill(mask == 0, float("-inf")).softmax(-1)
             torch.testing.assert_close(output.pooler_output, (weights[..., None] * hidden).sum(1))
-    assert poolers == {"additive": LINEAR + HIDDEN + 1, "cls": 0, "mean": 0}
+    assert poolers == {"additive": LINEAR + HIDDEN, "cls": 0, "mean": 0}  # the score has no bias (shift-free)
 
 
 # ---- PreTrainedModel API --------------------------------------------------------------------------------------

@@ -209,6 +209,30 @@ def test_two_processes_train_with_world_size_two_and_count_each_example_once(tmp
     # (eval_loss is transformers' mean of per-batch losses: it depends on how batches fall, so it is not compared)
 
 
+def test_two_processes_reach_the_weights_of_one_process_with_the_same_global_batch(tmp_path, newsgroups):
+    """DDP (2 CPU processes x 4 examples) and 1 process x 8 examples take the same steps: the same 8 examples per
+    step (accelerate shards one seeded order), gradients averaged over them. No dropout, so that the random
+    streams (which differ per process) play no part. Checkpoints after every step are compared."""
+    train, validation = newsgroups
+    args = ["--do_train", "--train_file", train, "--validation_file", validation, "--max_seq_length", 64,
+            "--max_steps", 3, "--learning_rate", "3e-3", "--model_type", "fastformer", *COMMON,
+            "--save_strategy", "steps", "--save_steps", 1,
+            "--config_overrides", TINY["fastformer"] + ",hidden_dropout_prob=0.0"]  # the classifier's too
+    launcher = ("accelerate", "launch", "--config_file", str(REPO / "configs/accelerate/cpu_2proc.yaml"))
+    run("run_classification.py", "--output_dir", tmp_path / "ddp", "--per_device_train_batch_size", 4, *args,
+        launcher=launcher)
+    run("run_classification.py", "--output_dir", tmp_path / "single", "--per_device_train_batch_size", 8, *args)
+    for step in (1, 2, 3):
+        distributed, single = (load_file(tmp_path / name / f"checkpoint-{step}" / "model.safetensors")
+                               for name in ("ddp", "single"))
+        assert distributed.keys() == single.keys()
+        for name in single:
+            torch.testing.assert_close(distributed[name], single[name], rtol=1e-4, atol=1e-5, msg=f"{step}: {name}")
+    first = load_file(tmp_path / "single" / "checkpoint-1" / "model.safetensors")
+    assert max((single[name] - first[name]).abs().max().item() for name in single) > 1e-3  # the steps moved them
+    # (train_loss is not compared: with 2 processes the Trainer reports the main process's own mean)
+
+
 def test_dataset_name_loads_like_a_hub_data_set(tmp_path, newsgroups):
     """--dataset_name goes through datasets.load_dataset as for a Hub id; a local folder of split files is the
     offline stand-in (datasets infers the splits from the file names)."""

@@ -1,0 +1,148 @@
+"""What the models check before they compute or load: a clear ValueError instead of a silent wrong answer.
+
+- Inputs: token ids in the vocabulary and of an integer dtype, embeddings of the model's width, labels of the
+  shape, dtype and range the loss reads. The messages name the argument, the expected and the given value.
+- Checkpoints: the SHA-256 of every weights file, recorded when it is saved and compared when a local folder is
+  loaded (safetensors notices a broken header or a short file, not changed tensor bytes).
+"""
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+
+IGNORE_INDEX = -100  # labels the losses skip, as in transformers
+CHECKSUMS_NAME = "weights_sha256.json"  # written next to the weights by save_pretrained, checked by from_pretrained
+
+
+# ---- inputs ----------------------------------------------------------------------------------------------------
+
+
+def _values_outside(tensor, low, high, allowed=()):
+    """The first value of `tensor` outside [low, high) and not in `allowed`, or None. Skipped under
+    torch.compile (a data-dependent branch would break the graph)."""
+    if tensor.numel() == 0 or torch.compiler.is_compiling():
+        return None
+    bad = (tensor < low) | (tensor >= high)
+    for value in allowed:
+        bad &= tensor != value
+    return tensor[bad][0].item() if bad.any() else None
+
+
+def _check_integer(tensor, name, meaning):
+    if tensor.dtype.is_floating_point or tensor.dtype.is_complex or tensor.dtype == torch.bool:
+        raise ValueError(f"`{name}` must hold integer {meaning} (e.g. torch.long), got dtype {tensor.dtype}")
+
+
+def check_inputs(input_ids, inputs_embeds, config, name="input_ids") -> tuple[int, int]:
+    """Exactly one of token ids in the vocabulary, (batch, seq_len), or embeddings (batch, seq_len, hidden_size);
+    returns (batch, seq_len). `name` is the argument's name for the messages (e.g. "decoder_input_ids")."""
+    embeds_name = name.replace("input_ids", "inputs_embeds")
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError(f"Pass exactly one of `{name}` and `{embeds_name}`")
+    if inputs_embeds is not None:
+        if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != config.hidden_size:
+            raise ValueError(
+                f"`{embeds_name}` must have shape (batch, seq_len, hidden_size={config.hidden_size}), "
+                f"got {tuple(inputs_embeds.shape)}"
+            )
+        return tuple(inputs_embeds.shape[:2])
+    if input_ids.dim() != 2:
+        raise ValueError(f"`{name}` must have shape (batch, seq_len), got {tuple(input_ids.shape)}")
+    _check_integer(input_ids, name, "token ids")
+    bad = _values_outside(input_ids, 0, config.vocab_size)
+    if bad is not None:
+        raise ValueError(
+            f"`{name}` holds the id {bad}, outside the vocabulary [0, {config.vocab_size}): the tokenizer and the "
+            "model's `vocab_size` do not match (resize_token_embeddings after adding tokens)"
+        )
+    return tuple(input_ids.shape)
+
+
+def checked_token_labels(labels, config, shape=None) -> torch.Tensor:
+    """Per-token labels: integer ids in the vocabulary or -100 (ignored), shape (batch, seq_len) or `shape`.
+    Returns them contiguous (transformers' losses flatten them with `view`)."""
+    expected = "(batch, seq_len)" if shape is None else str(tuple(shape))
+    if labels.dim() != 2 or (shape is not None and tuple(labels.shape) != tuple(shape)):
+        raise ValueError(f"`labels` must have shape {expected}, got {tuple(labels.shape)}")
+    _check_integer(labels, "labels", "token ids")
+    bad = _values_outside(labels, 0, config.vocab_size, allowed=(IGNORE_INDEX,))
+    if bad is not None:
+        raise ValueError(
+            f"`labels` holds {bad}: token labels must be ids in [0, {config.vocab_size}) or {IGNORE_INDEX} (ignored)"
+        )
+    return labels.contiguous()
+
+
+def checked_classification_labels(labels, config, batch_size) -> torch.Tensor:
+    """Labels as transformers' sequence-classification loss reads them, for the problem type it will use.
+    Returns them contiguous (the loss flattens them with `view`)."""
+    num_labels = config.num_labels
+    problem_type = config.problem_type
+    if problem_type is None:  # transformers' inference, so that the message names the type it would pick
+        if num_labels == 1:
+            problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            problem_type = "single_label_classification"
+        else:
+            problem_type = "multi_label_classification"
+    given = f"got shape {tuple(labels.shape)} and dtype {labels.dtype}"
+    if problem_type == "single_label_classification":
+        if labels.numel() != batch_size or labels.dtype.is_floating_point or labels.dtype == torch.bool:
+            raise ValueError(
+                f"single_label_classification needs `labels` of shape (batch,) = ({batch_size},), integer class "
+                f"ids, {given}"
+            )
+        bad = _values_outside(labels, 0, num_labels, allowed=(IGNORE_INDEX,))
+        if bad is not None:
+            raise ValueError(
+                f"`labels` holds {bad}, but num_labels is {num_labels}: class ids must be in [0, {num_labels}) "
+                f"(or {IGNORE_INDEX}); set num_labels in the config to the number of classes"
+            )
+    elif problem_type == "multi_label_classification":
+        if tuple(labels.shape) != (batch_size, num_labels) or not labels.dtype.is_floating_point:
+            hint = " (integer class ids need torch.long labels)" if labels.dim() == 1 else ""
+            raise ValueError(
+                f"multi_label_classification needs float `labels` of shape (batch, num_labels) = "
+                f"({batch_size}, {num_labels}), {given}{hint}"
+            )
+    elif labels.numel() != batch_size * num_labels or not labels.dtype.is_floating_point:  # regression
+        raise ValueError(
+            f"regression needs float `labels` with num_labels={num_labels} value(s) per sequence "
+            f"(batch={batch_size}), {given}"
+        )
+    return labels.contiguous()
+
+
+# ---- checkpoints -----------------------------------------------------------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(2**24), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_checksums(folder):
+    """Record the SHA-256 of every weights file in `folder` (CHECKSUMS_NAME)."""
+    folder = Path(folder)
+    checksums = {path.name: _sha256(path) for path in sorted(folder.glob("*.safetensors"))}
+    (folder / CHECKSUMS_NAME).write_text(json.dumps(checksums, indent=2) + "\n")
+
+
+def verify_checksums(folder):
+    """Raise ValueError if a weights file in `folder` differs from the SHA-256 recorded when it was saved."""
+    record = Path(folder) / CHECKSUMS_NAME
+    if not record.exists():  # saved by another library or by hand: nothing to compare with
+        return
+    for name, expected in json.loads(record.read_text()).items():
+        path = Path(folder) / name
+        if path.exists() and _sha256(path) != expected:
+            raise ValueError(
+                f"{path} does not match the SHA-256 recorded when it was saved ({CHECKSUMS_NAME}): the file is "
+                f"corrupted or was changed after saving. Restore it (copy or download it again); if you replaced "
+                f"it on purpose, delete {record}."
+            )

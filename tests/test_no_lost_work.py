@@ -1,0 +1,146 @@
+"""No lost work: an interrupted Trainer run resumes to the same weights, weights are saved as safetensors only,
+and a damaged or mismatched checkpoint fails loudly on load instead of giving random or wrong weights.
+(Publishing to an existing Hub repo adds a commit and keeps the other files: tests/test_hub.py.)"""
+
+import json
+import shutil
+
+import datasets
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModel, Trainer, TrainerCallback, TrainingArguments
+
+from fastformer import FastformerConfig, FastformerForSequenceClassification, FastformerModel
+from fastformer.checks import CHECKSUMS_NAME
+
+VOCAB = 99
+
+
+def config(**overrides):
+    settings = dict(vocab_size=VOCAB, hidden_size=32, num_attention_heads=4, intermediate_size=37,
+                    max_position_embeddings=64, num_labels=3)  # fmt: skip
+    return FastformerConfig(**{**settings, **overrides})
+
+
+def classification_data():
+    generator = torch.Generator().manual_seed(0)
+    return datasets.Dataset.from_dict(
+        {
+            "input_ids": torch.randint(1, VOCAB, (48, 24), generator=generator).tolist(),
+            "labels": torch.randint(0, 3, (48,), generator=generator).tolist(),
+        }
+    )
+
+
+class Interrupt(TrainerCallback):
+    """Raises at the start of step `at` (after the checkpoint of step at - 1 was written), as a crash would."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step == self.at - 1:
+            raise KeyboardInterrupt(f"interrupted before step {self.at}")
+
+
+def train(output_dir, callbacks=(), resume=None):
+    torch.manual_seed(0)  # the same initial weights every time; dropout stays on (0.2), its RNG is checkpointed
+    model = FastformerForSequenceClassification(config())
+    args = TrainingArguments(
+        output_dir, use_cpu=True, per_device_train_batch_size=8, max_steps=6, save_strategy="steps", save_steps=3,
+        learning_rate=1e-3, report_to="none", seed=0, disable_tqdm=True, logging_steps=1,
+    )  # fmt: skip
+    trainer = Trainer(model=model, args=args, train_dataset=classification_data(), callbacks=list(callbacks))
+    trainer.train(resume_from_checkpoint=resume)
+    return model
+
+
+def test_interrupted_training_resumes_to_the_same_weights(tmp_path):
+    uninterrupted = train(tmp_path / "whole")
+    with pytest.raises(KeyboardInterrupt):
+        train(tmp_path / "interrupted", callbacks=[Interrupt(at=5)])
+    assert sorted(p.name for p in (tmp_path / "interrupted").glob("checkpoint-*")) == ["checkpoint-3"]
+    resumed = train(tmp_path / "interrupted", resume=True)  # a fresh model and Trainer, as after a restart
+    state = json.loads((tmp_path / "interrupted" / "checkpoint-6" / "trainer_state.json").read_text())
+    assert state["global_step"] == 6
+    for (name, expected), actual in zip(uninterrupted.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(actual, expected), name
+    start = FastformerForSequenceClassification(config())  # not trivially equal: training moved the weights
+    assert not torch.equal(start.classifier.weight, resumed.classifier.weight)
+
+
+def test_weights_are_saved_as_safetensors_only_with_their_checksums(tmp_path):
+    model = FastformerModel(config())
+    model.save_pretrained(tmp_path)
+    files = {path.name for path in tmp_path.iterdir()}
+    assert "model.safetensors" in files and CHECKSUMS_NAME in files
+    assert not {name for name in files if name.endswith((".bin", ".pt", ".pth", ".ckpt", ".pkl"))}
+    # a sharded save records every shard
+    model.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    recorded = json.loads((tmp_path / "sharded" / CHECKSUMS_NAME).read_text())
+    assert len(recorded) > 1 and set(recorded) == {path.name for path in (tmp_path / "sharded").glob("*.safetensors")}
+    loaded = FastformerModel.from_pretrained(tmp_path / "sharded")
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+
+
+@pytest.fixture
+def saved(tmp_path):
+    torch.manual_seed(0)
+    FastformerModel(config()).save_pretrained(tmp_path / "saved")
+    return tmp_path / "saved"
+
+
+def damage(folder, how):
+    weights = folder / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    if how == "truncated":
+        data = data[: len(data) // 2]
+    elif how == "header":
+        data[10:20] = b"\xff" * 10
+    elif how == "tensor-bytes":  # the header stays valid: safetensors itself cannot notice
+        data[-64:] = bytes(64)
+    weights.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["truncated", "header", "tensor-bytes"])
+@pytest.mark.parametrize("loader", [FastformerModel, AutoModel], ids=["class", "auto"])
+def test_damaged_weights_fail_loudly(saved, how, loader):
+    damage(saved, how)
+    with pytest.raises(ValueError, match=r"model.safetensors does not match the SHA-256 recorded when it was saved"):
+        loader.from_pretrained(saved)
+
+
+def test_damaged_weights_without_checksums_still_fail_when_safetensors_can_tell(saved):
+    (saved / CHECKSUMS_NAME).unlink()  # e.g. a checkpoint written by another tool
+    damage(saved, "truncated")
+    with pytest.raises(Exception, match="(?i)safetensor|header|deserializ"):
+        FastformerModel.from_pretrained(saved)
+
+
+def test_replaced_weights_load_once_the_checksums_are_deleted(saved):
+    """A user who rewrites the weights on purpose gets told how to load them, and then can."""
+    state = load_file(saved / "model.safetensors")
+    state = {name: tensor + 1 for name, tensor in state.items()}
+    save_file(state, saved / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=f"delete .*{CHECKSUMS_NAME}"):
+        FastformerModel.from_pretrained(saved)
+    (saved / CHECKSUMS_NAME).unlink()
+    loaded = FastformerModel.from_pretrained(saved)
+    assert torch.equal(loaded.embeddings.word_embeddings.weight, state["embeddings.word_embeddings.weight"])
+
+
+def test_missing_weights_file_fails_loudly(saved):
+    (saved / "model.safetensors").unlink()
+    with pytest.raises(OSError, match="no file named model.safetensors"):
+        FastformerModel.from_pretrained(saved)
+
+
+def test_config_of_another_shape_fails_loudly(saved, tmp_path):
+    mismatched = tmp_path / "mismatched"
+    shutil.copytree(saved, mismatched)
+    settings = json.loads((mismatched / "config.json").read_text())
+    (mismatched / "config.json").write_text(json.dumps({**settings, "intermediate_size": 40}))
+    with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
+        FastformerModel.from_pretrained(mismatched)

@@ -1,0 +1,173 @@
+"""Bad input gets a ValueError naming the argument, the expected and the given value: never a silent wrong
+answer or an index error from inside torch."""
+
+import pytest
+import torch
+
+from fastformer import (
+    FastformerConfig,
+    FastformerForCausalLM,
+    FastformerForConditionalGeneration,
+    FastformerForMaskedLM,
+    FastformerForSequenceClassification,
+    FastformerModel,
+)
+
+VOCAB, HIDDEN = 99, 32
+
+
+def build(model_class, **overrides):
+    settings = dict(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64,
+        num_labels=3,
+        pad_token_id=0,
+        decoder_start_token_id=1,
+    )
+    torch.manual_seed(0)
+    return model_class(FastformerConfig(**{**settings, **overrides})).eval()
+
+
+IDS = torch.randint(1, VOCAB, (2, 7), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize(
+    "model_class", [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM, FastformerForCausalLM]
+)
+@pytest.mark.parametrize(
+    "ids, message",
+    [
+        (torch.tensor([[5, 99, 7]]), r"`input_ids` holds the id 99, outside the vocabulary \[0, 99\)"),
+        (torch.tensor([[5, -1, 7]]), r"`input_ids` holds the id -1, outside the vocabulary \[0, 99\)"),
+        (torch.tensor([[5.0, 6.0]]), r"`input_ids` must hold integer token ids .*got dtype torch.float32"),
+        (torch.tensor([5, 6, 7]), r"`input_ids` must have shape \(batch, seq_len\), got \(3,\)"),
+        (torch.ones(1, 65, dtype=torch.long), r"65 tokens but `max_position_embeddings` is 64"),
+    ],
+    ids=["id-too-large", "negative-id", "float-ids", "one-dimensional", "too-long"],
+)
+def test_bad_input_ids(model_class, ids, message):
+    with pytest.raises(ValueError, match=message):
+        build(model_class)(ids)
+
+
+def test_decoder_inputs_are_named_as_the_argument():
+    model = build(FastformerForConditionalGeneration)
+    with pytest.raises(ValueError, match=r"`decoder_input_ids` holds the id 120, outside the vocabulary"):
+        model(IDS, decoder_input_ids=torch.tensor([[1, 120], [1, 2]]))
+    with pytest.raises(ValueError, match=r"`input_ids` holds the id 120"):
+        model(torch.tensor([[3, 120]]), decoder_input_ids=torch.tensor([[1]]))
+
+
+def test_bad_embeddings_and_masks():
+    model = build(FastformerModel)
+    with pytest.raises(ValueError, match="exactly one of `input_ids` and `inputs_embeds`"):
+        model()
+    with pytest.raises(ValueError, match=r"`inputs_embeds` must have shape \(batch, seq_len, hidden_size=32\), "
+                       r"got \(2, 7, 16\)"):  # fmt: skip
+        model(inputs_embeds=torch.zeros(2, 7, 16))
+    with pytest.raises(ValueError, match=r"`attention_mask` must have shape .* \(2, 7\), got \(2, 6\)"):
+        model(IDS, attention_mask=torch.ones(2, 6))
+    with pytest.raises(ValueError, match="non-zero values"):
+        model(IDS, token_type_ids=torch.ones_like(IDS))
+
+
+@pytest.mark.parametrize(
+    "overrides, labels, message",
+    [
+        ({}, torch.tensor([0, 3]), r"`labels` holds 3, but num_labels is 3: class ids must be in \[0, 3\)"),
+        ({}, torch.tensor([0, -5]), r"`labels` holds -5, but num_labels is 3"),
+        (
+            {},
+            torch.tensor([[0, 1], [1, 2]]),
+            r"single_label_classification needs `labels` of shape \(batch,\) = "
+            r"\(2,\).*got shape \(2, 2\)",
+        ),  # fmt: skip
+        (
+            {},
+            torch.tensor([0.0, 1.0]),
+            r"multi_label_classification needs float `labels` of shape .* \(2, 3\), got "
+            r"shape \(2,\).*integer class ids need torch.long",
+        ),  # fmt: skip
+        (
+            {"problem_type": "multi_label_classification"},
+            torch.tensor([[0, 1, 1], [1, 0, 0]]),
+            r"multi_label_classification needs float `labels`.*dtype torch.int64",
+        ),  # fmt: skip
+        ({"problem_type": "regression", "num_labels": 1}, torch.tensor([1, 2]), r"regression needs float `labels`"),
+        (
+            {"problem_type": "regression", "num_labels": 1},
+            torch.tensor([1.0, 2.0, 3.0]),
+            r"regression needs float `labels` with num_labels=1 value\(s\) per sequence \(batch=2\)",
+        ),  # fmt: skip
+    ],
+    ids=[
+        "class-too-large",
+        "negative-class",
+        "2d-class-ids",
+        "float-for-single-label",
+        "int-multi-label",
+        "int-regression",
+        "regression-wrong-count",
+    ],  # fmt: skip
+)
+def test_bad_classification_labels(overrides, labels, message):
+    with pytest.raises(ValueError, match=message):
+        build(FastformerForSequenceClassification, **overrides)(IDS, labels=labels)
+
+
+def test_good_classification_labels_and_ignore_index_pass():
+    model = build(FastformerForSequenceClassification)
+    assert torch.isfinite(model(IDS, labels=torch.tensor([0, 2])).loss)
+    assert torch.isfinite(model(IDS, labels=torch.tensor([[1], [2]])).loss)  # (batch, 1) is accepted as transformers
+    multi = build(FastformerForSequenceClassification, problem_type="multi_label_classification")
+    assert torch.isfinite(multi(IDS, labels=torch.tensor([[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]])).loss)
+    regression = build(FastformerForSequenceClassification, num_labels=1)
+    assert torch.isfinite(regression(IDS, labels=torch.tensor([0.5, -1.0])).loss)
+
+
+@pytest.mark.parametrize("model_class", [FastformerForMaskedLM, FastformerForCausalLM])
+def test_bad_token_labels(model_class):
+    model = build(model_class)
+    with pytest.raises(ValueError, match=r"`labels` must have shape \(2, 7\), got \(2, 6\)"):
+        model(IDS, labels=IDS[:, :6])
+    with pytest.raises(ValueError, match=r"`labels` must hold integer token ids.*torch.float32"):
+        model(IDS, labels=IDS.float())
+    with pytest.raises(ValueError, match=r"`labels` holds 99: token labels must be ids in \[0, 99\) or -100"):
+        model(IDS, labels=torch.where(IDS > 50, 99, IDS))
+    ignored = torch.full_like(IDS, -100)
+    ignored[:, 3] = IDS[:, 3]
+    assert torch.isfinite(model(IDS, labels=ignored).loss)
+
+
+def test_bad_seq2seq_labels():
+    model = build(FastformerForConditionalGeneration)
+    with pytest.raises(ValueError, match=r"`labels` must have shape \(batch, seq_len\), got \(4,\)"):
+        model(IDS, labels=torch.tensor([1, 2, 3, 4]))
+    with pytest.raises(ValueError, match=r"`labels` holds 500"):
+        model(IDS, labels=torch.tensor([[1, 500], [2, 3]]))
+    with pytest.raises(ValueError, match=r"`labels` must have shape \(2, 3\), got \(2, 2\)"):
+        model(IDS, decoder_input_ids=torch.ones(2, 3, dtype=torch.long), labels=torch.ones(2, 2, dtype=torch.long))
+    assert torch.isfinite(model(IDS, labels=torch.tensor([[5, -100], [6, 7]])).loss)
+
+
+def test_labels_that_are_views_work_as_copies():
+    """A slice of a larger tensor (not contiguous) gives the loss of its copy, for every head."""
+    wide = torch.randint(3, VOCAB, (2, 14), generator=torch.Generator().manual_seed(1))
+    seq2seq = build(FastformerForConditionalGeneration)
+    assert seq2seq(IDS, labels=wide[:, ::2]).loss == seq2seq(IDS, labels=wide[:, ::2].clone()).loss
+    for model_class in (FastformerForMaskedLM, FastformerForCausalLM):
+        model = build(model_class)
+        assert model(IDS, labels=wide[:, :7]).loss == model(IDS, labels=wide[:, :7].clone()).loss
+    classes = torch.tensor([[0, 9], [2, 9]])[:, 0]
+    classifier = build(FastformerForSequenceClassification)
+    assert classifier(IDS, labels=classes).loss == classifier(IDS, labels=classes.clone()).loss
+
+
+def test_checks_keep_the_encoder_compilable():
+    """The value checks are skipped while torch.compile traces (a data-dependent branch would break the graph)."""
+    model = build(FastformerModel)
+    compiled = torch.compile(model, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(IDS).last_hidden_state, model(IDS).last_hidden_state)
