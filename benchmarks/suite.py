@@ -8,7 +8,7 @@ does not hold is reported as such.
 
 Usage:
     pip install -e ".[bench]"
-    python benchmarks/suite.py                        # the full suite, about an hour on 2 CPU cores
+    python benchmarks/suite.py                        # the full suite, 37 minutes on 2 CPU cores
     python benchmarks/suite.py --encoder-lengths 512 2048 --decoding-lengths 64 256 --repeats 1   # quick
 """
 
