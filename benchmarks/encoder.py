@@ -3,9 +3,10 @@
 Models, all with the same width, depth, heads and feed-forward size, random weights, no dropout, fp32, batch 1,
 eval mode, learned absolute positions up to the longest length:
   - Fastformer: FastformerModel, no layer or query-value sharing (as many parameters as its peers), no pooler.
-    Its layers take the collapsed path (FastformerAttention.forward_collapsed: the attention sub-layer's five
-    Linear layers folded into one matrix per sequence) from half the hidden size on.
-  - Fastformer-plain: the same model made to take the plain path (five Linear layers, then the attention math).
+    Its layers take the collapsed path (attention_implementation="collapsed", FastformerLayer.collapsed_attention:
+    the attention sub-layer's five Linear layers folded into one matrix per sequence).
+  - Fastformer-plain: the same model with attention_implementation="plain" (five Linear layers, then the
+    attention math).
   - floor: FloorEncoder below, the plain path's Linear and LayerNorm work with the additive-attention math
     removed: no implementation of the plain formulation can beat it; the collapsed one does less work.
   - BERT: BertModel with sdpa attention.
@@ -152,7 +153,7 @@ def bert_like(args) -> dict:
     )
 
 
-def fastformer_config(args) -> FastformerConfig:
+def fastformer_config(args, attention_implementation="collapsed") -> FastformerConfig:
     return FastformerConfig(
         vocab_size=args.vocab_size,
         hidden_size=args.hidden_size,
@@ -163,6 +164,7 @@ def fastformer_config(args) -> FastformerConfig:
         share_query_value=False,
         hidden_dropout_prob=0.0,
         max_position_embeddings=args.lengths[-1],
+        attention_implementation=attention_implementation,
     )
 
 
@@ -176,9 +178,7 @@ def build_fastformer(args):
 
 
 def build_fastformer_plain(args):
-    model = FastformerModel(fastformer_config(args), add_pooling_layer=False)
-    for layer in model.layers:
-        layer.attention.collapses = lambda hidden_states: False  # always the plain path
+    model = FastformerModel(fastformer_config(args, attention_implementation="plain"), add_pooling_layer=False)
     return model, last_hidden_state(model)
 
 

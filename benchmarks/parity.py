@@ -1,7 +1,7 @@
 """Numerical parity of the fast paths with the paper's equations.
 
 For `additive_attention` (the encoder) and `causal_additive_attention` (the decoder):
-1. float64 vs the plain float64 loop references of tests/test_functional.py (small sizes: the loops are slow);
+1. float64 vs the plain float64 loops of `fastformer.naive` (small sizes: the loops are slow);
 2. each dtype (and CUDA when present) vs float64, at a realistic size with left padding.
 For the models:
 3. FastformerModel (the paper's default config) in each dtype vs the same weights in float64;
@@ -12,25 +12,16 @@ Prints a markdown table. Usage: python benchmarks/parity.py [--seq-len 4096]
 
 import argparse
 import copy
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from fastformer import (  # noqa: E402
-    FastformerCache,
-    FastformerConfig,
-    FastformerForConditionalGeneration,
-    FastformerModel,
-)
-from fastformer.functional import additive_attention, causal_additive_attention  # noqa: E402
-from test_functional import reference_additive_attention, reference_causal_additive_attention  # noqa: E402
+from fastformer import FastformerCache, FastformerConfig, FastformerForConditionalGeneration, FastformerModel, naive
+from fastformer.functional import additive_attention, causal_additive_attention
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 FUNCTIONS = {
-    "additive_attention": (additive_attention, reference_additive_attention),
-    "causal_additive_attention": (lambda *a: causal_additive_attention(*a)[0], reference_causal_additive_attention),
+    "additive_attention": (lambda *a: additive_attention(*a).output, naive.additive_attention),
+    "causal_additive_attention": (lambda *a: causal_additive_attention(*a)[0], naive.causal_additive_attention),
 }
 
 
@@ -81,7 +72,7 @@ def model_rows(seq_len, devices):
     model = FastformerForConditionalGeneration(config).eval()
     source, target = torch.randint(1, config.vocab_size, (2, 64)), torch.randint(1, config.vocab_size, (2, length))
     full = model(source, decoder_input_ids=target, use_cache=False).logits
-    cache = FastformerCache(config.num_decoder_layers)
+    cache = FastformerCache(config)
     encoder_outputs = model.get_encoder()(source)
     steps = [
         model(encoder_outputs=encoder_outputs, decoder_input_ids=target[:, t : t + 1], cache=cache).logits

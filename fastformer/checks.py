@@ -1,28 +1,30 @@
-"""What the models check before they compute or load: a clear ValueError instead of a silent wrong answer.
+"""What the models check before they compute: a clear ValueError instead of a silent wrong answer.
 
-- Inputs: token ids in the vocabulary and of an integer dtype, embeddings of the model's width, labels of the
-  shape, dtype and range the loss reads. The messages name the argument, the expected and the given value.
-- Checkpoints: the SHA-256 of every weights file, recorded when it is saved and compared when a local folder is
-  loaded (safetensors notices a broken header or a short file, not changed tensor bytes).
+Token ids in the vocabulary and of an integer dtype, embeddings of the model's width, labels of the shape, dtype
+and range the loss reads, no second segment. The messages name the argument, the expected and the given value.
+
+Shapes and dtypes are checked everywhere (they are known on the host, free). VALUES (an id outside the
+vocabulary, a class id >= num_labels, a non-zero token type) are checked only for tensors on the CPU: on an
+accelerator, reading a result back to the host would stop the device's queue on every forward pass and every
+decoding step (a device-to-host synchronization), so there the checks are skipped and a bad id fails inside
+torch (on CUDA: a device-side assert). They are also skipped while torch.compile traces (a data-dependent
+branch would break the graph).
 """
-
-import hashlib
-import json
-from pathlib import Path
 
 import torch
 
 IGNORE_INDEX = -100  # labels the losses skip, as in transformers
-CHECKSUMS_NAME = "weights_sha256.json"  # written next to the weights by save_pretrained, checked by from_pretrained
 
 
-# ---- inputs ----------------------------------------------------------------------------------------------------
+def values_checked(tensor: torch.Tensor) -> bool:
+    """Whether the checks read `tensor`'s values: on the CPU, outside torch.compile (see the module docstring)."""
+    return tensor.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 def _values_outside(tensor, low, high, allowed=()):
-    """The first value of `tensor` outside [low, high) and not in `allowed`, or None. Skipped under
-    torch.compile (a data-dependent branch would break the graph)."""
-    if tensor.numel() == 0 or torch.compiler.is_compiling():
+    """The first value of `tensor` outside [low, high) and not in `allowed`, or None; None without looking
+    unless `values_checked(tensor)`."""
+    if tensor.numel() == 0 or not values_checked(tensor):
         return None
     bad = (tensor < low) | (tensor >= high)
     for value in allowed:
@@ -115,34 +117,11 @@ def checked_classification_labels(labels, config, batch_size) -> torch.Tensor:
     return labels.contiguous()
 
 
-# ---- checkpoints -----------------------------------------------------------------------------------------------
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(2**24), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def write_checksums(folder):
-    """Record the SHA-256 of every weights file in `folder` (CHECKSUMS_NAME)."""
-    folder = Path(folder)
-    checksums = {path.name: _sha256(path) for path in sorted(folder.glob("*.safetensors"))}
-    (folder / CHECKSUMS_NAME).write_text(json.dumps(checksums, indent=2) + "\n")
-
-
-def verify_checksums(folder):
-    """Raise ValueError if a weights file in `folder` differs from the SHA-256 recorded when it was saved."""
-    record = Path(folder) / CHECKSUMS_NAME
-    if not record.exists():  # saved by another library or by hand: nothing to compare with
-        return
-    for name, expected in json.loads(record.read_text()).items():
-        path = Path(folder) / name
-        if path.exists() and _sha256(path) != expected:
-            raise ValueError(
-                f"{path} does not match the SHA-256 recorded when it was saved ({CHECKSUMS_NAME}): the file is "
-                f"corrupted or was changed after saving. Restore it (copy or download it again); if you replaced "
-                f"it on purpose, delete {record}."
-            )
+def check_single_segment(token_type_ids: torch.Tensor | None):
+    """Fastformer has no token type embeddings: accept the all-zero `token_type_ids` of BERT tokenizers, refuse
+    a second segment (e.g. a text pair)."""
+    if token_type_ids is not None and values_checked(token_type_ids) and bool(token_type_ids.any()):
+        raise ValueError(
+            "Fastformer has no token type (segment) embeddings, but `token_type_ids` has non-zero values: "
+            "encode one text per sequence, or drop `token_type_ids`"
+        )

@@ -160,6 +160,13 @@ def interact(
     return tokens @ projection[:, head_dim:] + g @ projection[:, :head_dim]
 
 
+class AdditiveAttentionOutput(NamedTuple):
+    """What `additive_attention` returns."""
+
+    output: torch.Tensor  # u: (B, H, N, D)
+    weights: torch.Tensor | None  # (B, H, 2, N): alpha (index 0) and beta (index 1); None unless asked for
+
+
 def additive_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -172,7 +179,7 @@ def additive_attention(
     query_key_projection: torch.Tensor | None = None,
     key_value_projection: torch.Tensor | None = None,
     return_weights: bool = False,
-):
+) -> AdditiveAttentionOutput:
     """Fastformer additive attention, Eqs. 3-6, before the output transform W_r and the query residual.
 
     query, key, value: (B, H, N, D); query_weight, key_weight: (H, D), the learned vectors w_q and w_k;
@@ -185,8 +192,9 @@ def additive_attention(
         u_i   = k * v_i
 
     `interaction` swaps both "*" for another combination (see `interact`); "concat" takes one projection
-    per interaction. Returns u: (B, H, N, D); with `return_weights`, also the two pooling distributions
-    stacked as (B, H, 2, N): index 0 is alpha (global query), index 1 is beta (global key).
+    per interaction. Returns `AdditiveAttentionOutput(output=u, weights)`: u is (B, H, N, D); `weights` is None,
+    or with `return_weights` the two pooling distributions stacked as (B, H, 2, N): index 0 is alpha (global
+    query), index 1 is beta (global key).
     The p_i are never formed (`pool_interactions`). With inputs that are head splits of (B, N, H*D)
     projections (transposed views), "product" and "add" give u back the same way, so
     `u.transpose(1, 2).reshape(B, N, H*D)` is free as well.
@@ -196,9 +204,7 @@ def additive_attention(
         global_query, key, key_weight, attention_mask, interaction, query_key_projection
     )
     u = interact(global_key.unsqueeze(-2), value, interaction, key_value_projection)  # (B, H, N, D)
-    if return_weights:
-        return u, torch.stack((alpha, beta), dim=-2)
-    return u
+    return AdditiveAttentionOutput(u, torch.stack((alpha, beta), dim=-2) if return_weights else None)
 
 
 class PoolingState(NamedTuple):

@@ -9,7 +9,6 @@ package only relatively, so a saved checkpoint carries it as Hub code.
 """
 
 import copy
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -27,24 +26,22 @@ from transformers.modeling_outputs import (
     Seq2SeqLMOutput,
     SequenceClassifierOutput,
 )
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
 from transformers.utils.generic import can_return_tuple
 
-from .checks import (
-    check_inputs,
-    checked_classification_labels,
-    checked_token_labels,
-    verify_checksums,
-    write_checksums,
-)
+from .checkpoint import CheckpointMixin
+from .checks import check_inputs, check_single_segment, checked_classification_labels, checked_token_labels
 from .configuration_fastformer import FastformerConfig
 from .functional import (
+    CausalAttentionState,
+    PoolingState,
     additive_attention,
     additive_pooling,
     causal_additive_attention,
     masked_softmax,
     pool_projections,
 )
-from .pipeline_fastformer import SummarizationPipeline
 
 
 class FastformerEmbeddings(nn.Module):
@@ -122,40 +119,10 @@ class FastformerAttention(nn.Module):
     def forward(self, hidden_states, attention_mask=None, output_attentions=False):
         query, q, k, v = self._project(hidden_states)
         vectors, settings = self._attention_arguments()
-        out = additive_attention(q, k, v, *vectors, attention_mask, return_weights=output_attentions, **settings)
-        u, weights = out if output_attentions else (out, None)
+        u, weights = additive_attention(
+            q, k, v, *vectors, attention_mask, return_weights=output_attentions, **settings
+        )
         return self._output(u, query), weights
-
-    def collapses(self, hidden_states) -> bool:
-        """Whether `forward_collapsed` is the cheaper way for these inputs: "product" interaction and a sequence
-        long enough (at least half the hidden size) to repay building its (batch, C, C) matrix."""
-        return self.interaction == "product" and 2 * hidden_states.shape[1] >= hidden_states.shape[2]
-
-    def forward_collapsed(self, hidden_states, attention_mask=None, output_attentions=False, output_dense=None):
-        """`output_dense(forward(...))` for the "product" interaction, with the Linear layers folded together.
-
-        The global query and key come from `pool_projections` (so q_i, k_i and p_i are never formed), and then
-        everything left is linear in x_i given the global key k:
-            dense(r_i + q_i) = W_o (W_r (k * (W_v x_i + b_v)) + b_r + W_q x_i + b_q) + b_o = M x_i + m
-            M = (W_o W_r) diag(k) W_v + W_o W_q,    m = W_o (W_r (k * b_v) + b_r + b_q) + b_o
-        so the sub-layer costs one (N x C) by (C x C) product per sequence instead of five, and stores no
-        (N x C) activation besides x. M depends on the sequence (through k): a (C x C) product per sequence.
-        """
-        batch, _, hidden_size = hidden_states.shape
-        value = self.query if self.value is None else self.value
-        (query_weight, key_weight), _ = self._attention_arguments()
-        query = self.query
-        global_query, alpha = pool_projections(hidden_states, query.weight, query.bias, query_weight, attention_mask)
-        key_weight = key_weight * global_query  # w_k . (q * k_i) = (w_k * q) . k_i
-        pooled_key, beta = pool_projections(hidden_states, self.key.weight, self.key.bias, key_weight, attention_mask)
-        global_key = (global_query * pooled_key).reshape(batch, 1, hidden_size)  # sum_i beta_i (q * k_i)
-
-        out_transform = output_dense.weight @ self.transform.weight  # W_o W_r
-        matrix = (out_transform * global_key) @ value.weight + output_dense.weight @ query.weight  # (B, C, C)
-        inner_bias = (global_key * value.bias) @ self.transform.weight.T + self.transform.bias + query.bias
-        bias = inner_bias @ output_dense.weight.T + output_dense.bias  # (B, 1, C)
-        out = torch.baddbmm(bias, hidden_states, matrix.transpose(1, 2))
-        return out, torch.stack((alpha, beta), dim=-2) if output_attentions else None
 
 
 class FastformerCausalAttention(FastformerAttention):
@@ -228,7 +195,7 @@ class FastformerSublayerOutput(nn.Module):
         return self.add_and_norm(self.dense(hidden_states), residual)
 
     def add_and_norm(self, projected, residual) -> torch.Tensor:
-        """The sub-layer after `dense`, for a caller that applied `dense` itself."""
+        """The sub-layer after `dense`, for a caller that applied `dense` itself (`FastformerLayer`)."""
         return self.layer_norm(residual + self.dropout(projected))
 
 
@@ -244,28 +211,78 @@ class FastformerFeedForward(nn.Module):
 
 
 class FastformerLayer(GradientCheckpointingLayer):
+    """Additive attention -> dense -> add & LayerNorm -> feed-forward -> add & LayerNorm.
+
+    The attention sub-layer (attention up to the output dense) is computed one of two exact ways, chosen by
+    `config.attention_implementation` (read at every call, so it can be switched on a loaded model):
+    - "plain": the paper's steps (`FastformerAttention`, then `attention_output.dense`);
+    - "collapsed": the same function with the Linear layers folded into one matrix per sequence
+      (`collapsed_attention`; "product" interaction only);
+    - "auto" (default): "collapsed" where it applies and repays building its matrix (a sequence of at least
+      hidden_size / 2 tokens), "plain" otherwise.
+    The layer owns the choice because the folding reads weights of both `attention` and `attention_output`.
+    """
+
     def __init__(self, config: FastformerConfig):
         super().__init__()
+        self.config = config
         self.attention = FastformerAttention(config)
         self.attention_output = FastformerSublayerOutput(config, config.hidden_size)
         self.feed_forward = FastformerFeedForward(config)
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
-        if self.attention.collapses(hidden_states):  # the same function, fewer operations
-            projected, weights = self.attention.forward_collapsed(
-                hidden_states, attention_mask, output_attentions, self.attention_output.dense
+    def uses_collapsed_attention(self, hidden_states) -> bool:
+        implementation = self.config.attention_implementation
+        if implementation == "auto":
+            return self.config.interaction == "product" and 2 * hidden_states.shape[1] >= hidden_states.shape[2]
+        if implementation == "collapsed" and self.config.interaction != "product":
+            raise ValueError(
+                'attention_implementation="collapsed" folds the "product" interaction\'s linear maps and needs '
+                f'interaction="product", got interaction={self.config.interaction!r}; use "auto" or "plain"'
             )
-            hidden_states = self.attention_output.add_and_norm(projected, hidden_states)
+        return implementation == "collapsed"
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
+        if self.uses_collapsed_attention(hidden_states):
+            projected, weights = self.collapsed_attention(hidden_states, attention_mask, output_attentions)
         else:
             attention, weights = self.attention(hidden_states, attention_mask, output_attentions)
-            hidden_states = self.attention_output(attention, hidden_states)
+            projected = self.attention_output.dense(attention)
+        hidden_states = self.attention_output.add_and_norm(projected, hidden_states)
         return self.feed_forward(hidden_states), weights
+
+    def collapsed_attention(self, hidden_states, attention_mask=None, output_attentions=False):
+        """`attention_output.dense(attention(...))` for the "product" interaction, with the Linear layers folded.
+
+        The global query and key come from `pool_projections` (so q_i, k_i and p_i are never formed), and then
+        everything left is linear in x_i given the global key k:
+            dense(r_i + q_i) = W_o (W_r (k * (W_v x_i + b_v)) + b_r + W_q x_i + b_q) + b_o = M x_i + m
+            M = (W_o W_r) diag(k) W_v + W_o W_q,    m = W_o (W_r (k * b_v) + b_r + b_q) + b_o
+        so the sub-layer costs one (N x C) by (C x C) product per sequence instead of five, and stores no
+        (N x C) activation besides x. M depends on the sequence (through k): a (C x C) product per sequence.
+        """
+        attention, dense = self.attention, self.attention_output.dense
+        batch, _, hidden_size = hidden_states.shape
+        query, key = attention.query, attention.key
+        value = query if attention.value is None else attention.value
+        (query_weight, key_weight), _ = attention._attention_arguments()
+        global_query, alpha = pool_projections(hidden_states, query.weight, query.bias, query_weight, attention_mask)
+        key_weight = key_weight * global_query  # w_k . (q * k_i) = (w_k * q) . k_i
+        pooled_key, beta = pool_projections(hidden_states, key.weight, key.bias, key_weight, attention_mask)
+        global_key = (global_query * pooled_key).reshape(batch, 1, hidden_size)  # sum_i beta_i (q * k_i)
+
+        out_transform = dense.weight @ attention.transform.weight  # W_o W_r
+        matrix = (out_transform * global_key) @ value.weight + dense.weight @ query.weight  # (B, C, C)
+        inner_bias = (global_key * value.bias) @ attention.transform.weight.T + attention.transform.bias + query.bias
+        bias = inner_bias @ dense.weight.T + dense.bias  # (B, 1, C)
+        out = torch.baddbmm(bias, hidden_states, matrix.transpose(1, 2))
+        return out, torch.stack((alpha, beta), dim=-2) if output_attentions else None
 
 
 class FastformerDecoderLayer(GradientCheckpointingLayer):
     """Causal Fastformer attention, then (in an encoder-decoder) cross-attention, then the feed-forward block.
 
-    `cache` is this layer's `FastformerCacheLayer`: read to continue a sequence, then updated in place.
+    `state` (a `CausalAttentionState`) continues a sequence; `encoded` is `cross_attention.encode(...)` of the
+    encoder output, computed once by the caller. Returns the hidden states and the attention's new state.
     """
 
     def __init__(self, config: FastformerConfig, cross_attention: bool):
@@ -279,19 +296,12 @@ class FastformerDecoderLayer(GradientCheckpointingLayer):
             self.cross_attention = self.cross_attention_output = None
         self.feed_forward = FastformerFeedForward(config)
 
-    def forward(
-        self, hidden_states, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None, cache=None
-    ):
-        attention, state = self.attention(hidden_states, attention_mask, None if cache is None else cache.state)
+    def forward(self, hidden_states, attention_mask=None, encoded=None, state=None):
+        attention, state = self.attention(hidden_states, attention_mask, state)
         hidden_states = self.attention_output(attention, hidden_states)
-        encoded = None if cache is None else cache.encoded
         if self.cross_attention is not None:
-            if encoded is None:
-                encoded = self.cross_attention.encode(encoder_hidden_states, encoder_attention_mask)
             hidden_states = self.cross_attention_output(self.cross_attention(hidden_states, encoded), hidden_states)
-        if cache is not None:
-            cache.state, cache.encoded = state, encoded
-        return self.feed_forward(hidden_states)
+        return self.feed_forward(hidden_states), state
 
 
 class FastformerPooler(nn.Module):
@@ -321,7 +331,7 @@ class FastformerPooler(nn.Module):
         return (weights.to(hidden_states.dtype).unsqueeze(1) @ hidden_states).squeeze(1)  # (B, hidden)
 
 
-class FastformerPreTrainedModel(PreTrainedModel):
+class FastformerPreTrainedModel(CheckpointMixin, PreTrainedModel):
     config_class = FastformerConfig
     base_model_prefix = "fastformer"
     supports_gradient_checkpointing = True
@@ -340,28 +350,6 @@ class FastformerPreTrainedModel(PreTrainedModel):
             ):
                 if parameter is not None:
                     init.normal_(parameter, mean=0.0, std=self.config.initializer_range)
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        # transformers writes an auto_map entry for the saved class only; list every head, so that one
-        # checkpoint loads into any of them as Hub code (trust_remote_code=True) without this package
-        self.config.auto_map = {
-            "AutoConfig": f"{FastformerConfig.__module__.rsplit('.', 1)[-1]}.{FastformerConfig.__name__}",
-            **{cls._auto_class: f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}" for cls in AUTO_CLASSES},
-        }
-        result = super().save_pretrained(save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True):
-            write_checksums(save_directory)
-        return result
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        # safetensors detects a broken header or a short file, not changed bytes: compare the SHA-256 recorded
-        # at saving, for a local folder (the Hub client checks what it downloads)
-        if pretrained_model_name_or_path is not None:
-            folder = Path(pretrained_model_name_or_path) / kwargs.get("subfolder", "")
-            if folder.is_dir():
-                verify_checksums(folder)
-        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
 
 class FastformerModel(FastformerPreTrainedModel):
@@ -394,19 +382,19 @@ class FastformerModel(FastformerPreTrainedModel):
         self,
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        token_type_ids: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
+        r"""
+        token_type_ids: accepted so that BERT tokenizers work as they are; all zero (Fastformer has no segment
+            embeddings: a second segment is refused).
+        """
         batch_size, seq_length = check_inputs(input_ids, inputs_embeds, self.config)
-        # accepted so that BERT tokenizers work as they are; Fastformer has no segment embeddings
-        if token_type_ids is not None and token_type_ids.any():
-            raise ValueError(
-                "Fastformer has no token type (segment) embeddings, but `token_type_ids` has non-zero values: "
-                "encode one text per sequence, or drop `token_type_ids`"
-            )
+        check_single_segment(token_type_ids)
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
@@ -468,21 +456,22 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
         self,
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        token_type_ids: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput:
         outputs = self.fastformer(
             input_ids,
             attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
-            token_type_ids=token_type_ids,
             return_dict=True,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output))
@@ -533,22 +522,23 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
         self,
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        token_type_ids: torch.Tensor | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
         outputs = self.fastformer(
             input_ids,
             attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
-            token_type_ids=token_type_ids,
             return_dict=True,
         )
         logits = self.lm_head(outputs.last_hidden_state)
@@ -564,27 +554,29 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
 
 
 class FastformerCacheLayer:
-    """The generation state of one decoder layer application."""
+    """The generation state of one decoder layer application: its causal attention's `CausalAttentionState`
+    (two streaming-softmax poolings of (B, H) and (B, H, D) tensors), None before the first token."""
 
     is_compileable = False
     supports_early_init = False
 
     def __init__(self):
-        self.state = None  # CausalAttentionState: two streaming-softmax poolings, (B, H) and (B, H, D) tensors
-        self.encoded = None  # FastformerCrossAttention.encode(encoder output): computed once, then reused
+        self.state = None
 
 
 class FastformerCache(Cache):
     """Everything a Fastformer decoder needs to continue generating, of a size that does not grow with the
-    number of generated tokens: per decoder layer application, the causal attention's recurrent state and the
-    cross-attention's encoder-side tensors, plus the count of real tokens per row (the next position id).
+    number of generated tokens: per decoder layer application, the causal attention's recurrent state
+    (`layers`); per distinct decoder layer (one with `share_layers`), the cross-attention's encoder-side tensors
+    (`encoded`, computed on the first step); the count of real tokens per row (the next position id).
 
-    Beam search reorders it. A recurrent state cannot be rolled back (`crop`), so the models set
-    `_is_stateful` and transformers refuses assisted and contrastive decoding.
+    Beam search reorders it. A recurrent state cannot be rolled back (`crop`), so the models are stateful
+    (`_is_stateful`) and transformers refuses assisted decoding.
     """
 
-    def __init__(self, num_layers: int):
-        super().__init__(layers=[FastformerCacheLayer() for _ in range(num_layers)])
+    def __init__(self, config: FastformerConfig):
+        super().__init__(layers=[FastformerCacheLayer() for _ in range(config.num_decoder_layers)])
+        self.encoded = [None] * (1 if config.share_layers else config.num_decoder_layers)
         self.seen_tokens = 0  # columns consumed, padding included
         self.positions = None  # (B,) real tokens consumed per row
 
@@ -595,24 +587,30 @@ class FastformerCache(Cache):
         return -1
 
     def tensors(self) -> list[torch.Tensor]:
-        leaves = torch.utils._pytree.tree_leaves([(layer.state, layer.encoded) for layer in self.layers])
-        return [t for t in leaves + [self.positions] if t is not None]
+        states = [t for layer in self.layers if layer.state is not None for pooling in layer.state for t in pooling]
+        encoded = [t for tensors in self.encoded if tensors is not None for t in tensors if t is not None]
+        return states + encoded + ([] if self.positions is None else [self.positions])
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the cache's tensors."""
         return sum(t.numel() * t.element_size() for t in self.tensors())
 
-    def _apply_to_rows(self, select):
-        def apply(t):
-            return None if t is None else select(t)
-
+    def _apply_to_rows(self, select, encoded=True):
         for layer in self.layers:
-            layer.state, layer.encoded = torch.utils._pytree.tree_map(apply, (layer.state, layer.encoded))
-        self.positions = apply(self.positions)
+            if layer.state is not None:
+                layer.state = CausalAttentionState(*(PoolingState(*map(select, pooling)) for pooling in layer.state))
+        if encoded:
+            self.encoded = [
+                None if tensors is None else tuple(None if t is None else select(t) for t in tensors)
+                for tensors in self.encoded
+            ]
+        if self.positions is not None:
+            self.positions = select(self.positions)
 
     def reorder_cache(self, beam_idx: torch.LongTensor):
-        self._apply_to_rows(lambda t: t.index_select(0, beam_idx.to(t.device)))
+        # beam search picks beams among those of the same source, whose encoder-side rows are equal copies
+        self._apply_to_rows(lambda t: t.index_select(0, beam_idx.to(t.device)), encoded=False)
 
     def batch_select_indices(self, indices: torch.Tensor):
         self._apply_to_rows(lambda t: t[indices])
@@ -624,7 +622,10 @@ class FastformerCache(Cache):
         raise ValueError("FastformerCache holds a recurrent state, which cannot be rolled back (cropped)")
 
     def reset(self):
-        self.__init__(len(self.layers))
+        for layer in self.layers:
+            layer.state = None
+        self.encoded = [None] * len(self.encoded)
+        self.seen_tokens, self.positions = 0, None
 
 
 class FastformerDecoder(nn.Module):
@@ -670,35 +671,42 @@ class FastformerDecoder(nn.Module):
                     f"The decoder's attention mask must have shape {(batch_size, length)} (or cover the cached "
                     f"tokens too), got {tuple(attention_mask.shape)}"
                 )
-        start = cache.positions if cache is not None and cache.positions is not None else None
-        if start is None:
-            start = torch.zeros(batch_size, dtype=torch.long, device=device)
+        start = None if cache is None else cache.positions  # (B,) real tokens before these
         if position_ids is None:
             if attention_mask is None:
-                position_ids = start[:, None] + torch.arange(length, device=device)
+                position_ids = torch.arange(length, device=device).expand(batch_size, -1)
             else:
-                position_ids = (start[:, None] + attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+                position_ids = (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+            if start is not None:
+                position_ids = position_ids + start[:, None]
 
         hidden_states = self.embeddings(input_ids, position_ids, inputs_embeds)
         all_hidden_states = (hidden_states,) if output_hidden_states else None
+        # the encoder-side tensors of each distinct layer's cross-attention, computed once (and cached)
+        encoded = cache.encoded if cache is not None else [None] * len(self.layers)
         for index in range(self.config.num_decoder_layers):
-            hidden_states = self.layers[index % len(self.layers)](
-                hidden_states,
-                attention_mask,
-                encoder_hidden_states,
-                encoder_attention_mask,
-                cache=None if cache is None else cache.layers[index],
-            )
+            layer_index = index % len(self.layers)
+            layer = self.layers[layer_index]
+            if layer.cross_attention is not None and encoded[layer_index] is None:
+                encoded[layer_index] = layer.cross_attention.encode(encoder_hidden_states, encoder_attention_mask)
+            state = None if cache is None else cache.layers[index].state
+            hidden_states, state = layer(hidden_states, attention_mask, encoded[layer_index], state)
+            if cache is not None:
+                cache.layers[index].state = state
             if output_hidden_states:
                 all_hidden_states += (hidden_states,)
         if cache is not None:
             cache.seen_tokens += length
-            cache.positions = start + (length if attention_mask is None else attention_mask.sum(dim=-1))
+            consumed = length if attention_mask is None else attention_mask.sum(dim=-1)
+            if start is None:
+                start = torch.zeros(batch_size, dtype=torch.long, device=device)
+            cache.positions = start + consumed
         return BaseModelOutput(last_hidden_state=hidden_states, hidden_states=all_hidden_states)
 
 
-class FastformerGenerationMixin(GenerationMixin):
-    """What generate() needs from a model whose decoder carries a recurrent state instead of a KV cache."""
+class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
+    """What generate() needs from a model whose decoder carries a recurrent state instead of a KV cache: the
+    base of `FastformerForConditionalGeneration` and `FastformerForCausalLM`."""
 
     # a recurrent state cannot be rolled back: transformers refuses assisted decoding for stateful models
     _is_stateful = True
@@ -708,14 +716,8 @@ class FastformerGenerationMixin(GenerationMixin):
     def _supports_default_dynamic_cache(cls) -> bool:
         return False  # the model makes its own FastformerCache on the first forward with use_cache=True
 
-    def get_output_embeddings(self):
-        return self.lm_head
 
-    def set_output_embeddings(self, new_embeddings):
-        self.lm_head = new_embeddings
-
-
-class FastformerForConditionalGeneration(FastformerPreTrainedModel, FastformerGenerationMixin):
+class FastformerForConditionalGeneration(FastformerGenerativeModel):
     """Fastformer encoder + causal Fastformer decoder with cross-attention, for summarization and other
     sequence-to-sequence tasks. One decoding step costs the same at any output length, and the generation
     state (`FastformerCache`) does not grow.
@@ -742,17 +744,6 @@ class FastformerForConditionalGeneration(FastformerPreTrainedModel, FastformerGe
         self.decoder = FastformerDecoder(config, cross_attention=True)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        # transformers 5 has no summarization pipeline: ship ours with the checkpoint (see pipeline_fastformer.py)
-        self.config.custom_pipelines = {
-            "summarization": {
-                "impl": f"{SummarizationPipeline.__module__.rsplit('.', 1)[-1]}.{SummarizationPipeline.__name__}",
-                "pt": ["AutoModelForSeq2SeqLM"],
-                "type": "text",
-            }
-        }
-        return super().save_pretrained(save_directory, *args, **kwargs)
 
     def get_encoder(self, modality=None):
         return self.fastformer
@@ -783,6 +774,7 @@ class FastformerForConditionalGeneration(FastformerPreTrainedModel, FastformerGe
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         output_hidden_states = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
@@ -806,7 +798,7 @@ class FastformerForConditionalGeneration(FastformerPreTrainedModel, FastformerGe
                 decoder_input_ids = self.shift_labels_right(labels)
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and cache is None:
-            cache = FastformerCache(self.config.num_decoder_layers)
+            cache = FastformerCache(self.config)
 
         decoder_outputs = self.decoder(
             decoder_input_ids,
@@ -845,7 +837,7 @@ class FastformerForConditionalGeneration(FastformerPreTrainedModel, FastformerGe
         return self.shift_labels_right(labels)
 
 
-class FastformerForCausalLM(FastformerPreTrainedModel, FastformerGenerationMixin):
+class FastformerForCausalLM(FastformerGenerativeModel):
     """A decoder-only Fastformer language model: the causal layers of `FastformerForConditionalGeneration`
     without cross-attention, generating with the same constant-size state. `labels` are usually the input
     ids; the loss shifts them (position t predicts token t + 1)."""
@@ -885,6 +877,7 @@ class FastformerForCausalLM(FastformerPreTrainedModel, FastformerGenerationMixin
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         output_hidden_states = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
@@ -893,7 +886,7 @@ class FastformerForCausalLM(FastformerPreTrainedModel, FastformerGenerationMixin
         if labels is not None:
             labels = checked_token_labels(labels, self.config, None if input_ids is None else input_ids.shape)
         if use_cache and cache is None:
-            cache = FastformerCache(self.config.num_decoder_layers)
+            cache = FastformerCache(self.config)
         outputs = self.decoder(
             input_ids,
             attention_mask=attention_mask,

@@ -40,7 +40,7 @@ def test_decoding_step_compiles_as_one_graph():
     model = FastformerForConditionalGeneration(tiny_config()).eval()
     ids, mask = padded_batch()
     encoder_outputs = model.get_encoder()(ids, attention_mask=mask)
-    eager_cache = FastformerCache(model.config.num_decoder_layers)
+    eager_cache = FastformerCache(model.config)
     prefix = torch.tensor([[1, 5, 7], [1, 9, 4]])
     model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=prefix, cache=eager_cache)
     compiled_cache = copy.deepcopy(eager_cache)

@@ -1,11 +1,13 @@
-"""fastformer.functional against a float64 loop written plainly from the paper's Eqs. 3-6."""
+"""fastformer.functional against fastformer.naive, the float64 loops written plainly from the paper's Eqs. 3-6."""
 
 import math
 
 import pytest
 import torch
 
+from fastformer import naive
 from fastformer.functional import (
+    AdditiveAttentionOutput,
     INTERACTIONS,
     additive_attention,
     additive_pooling,
@@ -16,44 +18,6 @@ from fastformer.functional import (
 )
 
 B, H, N, D = 3, 2, 6, 4
-
-
-def reference_combine(interaction, g, x, projection):
-    """The interaction of a global vector g with a token x, as the paper writes it."""
-    if interaction == "product":
-        return g * x
-    if interaction == "add":
-        return g + x
-    return torch.cat([g, x]) @ projection.double()  # [g ; x] P
-
-
-def reference_additive_attention(q, k, v, w_q, w_k, mask, interaction="product", qk_proj=None, kv_proj=None):
-    """One head, one sequence at a time, a token at a time, in float64. Padding takes no part in the two
-    softmaxes; a sequence with no token pools to the zero vector."""
-    q, k, v, w_q, w_k = (t.double() for t in (q, k, v, w_q, w_k))
-    batch, heads, length, dim = q.shape
-    mask = torch.ones(batch, length, dtype=torch.bool) if mask is None else mask.bool()
-    qk_proj, kv_proj = ([None] * heads if p is None else p for p in (qk_proj, kv_proj))
-
-    def pool(vectors, w, b):
-        scores = [w @ vectors[i] / math.sqrt(dim) for i in range(length)]
-        real = [i for i in range(length) if mask[b, i]]
-        if not real:
-            return torch.zeros(dim, dtype=torch.float64)
-        top = max(scores[i].item() for i in real)  # a constant shift: the softmax does not change
-        exps = {i: torch.exp(scores[i] - top) for i in real}
-        denominator = sum(exps.values())
-        return sum(exps[i] / denominator * vectors[i] for i in real)
-
-    u = torch.zeros(batch, heads, length, dim, dtype=torch.float64)
-    for b in range(batch):
-        for h in range(heads):
-            global_query = pool(q[b, h], w_q[h], b)
-            p = [reference_combine(interaction, global_query, k[b, h, i], qk_proj[h]) for i in range(length)]
-            global_key = pool(p, w_k[h], b)
-            for i in range(length):
-                u[b, h, i] = reference_combine(interaction, global_key, v[b, h, i], kv_proj[h])
-    return u
 
 
 def make_mask(kind, generator):
@@ -102,9 +66,9 @@ MASKS = ["none", "right", "left", "random", "all-padding-row"]
 def test_matches_float64_reference(interaction, mask_kind):
     tensors, generator = make_inputs(interaction)
     mask = make_mask(mask_kind, generator)
-    u = call(tensors, mask, interaction)
+    u = call(tensors, mask, interaction).output
     q, k, v, w_q, w_k, *projections = tensors
-    expected = reference_additive_attention(q, k, v, w_q, w_k, mask, interaction, *projections)
+    expected = naive.additive_attention(q, k, v, w_q, w_k, mask, interaction, *projections)
     assert u.shape == v.shape and u.dtype == torch.float64
     torch.testing.assert_close(u, expected, rtol=1e-12, atol=1e-12)
 
@@ -114,7 +78,7 @@ def test_matches_float64_reference(interaction, mask_kind):
 def test_gradients_gradcheck(interaction, mask_kind):
     tensors, generator = make_inputs(interaction, requires_grad=True)
     mask = make_mask(mask_kind, generator)
-    assert torch.autograd.gradcheck(lambda *t: call(t, mask, interaction), tensors)
+    assert torch.autograd.gradcheck(lambda *t: call(t, mask, interaction).output, tensors)
 
 
 @pytest.mark.parametrize("mask_kind", ["right", "left", "random"])
@@ -122,8 +86,8 @@ def test_gradients_match_reference(mask_kind):
     tensors, generator = make_inputs(requires_grad=True)
     mask = make_mask(mask_kind, generator)
     upstream = torch.randn(B, H, N, D, generator=generator, dtype=torch.float64)
-    grads = torch.autograd.grad((call(tensors, mask, "product") * upstream).sum(), tensors)
-    expected = torch.autograd.grad((reference_additive_attention(*tensors, mask) * upstream).sum(), tensors)
+    grads = torch.autograd.grad((call(tensors, mask, "product").output * upstream).sum(), tensors)
+    expected = torch.autograd.grad((naive.additive_attention(*tensors, mask) * upstream).sum(), tensors)
     for grad, reference in zip(grads, expected):
         torch.testing.assert_close(grad, reference, rtol=1e-10, atol=1e-12)
 
@@ -135,8 +99,8 @@ def test_head_splits_of_projections_match_reference_and_come_back_as_views(inter
     mask = make_mask("random", generator)
     views = [t.transpose(1, 2).contiguous().transpose(1, 2) for t in tensors[:3]] + tensors[3:]
     assert not views[0].is_contiguous()
-    u = call(views, mask, interaction)
-    expected = reference_additive_attention(*tensors[:5], mask, interaction, *tensors[5:])
+    u = call(views, mask, interaction).output
+    expected = naive.additive_attention(*tensors[:5], mask, interaction, *tensors[5:])
     torch.testing.assert_close(u, expected, rtol=1e-12, atol=1e-12)
     if interaction != "concat":  # element-wise interactions keep the layout: (B, N, H*D) is a view, not a copy
         assert u.transpose(1, 2).is_contiguous()
@@ -170,11 +134,11 @@ def test_additive_pooling_takes_one_weight_per_sequence():
 def test_padding_content_never_reaches_real_tokens(interaction):
     tensors, generator = make_inputs(interaction)
     mask = make_mask("random", generator).bool()
-    u = call(tensors, mask, interaction)
+    u = call(tensors, mask, interaction).output
     noisy = [t.clone() for t in tensors]
     for t in noisy[:3]:  # q, k, v at padding positions
         t.masked_fill_(~mask[:, None, :, None], 1e6)
-    u_noisy = call(noisy, mask, interaction)
+    u_noisy = call(noisy, mask, interaction).output
     real = mask[:, None, :, None].expand_as(u)
     torch.testing.assert_close(u_noisy[real], u[real], rtol=0, atol=0)
 
@@ -184,7 +148,9 @@ def test_weights_are_the_two_pooling_distributions():
     mask = make_mask("all-padding-row", generator)
     u, weights = call(tensors, mask, "product", return_weights=True)
     assert weights.shape == (B, H, 2, N)
-    torch.testing.assert_close(u, call(tensors, mask, "product"))
+    without = call(tensors, mask, "product")
+    assert isinstance(without, AdditiveAttentionOutput) and without.weights is None
+    torch.testing.assert_close(u, without.output)
     padding = ~mask[:, None, None, :].expand_as(weights)
     assert torch.all(weights[padding] == 0)
     sums = weights.sum(-1)  # (B, H, 2): 1 for sequences with tokens, 0 for the all-padding row
@@ -199,7 +165,7 @@ def test_weights_are_the_two_pooling_distributions():
 def test_all_padding_rows_are_finite_with_and_without_grad():
     tensors, _ = make_inputs(dtype=torch.float32, requires_grad=True)
     mask = torch.zeros(B, N, dtype=torch.bool)
-    u = call(tensors, mask, "product")
+    u = call(tensors, mask, "product").output
     u.sum().backward()
     assert torch.isfinite(u).all()
     assert all(torch.isfinite(t.grad).all() for t in tensors)
@@ -212,7 +178,7 @@ def test_half_precision_inputs_softmax_in_float32(dtype):
     half = [t.to(dtype) for t in tensors]
     u, weights = call(half, mask, "product", return_weights=True)
     assert u.dtype == dtype and weights.dtype == torch.float32
-    expected = reference_additive_attention(*half, mask)
+    expected = naive.additive_attention(*half, mask)
     error = (u.double() - expected).norm() / expected.norm()
     assert error < 2e-2, f"relative error {error:.2e}"
 
@@ -244,30 +210,9 @@ def test_unknown_interaction_names_the_allowed_values():
 # ---- causal additive attention ------------------------------------------------------------------------------
 
 
-def reference_causal_additive_attention(q, k, v, w_q, w_k, mask, interaction="product", qk_proj=None, kv_proj=None):
-    """Position by position: the prefix 1..t pooled as in Eqs. 3-6, padding left out, in float64."""
-    q, k, v, w_q, w_k = (t.double() for t in (q, k, v, w_q, w_k))
-    batch, heads, length, dim = q.shape
-    mask = torch.ones(batch, length, dtype=torch.bool) if mask is None else mask.bool()
-    qk_proj, kv_proj = ([None] * heads if p is None else p for p in (qk_proj, kv_proj))
-
-    def pool(vectors, w, real):
-        if not real:
-            return torch.zeros(dim, dtype=torch.float64)
-        weights = torch.stack([w @ vectors[i] / math.sqrt(dim) for i in real]).softmax(0)
-        return sum(weight * vectors[i] for weight, i in zip(weights, real))
-
-    u = torch.zeros(batch, heads, length, dim, dtype=torch.float64)
-    for b in range(batch):
-        for h in range(heads):
-            p = []
-            for t in range(length):
-                real = [i for i in range(t + 1) if mask[b, i]]
-                global_query = pool(q[b, h], w_q[h], real)
-                p.append(reference_combine(interaction, global_query, k[b, h, t], qk_proj[h]))
-                global_key = pool(p, w_k[h], real)
-                u[b, h, t] = reference_combine(interaction, global_key, v[b, h, t], kv_proj[h])
-    return u
+def leaves(state):
+    """The tensors of a CausalAttentionState: (max, denominator, weighted_sum) of each pooling."""
+    return [t for pooling in state for t in pooling]
 
 
 def call_causal(tensors, mask, interaction="product", state=None, chunk_size=64):
@@ -286,7 +231,7 @@ def test_causal_matches_float64_reference(interaction, mask_kind, chunk_size):
     tensors, generator = make_inputs(interaction)
     mask = make_mask(mask_kind, generator)
     u, _ = call_causal(tensors, mask, interaction, chunk_size=chunk_size)
-    expected = reference_causal_additive_attention(*tensors[:5], mask, interaction, *tensors[5:])
+    expected = naive.causal_additive_attention(*tensors[:5], mask, interaction, *tensors[5:])
     torch.testing.assert_close(u, expected, rtol=1e-12, atol=1e-12)
 
 
@@ -304,7 +249,7 @@ def test_causal_gradients_match_reference():
     mask = make_mask("left", generator)
     upstream = torch.randn(B, H, N, D, generator=generator, dtype=torch.float64)
     grads = torch.autograd.grad((call_causal(tensors, mask, chunk_size=4)[0] * upstream).sum(), tensors)
-    expected = torch.autograd.grad((reference_causal_additive_attention(*tensors, mask) * upstream).sum(), tensors)
+    expected = torch.autograd.grad((naive.causal_additive_attention(*tensors, mask) * upstream).sum(), tensors)
     for grad, reference in zip(grads, expected):
         torch.testing.assert_close(grad, reference, rtol=1e-10, atol=1e-12)
 
@@ -322,14 +267,14 @@ def test_causal_in_pieces_with_state_equals_whole(interaction, splits):
         pieces.append(u)
         start += length
     torch.testing.assert_close(torch.cat(pieces, dim=2), whole, rtol=1e-12, atol=1e-12)
-    for got, expected in zip(torch.utils._pytree.tree_leaves(state), torch.utils._pytree.tree_leaves(final_state)):
+    for got, expected in zip(leaves(state), leaves(final_state)):
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
 
 def test_causal_state_size_does_not_grow():
     tensors, _ = make_inputs()
     _, state = call_causal(tensors, None)
-    sizes = [t.numel() for t in torch.utils._pytree.tree_leaves(state)]
+    sizes = [t.numel() for t in leaves(state)]
     assert sizes == [B * H, B * H, B * H * D] * 2
 
 
@@ -351,8 +296,8 @@ def test_causal_extreme_logits_stay_finite_and_correct(scale):
     tensors[0] = tensors[0] * scale  # logits w_q . q_i / sqrt(D) of about +-1e4
     u, state = call_causal(tensors, mask, chunk_size=4)
     assert torch.isfinite(u).all()
-    assert all(torch.isfinite(t).all() for t in torch.utils._pytree.tree_leaves(state))
-    expected = reference_causal_additive_attention(*tensors, mask)
+    assert all(torch.isfinite(t).all() for t in leaves(state))
+    expected = naive.causal_additive_attention(*tensors, mask)
     error = (u.double() - expected).norm() / expected.norm()
     assert error < 1e-5, f"relative error {error:.2e}"
 
@@ -364,7 +309,7 @@ def test_causal_half_precision(dtype):
     half = [t.to(dtype) for t in tensors]
     u, state = call_causal(half, mask, chunk_size=4)
     assert u.dtype == dtype and state.query.weighted_sum.dtype == torch.float32
-    expected = reference_causal_additive_attention(*half, mask)
+    expected = naive.causal_additive_attention(*half, mask)
     error = (u.double() - expected).norm() / expected.norm()
     assert error < 2e-2, f"relative error {error:.2e}"
 

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from fastformer import FastformerCache, FastformerConfig, FastformerForCausalLM, FastformerForConditionalGeneration
+from fastformer.modeling_fastformer import FastformerCrossAttention
 
 VOCAB, PAD, START, EOS = 61, 0, 1, 2
 
@@ -76,7 +77,7 @@ def test_incremental_decoding_equals_full_forward(model_class, variant, pieces):
     mask = torch.ones_like(ids)
     mask[1, :3] = 0  # left padding in row 1
     full = logits(model, ids, mask, use_cache=False)
-    cache, steps, start = FastformerCache(model.config.num_decoder_layers), [], 0
+    cache, steps, start = FastformerCache(model.config), [], 0
     for length in pieces:
         # generate() style: the mask covers every token so far, the ids only the new ones
         steps.append(logits(model, ids[:, start : start + length], mask[:, : start + length], cache=cache))
@@ -272,7 +273,7 @@ def test_assisted_and_contrastive_decoding_are_refused(settings):
 
 def test_cache_rows_follow_beam_reordering_and_cannot_be_cropped():
     model = build(FastformerForCausalLM)
-    cache = FastformerCache(model.config.num_decoder_layers)
+    cache = FastformerCache(model.config)
     logits(model, tokens(3, 4), cache=cache)
     before = [t.clone() for t in cache.tensors()]
     cache.reorder_cache(torch.tensor([2, 0, 0]))
@@ -286,3 +287,53 @@ def test_decoding_past_the_positions_is_a_clear_error():
     model = build(FastformerForCausalLM, max_position_embeddings=8)
     with pytest.raises(ValueError, match="reaches 9 tokens but `max_position_embeddings` is 8"):
         logits(model, tokens(1, 9))
+
+
+@pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
+def test_generation_models_are_stateful(model_class):
+    """A recurrent state cannot be rolled back: transformers must see `_is_stateful` (PreTrainedModel sets it
+    False, so it has to be set on a class after PreTrainedModel in the MRO)."""
+    assert model_class._is_stateful is True
+    model = build(model_class)
+    model._supported_generation_modes = None  # let transformers' own stateful check speak
+    with pytest.raises(ValueError, match="not supported with stateful models"):
+        model.generate(tokens(1, 5), max_new_tokens=3, assistant_model=build(model_class, seed=1))
+
+
+@pytest.mark.parametrize("share_layers", [True, False], ids=["shared-layers", "unshared"])
+def test_cross_attention_encodes_the_source_once_per_distinct_layer(share_layers, monkeypatch):
+    model = build(FastformerForConditionalGeneration, share_layers=share_layers)
+    distinct = 1 if share_layers else model.config.num_decoder_layers
+    calls = []
+    encode = FastformerCrossAttention.encode
+    monkeypatch.setattr(FastformerCrossAttention, "encode", lambda *args: calls.append(1) or encode(*args))
+    cache = FastformerCache(model.config)
+    for piece in range(3):  # a prompt and two decoding steps
+        logits(model, tokens(2, 4 if piece == 0 else 1, seed=piece), cache=cache)
+    assert len(calls) == distinct and len(cache.encoded) == distinct
+    calls.clear()
+    logits(model, tokens(2, 4), use_cache=False)  # a training forward: no cache, still once per distinct layer
+    assert len(calls) == distinct
+
+
+def test_shared_layers_store_the_encoder_side_once():
+    shared, unshared = (
+        build(FastformerForConditionalGeneration, share_layers=sharing) for sharing in (True, False)
+    )
+    sizes = {}
+    for model in (shared, unshared):
+        cache = FastformerCache(model.config)
+        logits(model, tokens(2, 4), cache=cache)
+        sizes[model.config.share_layers] = sum(t.nbytes for tensors in cache.encoded for t in tensors if t is not None)
+    assert sizes[False] == model.config.num_decoder_layers * sizes[True] > 0
+
+
+def test_generation_stops_at_any_of_several_eos_ids():
+    model = build(FastformerForCausalLM, eos_token_id=None)
+    free = generate(model, tokens(1, 5), max_new_tokens=6).sequences[0, 5:]
+    stop = int(free[2])  # a token greedy decoding emits third, and that it has not emitted before
+    assert stop not in free[:2].tolist()
+    model = build(FastformerForCausalLM, eos_token_id=[EOS, stop])
+    assert model.generation_config.eos_token_id == [EOS, stop]
+    stopped = generate(model, tokens(1, 5), max_new_tokens=6).sequences[0, 5:]
+    assert stopped.tolist() == free[:3].tolist()

@@ -12,8 +12,14 @@ from transformers import (
 )
 from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutput
 
-from fastformer import FastformerConfig, FastformerForMaskedLM, FastformerForSequenceClassification, FastformerModel
-from fastformer.modeling_fastformer import FastformerLayer
+from fastformer import (
+    FastformerConfig,
+    FastformerForCausalLM,
+    FastformerForMaskedLM,
+    FastformerForSequenceClassification,
+    FastformerModel,
+)
+from fastformer.modeling_fastformer import FastformerCausalAttention, FastformerLayer
 
 HEADS = [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM]
 VOCAB, HIDDEN, NUM_HEADS, INTERMEDIATE, LAYERS = 99, 32, 4, 37, 3
@@ -95,7 +101,7 @@ COLLAPSIBLE = {
 
 @pytest.mark.parametrize("variant", COLLAPSIBLE)
 def test_collapsed_attention_equals_the_plain_path_in_float64(variant):
-    """forward_collapsed folds W_q, W_v, W_r and the output dense into one matrix: the same function, values,
+    """collapsed_attention folds W_q, W_v, W_r and the output dense into one matrix: the same function, values,
     pooling weights and gradients, for every mask (an all-padding row included)."""
     torch.manual_seed(0)
     layer = FastformerLayer(tiny_config(**COLLAPSIBLE[variant])).double()
@@ -110,7 +116,7 @@ def test_collapsed_attention_equals_the_plain_path_in_float64(variant):
 
     plain, plain_weights = attention(x, mask, output_attentions=True)
     plain = dense(plain)
-    collapsed, collapsed_weights = attention.forward_collapsed(x, mask, True, dense)
+    collapsed, collapsed_weights = layer.collapsed_attention(x, mask, output_attentions=True)
     torch.testing.assert_close(collapsed, plain, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(collapsed_weights, plain_weights, rtol=1e-12, atol=1e-12)
 
@@ -124,12 +130,56 @@ def test_collapsed_attention_equals_the_plain_path_in_float64(variant):
             torch.testing.assert_close(grad, expected, rtol=1e-10, atol=1e-12, msg=name)
 
 
-def test_layers_take_the_collapsed_path_for_long_product_inputs_only():
-    attention = FastformerLayer(tiny_config()).attention
-    assert attention.collapses(torch.zeros(1, HIDDEN // 2, HIDDEN))
-    assert not attention.collapses(torch.zeros(1, HIDDEN // 2 - 1, HIDDEN))
+def test_auto_takes_the_collapsed_path_for_long_product_inputs_only():
+    layer = FastformerLayer(tiny_config())
+    assert layer.config.attention_implementation == "auto"
+    assert layer.uses_collapsed_attention(torch.zeros(1, HIDDEN // 2, HIDDEN))
+    assert not layer.uses_collapsed_attention(torch.zeros(1, HIDDEN // 2 - 1, HIDDEN))
     for interaction in ("add", "concat"):
-        assert not FastformerLayer(tiny_config(interaction=interaction)).attention.collapses(torch.zeros(1, 64, HIDDEN))
+        layer = FastformerLayer(tiny_config(interaction=interaction))
+        assert not layer.uses_collapsed_attention(torch.zeros(1, 64, HIDDEN))
+
+
+@pytest.mark.parametrize("implementation", ["plain", "collapsed"])
+def test_attention_implementation_selects_the_path_at_any_length(implementation, monkeypatch):
+    """The config field decides, whatever the length; both give the same model output."""
+    model = build(FastformerModel, attention_implementation=implementation).double()
+    taken = []
+    monkeypatch.setattr(FastformerLayer, "collapsed_attention", record_call(FastformerLayer.collapsed_attention, taken))
+    ids = torch.randint(1, VOCAB, (2, 3 * HIDDEN // 2))
+    for length in (2, 3 * HIDDEN // 2):  # below and above the "auto" threshold of HIDDEN / 2
+        taken.clear()
+        with torch.no_grad():
+            output = model(ids[:, :length]).last_hidden_state
+        assert bool(taken) == (implementation == "collapsed")
+        model.config.attention_implementation = "auto" if implementation == "plain" else "plain"
+        with torch.no_grad():
+            other = model(ids[:, :length]).last_hidden_state
+        model.config.attention_implementation = implementation
+        torch.testing.assert_close(output, other, rtol=1e-12, atol=1e-12)
+
+
+def record_call(function, calls):
+    def recorded(*args, **kwargs):
+        calls.append(True)
+        return function(*args, **kwargs)
+
+    return recorded
+
+
+def test_collapsed_attention_is_refused_where_it_cannot_apply():
+    with pytest.raises(ValueError, match="interaction"):
+        tiny_config(interaction="add", attention_implementation="collapsed")
+    model = build(FastformerModel, interaction="add")
+    model.config.attention_implementation = "collapsed"  # set after validation: refused when it would run
+    with pytest.raises(ValueError, match='needs interaction="product", got interaction=\'add\''):
+        model(torch.randint(1, VOCAB, (1, 4)))
+
+
+def test_the_causal_decoder_has_no_collapsed_path():
+    model = FastformerForCausalLM(tiny_config(attention_implementation="collapsed"))
+    assert not any(hasattr(module, "collapsed_attention") for module in model.modules())
+    assert not hasattr(FastformerCausalAttention, "forward_collapsed")
 
 
 @pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)

@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel, Trainer, TrainerCallback, TrainingArguments
 
 from fastformer import FastformerConfig, FastformerForSequenceClassification, FastformerModel
-from fastformer.checks import CHECKSUMS_NAME
+from fastformer.checkpoint import CHECKSUMS_NAME
 
 VOCAB = 99
 

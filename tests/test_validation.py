@@ -171,3 +171,63 @@ def test_checks_keep_the_encoder_compilable():
     model = build(FastformerModel)
     compiled = torch.compile(model, fullgraph=True, backend="eager")
     torch.testing.assert_close(compiled(IDS).last_hidden_state, model(IDS).last_hidden_state)
+
+
+# ---- no device-to-host synchronization on accelerator inputs ---------------------------------------------------
+# Reading a value of a tensor on an accelerator (`.item()`, `bool(t)`, `if t.any()`) makes the host wait for the
+# device, on every forward pass and every decoding step. The value checks skip tensors that are not on the CPU
+# (fastformer/checks.py). Tensors on the "meta" device stand in for an accelerator's here: their device is not the
+# CPU and they have no values at all, so any read of a value raises.
+
+
+def meta(tensor):
+    return tensor.to("meta")
+
+
+@pytest.mark.parametrize("model_class", [FastformerForSequenceClassification, FastformerForMaskedLM])
+def test_encoder_forward_reads_no_value_of_accelerator_tensors(model_class):
+    model = build(model_class).to("meta")
+    ids = torch.randint(1, VOCAB, (2, 20))
+    labels = torch.tensor([0, 2]) if model_class is FastformerForSequenceClassification else ids
+    output = model(
+        meta(ids), attention_mask=meta(torch.ones_like(ids)), token_type_ids=meta(torch.zeros_like(ids)),
+        labels=meta(labels),
+    )
+    assert output.loss.device.type == "meta"
+    with pytest.raises(Exception, match="meta"):  # the stand-in works: a value read would have raised
+        bool(meta(ids).any())
+
+
+@pytest.mark.parametrize("model_class", [FastformerForConditionalGeneration, FastformerForCausalLM])
+def test_decoding_steps_read_no_value_of_accelerator_tensors(model_class):
+    model = build(model_class).to("meta")
+    ids = meta(torch.randint(1, VOCAB, (2, 5)))
+    mask = meta(torch.ones(2, 5, dtype=torch.long))
+    source = dict(input_ids=ids, attention_mask=mask) if model_class is FastformerForConditionalGeneration else {}
+    name = "decoder_input_ids" if source else "input_ids"
+    step = model(**source, **{name: ids}, use_cache=True)  # the prompt, then two tokens one at a time
+    for _ in range(2):
+        step = model(**source, **{name: ids[:, :1]}, cache=step.cache, use_cache=True)
+    assert step.logits.shape == (2, 1, VOCAB) and step.cache.get_seq_length() == 7
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device to count synchronizations")
+def test_no_synchronization_on_cuda():
+    model = build(FastformerForConditionalGeneration).cuda()
+    ids = torch.randint(1, VOCAB, (2, 20), device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step = model(ids, decoder_input_ids=ids[:, :3], use_cache=True)
+        step = model(ids, decoder_input_ids=ids[:, :1], cache=step.cache, use_cache=True)
+        build(FastformerForSequenceClassification).cuda()(ids, labels=torch.zeros(2, dtype=torch.long, device="cuda"))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def test_value_checks_still_run_on_the_cpu():
+    model = build(FastformerModel)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model(torch.tensor([[1, VOCAB]]))
+    with pytest.raises(ValueError, match="no token type"):
+        model(torch.tensor([[1, 2]]), token_type_ids=torch.tensor([[0, 1]]))

@@ -1,0 +1,82 @@
+"""The paper's equations as plain float64 loops: the reference every fast path is tested against.
+
+Wu et al., "Fastformer: Additive Attention Can Be All You Need" (arXiv:2108.09084), Eqs. 3-6, written one
+sequence, one head and one token at a time, with nothing folded, batched or streamed. Slow by design: use it
+to check `fastformer.functional` (and your own kernels) on small inputs, as tests/test_functional.py and
+benchmarks/parity.py do. Arguments and shapes as `functional.additive_attention`; results are float64.
+"""
+
+import math
+
+import torch
+
+
+def combine(interaction: str, global_vector: torch.Tensor, token: torch.Tensor, projection=None) -> torch.Tensor:
+    """The interaction of a global vector with one token (D,), as the paper writes it (RQ2)."""
+    if interaction == "product":
+        return global_vector * token
+    if interaction == "add":
+        return global_vector + token
+    if interaction == "concat":
+        return torch.cat([global_vector, token]) @ projection.double()  # [g ; x] P
+    raise ValueError(f"interaction must be one of ('product', 'add', 'concat'), got {interaction!r}")
+
+
+def _pool(vectors, weight, real, dim):
+    """sum over the real tokens i of softmax_i(w . x_i / sqrt(D)) x_i; the zero vector when there is none."""
+    if not real:
+        return torch.zeros(dim, dtype=torch.float64)
+    weights = torch.stack([weight @ vectors[i] / math.sqrt(dim) for i in real]).softmax(0)
+    return sum(w * vectors[i] for w, i in zip(weights, real))
+
+
+def _prepare(q, k, v, w_q, w_k, mask, query_key_projection, key_value_projection):
+    q, k, v, w_q, w_k = (t.double() for t in (q, k, v, w_q, w_k))
+    batch, heads, length, _ = q.shape
+    mask = torch.ones(batch, length, dtype=torch.bool) if mask is None else mask.bool()
+    projections = [[None] * heads if p is None else p for p in (query_key_projection, key_value_projection)]
+    return (q, k, v, w_q, w_k), mask, projections
+
+
+def additive_attention(
+    query, key, value, query_weight, key_weight, attention_mask=None, interaction="product",
+    query_key_projection=None, key_value_projection=None,
+) -> torch.Tensor:
+    """u (B, H, N, D) of Eqs. 3-6: padding takes no part in either softmax; a sequence without tokens pools
+    to the zero vector."""
+    (q, k, v, w_q, w_k), mask, (qk_proj, kv_proj) = _prepare(
+        query, key, value, query_weight, key_weight, attention_mask, query_key_projection, key_value_projection
+    )
+    batch, heads, length, dim = q.shape
+    u = torch.zeros(batch, heads, length, dim, dtype=torch.float64)
+    for b in range(batch):
+        real = [i for i in range(length) if mask[b, i]]
+        for h in range(heads):
+            global_query = _pool(q[b, h], w_q[h], real, dim)
+            p = [combine(interaction, global_query, k[b, h, i], qk_proj[h]) for i in range(length)]
+            global_key = _pool(p, w_k[h], real, dim)
+            for i in range(length):
+                u[b, h, i] = combine(interaction, global_key, v[b, h, i], kv_proj[h])
+    return u
+
+
+def causal_additive_attention(
+    query, key, value, query_weight, key_weight, attention_mask=None, interaction="product",
+    query_key_projection=None, key_value_projection=None,
+) -> torch.Tensor:
+    """u (B, H, N, D) of the causal variant: position t pools the prefix 1..t as in Eqs. 3-6, padding left out."""
+    (q, k, v, w_q, w_k), mask, (qk_proj, kv_proj) = _prepare(
+        query, key, value, query_weight, key_weight, attention_mask, query_key_projection, key_value_projection
+    )
+    batch, heads, length, dim = q.shape
+    u = torch.zeros(batch, heads, length, dim, dtype=torch.float64)
+    for b in range(batch):
+        for h in range(heads):
+            p = []
+            for t in range(length):
+                real = [i for i in range(t + 1) if mask[b, i]]
+                global_query = _pool(q[b, h], w_q[h], real, dim)
+                p.append(combine(interaction, global_query, k[b, h, t], qk_proj[h]))
+                global_key = _pool(p, w_k[h], real, dim)
+                u[b, h, t] = combine(interaction, global_key, v[b, h, t], kv_proj[h])
+    return u
