@@ -1,35 +1,95 @@
-"""Fastformer configuration."""
+"""Fastformer configuration: a typed `@strict` dataclass, as transformers' own configs."""
 
+from dataclasses import Field
+from functools import wraps
+from typing import Literal, get_args, get_origin
+
+from huggingface_hub.dataclasses import strict, validated_field
+from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassFieldValidationError
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
 
 from .functional import INTERACTIONS
 
-POOLER_TYPES = ("additive", "cls", "mean")
-CROSS_ATTENTION_TYPES = ("softmax", "additive")
+
+def _requires(requirement: str, holds):
+    """A field factory, used as `name: int = _positive_int(default)`. A value must pass `holds` (None is left to
+    the annotation, which allows it or not); `requirement` words the rule for the error message."""
+
+    def check(value):
+        if value is not None and not holds(value):
+            raise ValueError(f"must be {requirement}")
+
+    return lambda default: validated_field(check, default=default, metadata={"requirement": requirement})
 
 
-def _check_choice(name, value, allowed):
-    if value not in allowed:
-        raise ValueError(f"`{name}` must be one of {tuple(allowed)}, got {value!r}")
+_positive_int = _requires("a positive integer", lambda value: value >= 1)
+_positive_number = _requires("a positive number", lambda value: value > 0)
+_probability = _requires("a number in [0, 1)", lambda value: 0 <= value < 1)
+_activation = _requires(f"one of {tuple(sorted(ACT2FN))}", lambda value: value in ACT2FN)
 
 
-def _check_positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
+def _requirement(field: Field) -> str | None:
+    """What a field must be, in words: set by its validator, or the choices of a Literal or bool annotation."""
+    if "requirement" in field.metadata:
+        return field.metadata["requirement"]
+    if get_origin(field.type) is Literal:
+        return f"one of {get_args(field.type)}"
+    if field.type is bool:
+        return "one of (True, False)"
+    return None
 
 
-def _check_probability(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ValueError(f"`{name}` must be a number in [0, 1), got {value!r}")
+class FastformerConfigFieldError(StrictDataclassFieldValidationError, ValueError):
+    """A field was given a bad value (at construction or assignment)."""
+
+    def __init__(self, message: str):
+        ValueError.__init__(self, message)
 
 
+class FastformerConfigClassError(StrictDataclassClassValidationError, ValueError):
+    """Fields that do not fit together (checked at the end of construction and by `save_pretrained`)."""
+
+    def __init__(self, message: str):
+        ValueError.__init__(self, message)
+
+
+def _value_errors(cls):
+    """`@strict` raises StrictDataclassFieldValidationError and StrictDataclassClassValidationError, which are not
+    ValueErrors: re-raise them as subclasses of both, with a message naming the field, the rule and the value."""
+    strict_setattr, strict_validate = cls.__setattr__, cls.validate
+
+    @wraps(strict_setattr)
+    def __setattr__(self, name, value):
+        try:
+            strict_setattr(self, name, value)
+        except StrictDataclassFieldValidationError as error:
+            field = cls.__dataclass_fields__.get(name)
+            requirement = _requirement(field) if field else None
+            message = f"`{name}` must be {requirement}, got {value!r}" if requirement else str(error)
+            raise FastformerConfigFieldError(message) from error
+
+    @wraps(strict_validate)
+    def validate(self):
+        try:
+            strict_validate(self)
+        except StrictDataclassClassValidationError as error:
+            raise FastformerConfigClassError(str(error.__cause__)) from error
+
+    cls.__setattr__, cls.validate = __setattr__, validate
+    return cls
+
+
+@_value_errors
+@strict
 class FastformerConfig(PreTrainedConfig):
     r"""Configuration of a Fastformer encoder (Wu et al., 2021, arXiv:2108.09084).
 
     The defaults are the paper's final classification model: hidden size 256, 16 heads, 2 layers, dropout
     0.2, element-wise product interaction, query-value and layer-wise parameter sharing, additive-attention
     pooling for classification.
+
+    A bad value raises a ValueError naming the field, what it must be and the value given.
 
     Args:
         vocab_size (`int`, defaults to 30522): number of token ids (bert-base-uncased WordPiece).
@@ -58,6 +118,13 @@ class FastformerConfig(PreTrainedConfig):
         pooler_type (`str`, defaults to `"additive"`): how `FastformerModel` pools the last layer into
             `pooler_output` for classification: `"additive"` (the paper's: a tanh MLP gives one logit per token,
             masked softmax, weighted sum), `"cls"` (the first real token) or `"mean"` (mean of real tokens).
+        attention_implementation (`str`, defaults to `"auto"`): how the encoder layers (`FastformerLayer`) compute
+            the attention sub-layer, the same function either way (up to rounding). `"plain"`: the paper's steps
+            one by one (the Q, K, V projections, additive attention, W_r, the query residual, then the
+            sub-layer's output dense layer). `"collapsed"`: W_q, W_v, W_r and the output dense layer folded
+            exactly into one (hidden x hidden) matrix per sequence, fewer operations; needs
+            `interaction="product"`. `"auto"`: collapsed with the product interaction for sequences of at least
+            `hidden_size / 2` tokens, plain otherwise. The causal decoder always uses its own causal computation.
 
     Generation (`FastformerForConditionalGeneration`, `FastformerForCausalLM`):
         num_decoder_layers (`int`, *optional*): decoder layers; `num_hidden_layers` if None. The decoder uses the
@@ -67,108 +134,67 @@ class FastformerConfig(PreTrainedConfig):
             encoder's keys and values) or `"additive"` (one context per head pooled from the encoder values,
             c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j, then c * q_t for each decoder token: O(source) once,
             O(1) per generated token, and a cache of one vector per head).
-        bos_token_id, eos_token_id, decoder_start_token_id (`int`, *optional*): special ids for generation.
+        bos_token_id, decoder_start_token_id (`int`, *optional*): special ids for generation.
+        eos_token_id (`int` or `list[int]`, *optional*): the id, or ids, that end a generated sequence.
         use_cache (`bool`, defaults to True): return the decoder's generation state (`FastformerCache`).
     """
 
     model_type = "fastformer"
 
-    def __init__(
-        self,
-        vocab_size=30522,
-        hidden_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=16,
-        intermediate_size=1024,
-        hidden_act="gelu",
-        hidden_dropout_prob=0.2,
-        max_position_embeddings=2048,
-        layer_norm_eps=1e-12,
-        initializer_range=0.02,
-        pad_token_id=0,
-        classifier_dropout=None,
-        tie_word_embeddings=True,
-        share_query_value=True,
-        share_layers=True,
-        share_heads=False,
-        interaction="product",
-        pooler_type="additive",
-        num_decoder_layers=None,
-        cross_attention_type="softmax",
-        bos_token_id=None,
-        eos_token_id=None,
-        decoder_start_token_id=None,
-        use_cache=True,
-        **kwargs,
-    ):
-        num_decoder_layers = num_hidden_layers if num_decoder_layers is None else num_decoder_layers
-        for name, value in [
-            ("vocab_size", vocab_size),
-            ("hidden_size", hidden_size),
-            ("num_hidden_layers", num_hidden_layers),
-            ("num_attention_heads", num_attention_heads),
-            ("intermediate_size", intermediate_size),
-            ("max_position_embeddings", max_position_embeddings),
-            ("num_decoder_layers", num_decoder_layers),
-        ]:
-            _check_positive_int(name, value)
-        if hidden_size % num_attention_heads:
-            raise ValueError(
-                f"`hidden_size` ({hidden_size}) must be divisible by `num_attention_heads` ({num_attention_heads})"
-            )
-        _check_choice("hidden_act", hidden_act, sorted(ACT2FN))
-        _check_probability("hidden_dropout_prob", hidden_dropout_prob)
-        if classifier_dropout is not None:
-            _check_probability("classifier_dropout", classifier_dropout)
-        for name, value in [("layer_norm_eps", layer_norm_eps), ("initializer_range", initializer_range)]:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"`{name}` must be a positive number, got {value!r}")
-        for name, value in [
-            ("pad_token_id", pad_token_id),
-            ("bos_token_id", bos_token_id),
-            ("eos_token_id", eos_token_id),
-            ("decoder_start_token_id", decoder_start_token_id),
-        ]:
-            if value is not None and not (isinstance(value, int) and 0 <= value < vocab_size):
-                raise ValueError(f"`{name}` must be None or an id in [0, {vocab_size}), got {value!r}")
-        for name, value in [
-            ("tie_word_embeddings", tie_word_embeddings),
-            ("share_query_value", share_query_value),
-            ("share_layers", share_layers),
-            ("share_heads", share_heads),
-            ("use_cache", use_cache),
-        ]:
-            if not isinstance(value, bool):
-                raise ValueError(f"`{name}` must be one of (True, False), got {value!r}")
-        _check_choice("interaction", interaction, INTERACTIONS)
-        _check_choice("pooler_type", pooler_type, POOLER_TYPES)
-        _check_choice("cross_attention_type", cross_attention_type, CROSS_ATTENTION_TYPES)
+    vocab_size: int = _positive_int(30522)
+    hidden_size: int = _positive_int(256)
+    num_hidden_layers: int = _positive_int(2)
+    num_attention_heads: int = _positive_int(16)
+    intermediate_size: int = _positive_int(1024)
+    hidden_act: str = _activation("gelu")
+    hidden_dropout_prob: float | int = _probability(0.2)
+    max_position_embeddings: int = _positive_int(2048)
+    layer_norm_eps: float | int = _positive_number(1e-12)
+    initializer_range: float | int = _positive_number(0.02)
+    pad_token_id: int | None = 0
+    classifier_dropout: float | int | None = _probability(None)
+    tie_word_embeddings: bool = True
+    share_query_value: bool = True
+    share_layers: bool = True
+    share_heads: bool = False
+    interaction: Literal[INTERACTIONS] = "product"  # the tuple of functional.py, the one list of interactions
+    pooler_type: Literal["additive", "cls", "mean"] = "additive"
+    attention_implementation: Literal["auto", "plain", "collapsed"] = "auto"
+    num_decoder_layers: int | None = _positive_int(None)
+    cross_attention_type: Literal["softmax", "additive"] = "softmax"
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+    decoder_start_token_id: int | None = None
+    use_cache: bool = True
 
-        self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.num_hidden_layers = num_hidden_layers
-        self.num_attention_heads = num_attention_heads
-        self.intermediate_size = intermediate_size
-        self.hidden_act = hidden_act
-        self.hidden_dropout_prob = hidden_dropout_prob
-        self.max_position_embeddings = max_position_embeddings
-        self.layer_norm_eps = layer_norm_eps
-        self.initializer_range = initializer_range
-        self.pad_token_id = pad_token_id
-        self.classifier_dropout = classifier_dropout
-        self.tie_word_embeddings = tie_word_embeddings
-        self.share_query_value = share_query_value
-        self.share_layers = share_layers
-        self.share_heads = share_heads
-        self.interaction = interaction
-        self.pooler_type = pooler_type
-        self.num_decoder_layers = num_decoder_layers
-        self.cross_attention_type = cross_attention_type
-        self.bos_token_id = bos_token_id
-        self.eos_token_id = eos_token_id
-        self.decoder_start_token_id = decoder_start_token_id
-        self.use_cache = use_cache
-        super().__init__(**kwargs)
+    def __post_init__(self, **kwargs):
+        if self.num_decoder_layers is None:  # as T5: the decoder mirrors the encoder
+            self.num_decoder_layers = self.num_hidden_layers
+        super().__post_init__(**kwargs)
+
+    def validate_architecture(self):
+        """Part of `@strict`-powered validation: the fields that must fit together."""
+        super().validate_architecture()
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"`hidden_size` ({self.hidden_size}) must be divisible by `num_attention_heads` "
+                f"({self.num_attention_heads})"
+            )
+        if self.attention_implementation == "collapsed" and self.interaction != "product":
+            raise ValueError(
+                '`attention_implementation="collapsed"` folds the product interaction\'s linear maps and needs '
+                f'`interaction="product"`, got interaction={self.interaction!r}; use "auto" or "plain"'
+            )
+
+    def validate_token_ids(self):
+        """Part of `@strict`-powered validation: special ids lie in the vocabulary (transformers only warns)."""
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = getattr(self, name)
+            ids = value if isinstance(value, list) else [] if value is None else [value]
+            if not all(0 <= token_id < self.vocab_size for token_id in ids):
+                allowed = "None, an id or a list of ids" if name == "eos_token_id" else "None or an id"
+                raise ValueError(f"`{name}` must be {allowed} in [0, {self.vocab_size}), got {value!r}")
+        super().validate_token_ids()
 
 
 # a saved config carries this file as Hub code (trust_remote_code=True)

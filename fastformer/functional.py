@@ -242,19 +242,20 @@ def causal_additive_pooling(
     """
     batch, heads, length, dim = x.shape
     acc = torch.promote_types(x.dtype, torch.float32)
+    if state is None:
+        lowest = torch.finfo(acc).min
+        state = PoolingState(
+            x.new_full((batch, heads), lowest, dtype=acc),
+            x.new_zeros(batch, heads, dtype=acc),
+            x.new_zeros(batch, heads, dim, dtype=acc),
+        )
+    if length == 1:  # one decoding step: update the streaming softmax directly
+        return _pooling_step(x, weight, None if attention_mask is None else attention_mask[:, 0], state)
+
     lowest = torch.finfo(acc).min
     logits = (x @ weight.unsqueeze(-1)).squeeze(-1).to(acc) / math.sqrt(dim)  # (B, H, N)
     if attention_mask is not None:
         logits = logits.masked_fill(~attention_mask.to(torch.bool)[:, None, :], float("-inf"))
-    if state is None:
-        state = PoolingState(
-            logits.new_full((batch, heads), lowest),
-            logits.new_zeros(batch, heads),
-            logits.new_zeros(batch, heads, dim),
-        )
-
-    if length == 1:  # one decoding step: update the streaming softmax directly
-        return _pooling_step(logits[..., 0], x[:, :, 0].to(acc), state, x.dtype)
 
     chunk = min(chunk_size, length)
     padded = -length % chunk
@@ -293,20 +294,26 @@ def causal_additive_pooling(
     pooled = numerator / torch.where(denominator > 0, denominator, 1.0)[..., None]
 
     pooled = pooled.view(batch, heads, -1, dim)[:, :, :length].to(x.dtype)
-    new_state = PoolingState(running[..., -1, -1], denominator[..., -1, -1], numerator[..., -1, -1, :])
+    # contiguous, as `_pooling_step` returns it: a compiled decoding step then sees one layout (no recompile)
+    last = (running[..., -1, -1], denominator[..., -1, -1], numerator[..., -1, -1, :])
+    new_state = PoolingState(*(t.contiguous() for t in last))
     return pooled, new_state
 
 
-def _pooling_step(logit, x, state, dtype):
-    """`causal_additive_pooling` for a single token: logit (B, H), x (B, H, D)."""
-    with torch.no_grad():
-        new_max = torch.maximum(state.max, logit)
+def _pooling_step(x, weight, attention_mask, state):
+    """`causal_additive_pooling` for a single token: x (B, H, 1, D), attention_mask (B,) or None. Written with
+    as few tensor operations as possible: in decoding, their count is what a step costs on a CPU."""
+    token = x[:, :, 0].to(state.weighted_sum.dtype)  # (B, H, D)
+    logit = (token * weight).sum(dim=-1) / math.sqrt(x.shape[-1])  # (B, H)
+    if attention_mask is not None:
+        logit = logit.masked_fill(~attention_mask.to(torch.bool)[:, None], float("-inf"))
+    new_max = torch.maximum(state.max, logit.detach())  # a shift of the softmax: no gradient
     decay = (state.max - new_max).exp()  # rescales what was pooled so far
     weight = (logit - new_max).exp()  # 0 for padding (logit -inf)
-    denominator = state.denominator * decay + weight
-    weighted_sum = state.weighted_sum * decay[..., None] + weight[..., None] * x
+    denominator = torch.addcmul(weight, state.denominator, decay)
+    weighted_sum = torch.addcmul(state.weighted_sum * decay[..., None], weight[..., None], token)
     pooled = weighted_sum / torch.where(denominator > 0, denominator, 1.0)[..., None]
-    return pooled[:, :, None].to(dtype), PoolingState(new_max, denominator, weighted_sum)
+    return pooled[:, :, None].to(x.dtype), PoolingState(new_max, denominator, weighted_sum)
 
 
 def causal_additive_attention(

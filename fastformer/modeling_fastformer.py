@@ -88,9 +88,9 @@ class FastformerAttention(nn.Module):
             self.query_key_projection = self.key_value_projection = None
 
     def _per_head(self, parameter):
-        if parameter is None:
-            return None
-        return parameter.expand(self.num_heads, *parameter.shape[1:])
+        if parameter is None or parameter.shape[0] == self.num_heads:
+            return parameter
+        return parameter.expand(self.num_heads, *parameter.shape[1:])  # head-wise sharing
 
     def _split_heads(self, x):  # (B, N, H*D) -> (B, H, N, D)
         return x.view(*x.shape[:2], self.num_heads, self.head_dim).transpose(1, 2)

@@ -56,3 +56,30 @@ def test_decoding_step_compiles_as_one_graph():
             torch.testing.assert_close(compiled_tensor, eager_tensor, rtol=1e-5, atol=1e-5)
         token = expected.logits[:, -1].argmax(-1, keepdim=True)
     assert compiled_cache.get_seq_length() == eager_cache.get_seq_length() == 6
+
+
+@torch.no_grad()
+def test_compiled_decoding_step_does_not_recompile_per_token():
+    """The step's inputs change at every token only in values and in the count of tokens seen (a Python int):
+    after the second step (where dynamo makes that count dynamic) no step compiles again."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = FastformerForConditionalGeneration(tiny_config()).eval()
+    ids, mask = padded_batch()
+    encoder_outputs = model.get_encoder()(ids, attention_mask=mask)
+    cache = FastformerCache(model.config)
+    model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=torch.tensor([[1, 5], [1, 9]]),
+          cache=cache)  # a prompt, in eager mode
+    step = torch.compile(model, fullgraph=True)
+    token = torch.tensor([[3], [8]])
+
+    def decode(steps):
+        nonlocal token
+        for _ in range(steps):
+            logits = step(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=token, cache=cache)
+            token = logits.logits[:, -1].argmax(-1, keepdim=True)
+
+    decode(2)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        decode(10)  # raises if any of these steps compiles again
+    assert cache.get_seq_length() == 14

@@ -1,6 +1,10 @@
 """FastformerConfig: the paper's defaults, validation with clear errors, round trip."""
 
+import json
+
 import pytest
+from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassFieldValidationError
+from transformers import AutoConfig
 
 from fastformer import FastformerConfig
 
@@ -15,6 +19,7 @@ def test_defaults_are_the_papers_final_model():
     assert config.tie_word_embeddings
     assert config.num_decoder_layers == config.num_hidden_layers  # as T5: the decoder mirrors the encoder
     assert config.cross_attention_type == "softmax"
+    assert config.attention_implementation == "auto"
 
 
 @pytest.mark.parametrize(
@@ -36,6 +41,18 @@ def test_defaults_are_the_papers_final_model():
         ({"cross_attention_type": "linear"}, r"`cross_attention_type` must be one of \('softmax', 'additive'\)"),
         ({"num_decoder_layers": 0}, r"`num_decoder_layers` must be a positive integer, got 0"),
         ({"use_cache": None}, r"`use_cache` must be one of \(True, False\), got None"),
+        (
+            {"vocab_size": 10, "eos_token_id": [2, 10]},
+            r"`eos_token_id` must be .* list of ids in \[0, 10\), got \[2, 10\]",
+        ),
+        (
+            {"attention_implementation": "fast"},
+            r"`attention_implementation` must be one of \('auto', 'plain', 'collapsed'\), got 'fast'",
+        ),
+        (
+            {"interaction": "add", "attention_implementation": "collapsed"},
+            r'`attention_implementation="collapsed"` .* needs `interaction="product"`, got interaction=\'add\'; use',
+        ),
     ],
     ids=lambda value: "-".join(value) if isinstance(value, dict) else None,
 )
@@ -59,3 +76,58 @@ def test_round_trip_keeps_every_switch(tmp_path):
     loaded = FastformerConfig.from_pretrained(tmp_path)
     assert loaded.to_dict() == config.to_dict()
     assert (tmp_path / "configuration_fastformer.py").exists()  # Hub code for trust_remote_code
+
+
+def test_errors_are_also_the_strict_dataclass_errors_and_are_raised_at_assignment_and_saving(tmp_path):
+    with pytest.raises(StrictDataclassFieldValidationError, match="`interaction` must be one of"):
+        FastformerConfig(interaction="mul")
+    config = FastformerConfig()
+    with pytest.raises(ValueError, match=r"`interaction` must be one of .*, got 'mul'"):
+        config.interaction = "mul"
+    config.interaction = "add"
+    config.attention_implementation = "collapsed"
+    with pytest.raises(ValueError, match='needs `interaction="product"`') as refusal:
+        config.save_pretrained(tmp_path)
+    assert isinstance(refusal.value, StrictDataclassClassValidationError)
+    assert not (tmp_path / "config.json").exists()
+
+
+@pytest.mark.parametrize(
+    "attention_implementation, interaction",
+    [("auto", "product"), ("plain", "product"), ("collapsed", "product"), ("auto", "add"), ("plain", "concat")],
+    ids=lambda value: value,
+)
+def test_attention_implementation_values_round_trip(attention_implementation, interaction, tmp_path):
+    config = FastformerConfig(attention_implementation=attention_implementation, interaction=interaction)
+    config.save_pretrained(tmp_path)
+    loaded = FastformerConfig.from_pretrained(tmp_path)
+    assert (loaded.attention_implementation, loaded.interaction) == (attention_implementation, interaction)
+
+
+def test_config_saved_before_attention_implementation_loads_as_auto(tmp_path):
+    FastformerConfig(attention_implementation="plain").save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    saved = json.loads(path.read_text())
+    del saved["attention_implementation"]
+    path.write_text(json.dumps(saved))
+    assert FastformerConfig.from_pretrained(tmp_path).attention_implementation == "auto"
+    assert AutoConfig.from_pretrained(tmp_path).attention_implementation == "auto"
+
+
+def test_eos_token_id_takes_a_list_of_ids(tmp_path):
+    config = FastformerConfig(vocab_size=10, eos_token_id=[2, 9])
+    config.save_pretrained(tmp_path)
+    assert FastformerConfig.from_pretrained(tmp_path).eos_token_id == [2, 9]
+
+
+def test_transformers_own_settings_pass_through(tmp_path):
+    assert FastformerConfig(num_labels=3).num_labels == 3
+    config = FastformerConfig(
+        id2label={0: "negative", 1: "positive"}, problem_type="single_label_classification", is_encoder_decoder=True
+    )
+    config.save_pretrained(tmp_path)
+    loaded = AutoConfig.from_pretrained(tmp_path)
+    assert isinstance(loaded, FastformerConfig)
+    assert loaded.id2label == {0: "negative", 1: "positive"}
+    assert loaded.num_labels == 2 and loaded.problem_type == "single_label_classification"
+    assert loaded.is_encoder_decoder

@@ -1,5 +1,7 @@
 """Fastformer models: padding invariance, the config switches, and the PreTrainedModel API."""
 
+import inspect
+
 import pytest
 import torch
 from transformers import (
@@ -501,3 +503,17 @@ def test_bert_tokenizer_token_type_ids(model_class):
     segments[:, 4:] = 1  # a text pair: segment information Fastformer cannot represent
     with pytest.raises(ValueError, match="no token type .* `token_type_ids` has non-zero values"):
         model(ids, token_type_ids=segments)
+
+
+@pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)
+def test_forward_takes_arguments_in_berts_order_and_ignores_unknown_keywords(model_class):
+    names = list(inspect.signature(model_class.forward).parameters)[1:6]
+    assert names == ["input_ids", "attention_mask", "token_type_ids", "position_ids", "inputs_embeds"]
+    model = build(model_class)
+    ids = torch.randint(1, VOCAB, (2, 5))
+    mask, types = torch.ones_like(ids), torch.zeros_like(ids)
+    expected = split_outputs(model(ids, attention_mask=mask, token_type_ids=types))
+    with torch.no_grad():
+        got = split_outputs(model(ids, mask, types, some_future_argument=True))
+    for a, b in zip(got, expected):
+        assert (a is None and b is None) or torch.equal(a, b)
