@@ -210,9 +210,8 @@ def additive_attention(
 class PoolingState(NamedTuple):
     """A streaming softmax pooling so far, per (batch, head), in float32 or better."""
 
-    max: torch.Tensor  # (B, H) running max of the logits (a shift that keeps every exp() <= 1)
-    denominator: torch.Tensor  # (B, H) sum of exp(logit_i - max) over the tokens so far
-    weighted_sum: torch.Tensor  # (B, H, D) sum of exp(logit_i - max) * x_i
+    log_normalizer: torch.Tensor  # (B, H) log sum_i exp(logit_i) over the tokens so far; finfo.min before any
+    pooled: torch.Tensor  # (B, H, D) sum_i softmax_i x_i over the tokens so far; zeros before any
 
 
 class CausalAttentionState(NamedTuple):
@@ -242,17 +241,15 @@ def causal_additive_pooling(
     """
     batch, heads, length, dim = x.shape
     acc = torch.promote_types(x.dtype, torch.float32)
+    lowest = torch.finfo(acc).min
     if state is None:
-        lowest = torch.finfo(acc).min
-        state = PoolingState(
-            x.new_full((batch, heads), lowest, dtype=acc),
-            x.new_zeros(batch, heads, dtype=acc),
-            x.new_zeros(batch, heads, dim, dtype=acc),
-        )
+        state = PoolingState(x.new_full((batch, heads), lowest, dtype=acc), x.new_zeros(batch, heads, dim, dtype=acc))
     if length == 1:  # one decoding step: update the streaming softmax directly
         return _pooling_step(x, weight, None if attention_mask is None else attention_mask[:, 0], state)
 
-    lowest = torch.finfo(acc).min
+    # the state as a softmax at the shift m = its log normalizer: sum exp(logit_i - m) = 1 (a phantom 1 before any
+    # token, weighing nothing as soon as a token comes, exp(finfo.min - logit) = 0), sum exp(logit_i - m) x_i = pooled
+    state_max, state_sum = state.log_normalizer, state.pooled
     logits = (x @ weight.unsqueeze(-1)).squeeze(-1).to(acc) / math.sqrt(dim)  # (B, H, N)
     if attention_mask is not None:
         logits = logits.masked_fill(~attention_mask.to(torch.bool)[:, None, :], float("-inf"))
@@ -267,7 +264,7 @@ def causal_additive_pooling(
         within = s.cummax(dim=-1).values.clamp(min=lowest)  # (B, H, C#, C) max over the chunk so far
         chunk_max = within[..., -1]  # (B, H, C#)
         # max over everything before each chunk: the state's and the earlier chunks'
-        before = torch.cat([state.max[..., None], chunk_max[..., :-1]], dim=-1).cummax(dim=-1).values
+        before = torch.cat([state_max[..., None], chunk_max[..., :-1]], dim=-1).cummax(dim=-1).values
         running = torch.maximum(within, before[..., None])  # (B, H, C#, C) max over all tokens <= t
 
     causal = torch.ones(chunk, chunk, dtype=torch.bool, device=x.device).tril()
@@ -282,38 +279,39 @@ def causal_additive_pooling(
     summary_sum = (summary.unsqueeze(-2) @ xs).squeeze(-2)  # (B, H, C#, D)
     earlier = torch.ones(chunks, chunks, dtype=torch.bool, device=x.device).tril(diagonal=-1)
     carry_weights = (chunk_max[..., None, :] - before[..., :, None]).masked_fill(~earlier, float("-inf")).exp()
-    from_state = (state.max[..., None] - before).exp()  # (B, H, C#)
-    carry_denominator = (carry_weights @ summary.sum(-1, keepdim=True)).squeeze(-1)
-    carry_denominator = carry_denominator + from_state * state.denominator[..., None]
-    carry_sum = carry_weights @ summary_sum + from_state[..., None] * state.weighted_sum[..., None, :]
+    from_state = (state_max[..., None] - before).exp()  # (B, H, C#)
+    carry_denominator = (carry_weights @ summary.sum(-1, keepdim=True)).squeeze(-1) + from_state
+    carry_sum = carry_weights @ summary_sum + from_state[..., None] * state_sum[..., None, :]
 
     rescale = (before[..., None] - running).exp()  # (B, H, C#, C)
     numerator = numerator + rescale[..., None] * carry_sum[..., None, :]
     denominator = denominator + rescale * carry_denominator[..., None]
-    # before the first token numerator and denominator are 0: divide by 1 (a clamp would give NaN gradients)
-    pooled = numerator / torch.where(denominator > 0, denominator, 1.0)[..., None]
+    # before the first token (of a sequence without a state) both are 0: divide by 1 (a clamp: NaN gradients)
+    has_tokens = denominator > 0
+    pooled = numerator / torch.where(has_tokens, denominator, 1.0)[..., None]  # (B, H, C#, C, D)
 
-    pooled = pooled.view(batch, heads, -1, dim)[:, :, :length].to(x.dtype)
-    # contiguous, as `_pooling_step` returns it: a compiled decoding step then sees one layout (no recompile)
-    last = (running[..., -1, -1], denominator[..., -1, -1], numerator[..., -1, -1, :])
-    new_state = PoolingState(*(t.contiguous() for t in last))
-    return pooled, new_state
+    # after the last position (the chunk padding after it adds nothing); contiguous, as `_pooling_step` returns
+    # it: a compiled decoding step then sees one layout (no recompile)
+    seen = has_tokens[..., -1, -1]
+    log_normalizer = running[..., -1, -1] + torch.where(seen, denominator[..., -1, -1], 1.0).log()
+    new_state = PoolingState(
+        log_normalizer.masked_fill(~seen, lowest).contiguous(), pooled[..., -1, -1, :].contiguous()
+    )
+    return pooled.view(batch, heads, -1, dim)[:, :, :length].to(x.dtype), new_state
 
 
 def _pooling_step(x, weight, attention_mask, state):
-    """`causal_additive_pooling` for a single token: x (B, H, 1, D), attention_mask (B,) or None. Written with
-    as few tensor operations as possible: in decoding, their count is what a step costs on a CPU."""
-    token = x[:, :, 0].to(state.weighted_sum.dtype)  # (B, H, D)
+    """`causal_additive_pooling` for a single token: x (B, H, 1, D), attention_mask (B,) or None. In decoding, the
+    count of tensor operations is what a step costs on a CPU; the new token's share of the softmax so far is
+    exp(logit - log_normalizer), and the pooling moves towards it by that share (a lerp)."""
+    token = x[:, :, 0].to(state.pooled.dtype)  # (B, H, D)
     logit = (token * weight).sum(dim=-1) / math.sqrt(x.shape[-1])  # (B, H)
     if attention_mask is not None:
         logit = logit.masked_fill(~attention_mask.to(torch.bool)[:, None], float("-inf"))
-    new_max = torch.maximum(state.max, logit.detach())  # a shift of the softmax: no gradient
-    decay = (state.max - new_max).exp()  # rescales what was pooled so far
-    weight = (logit - new_max).exp()  # 0 for padding (logit -inf)
-    denominator = torch.addcmul(weight, state.denominator, decay)
-    weighted_sum = torch.addcmul(state.weighted_sum * decay[..., None], weight[..., None], token)
-    pooled = weighted_sum / torch.where(denominator > 0, denominator, 1.0)[..., None]
-    return pooled[:, :, None].to(x.dtype), PoolingState(new_max, denominator, weighted_sum)
+    log_normalizer = torch.logaddexp(state.log_normalizer, logit)
+    share = (logit - log_normalizer).exp()  # in [0, 1]; 0 for padding (logit -inf)
+    pooled = torch.lerp(state.pooled, token, share[..., None])
+    return pooled[:, :, None].to(x.dtype), PoolingState(log_normalizer, pooled)
 
 
 def causal_additive_attention(

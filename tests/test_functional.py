@@ -211,7 +211,7 @@ def test_unknown_interaction_names_the_allowed_values():
 
 
 def leaves(state):
-    """The tensors of a CausalAttentionState: (max, denominator, weighted_sum) of each pooling."""
+    """The tensors of a CausalAttentionState: (log_normalizer, pooled) of each pooling."""
     return [t for pooling in state for t in pooling]
 
 
@@ -275,7 +275,7 @@ def test_causal_state_size_does_not_grow():
     tensors, _ = make_inputs()
     _, state = call_causal(tensors, None)
     sizes = [t.numel() for t in leaves(state)]
-    assert sizes == [B * H, B * H, B * H * D] * 2
+    assert sizes == [B * H, B * H * D] * 2
 
 
 def test_causal_never_looks_ahead():
@@ -308,7 +308,7 @@ def test_causal_half_precision(dtype):
     mask = make_mask("left", generator)
     half = [t.to(dtype) for t in tensors]
     u, state = call_causal(half, mask, chunk_size=4)
-    assert u.dtype == dtype and state.query.weighted_sum.dtype == torch.float32
+    assert u.dtype == dtype and state.query.pooled.dtype == torch.float32
     expected = naive.causal_additive_attention(*half, mask)
     error = (u.double() - expected).norm() / expected.norm()
     assert error < 2e-2, f"relative error {error:.2e}"
@@ -319,3 +319,20 @@ def test_causal_all_padding_row_is_finite_with_grad():
     u, _ = call_causal(tensors, torch.zeros(B, N, dtype=torch.bool))
     u.sum().backward()
     assert torch.isfinite(u).all() and all(torch.isfinite(t.grad).all() for t in tensors)
+
+
+def test_causal_token_by_token_stays_accurate_over_long_float32_decoding():
+    """Decoding updates the state once per token (a log-sum-exp and a lerp): after 2,000 float32 updates it still
+    gives the chunked computation over the whole sequence."""
+    generator = torch.Generator().manual_seed(0)
+    length = 2000
+    tensors = [torch.randn(1, H, length, D, generator=generator) for _ in range(3)]
+    tensors += [torch.randn(H, D, generator=generator) * 2 for _ in range(2)]
+    whole, final = call_causal(tensors, None)
+    state, steps = None, []
+    for t in range(length):
+        u, state = call_causal([x[:, :, t : t + 1] for x in tensors[:3]] + tensors[3:], None, state=state)
+        steps.append(u)
+    torch.testing.assert_close(torch.cat(steps, dim=2), whole, rtol=1e-4, atol=1e-5)
+    for got, expected in zip(leaves(state), leaves(final)):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
