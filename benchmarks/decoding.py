@@ -27,7 +27,7 @@ import transformers
 from transformers import BartConfig, BartForConditionalGeneration
 
 from fastformer import FastformerCache, FastformerConfig, FastformerForConditionalGeneration
-from report import label_lengths, plt, run_lines
+from report_header import label_lengths, plt, run_lines
 
 WINDOW = 16  # steps averaged per length
 DOCS = Path(__file__).resolve().parents[1] / "docs"

@@ -70,7 +70,7 @@ from transformers import (
 
 from fastformer import FastformerConfig, FastformerModel
 from fastformer.modeling_fastformer import FastformerEmbeddings, FastformerLayer
-from report import label_lengths, memory_available_gb, plt, run_lines
+from report_header import label_lengths, memory_available_gb, plt, run_lines
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 MAX_LENGTH = 65536

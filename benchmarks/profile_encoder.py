@@ -13,7 +13,7 @@ import encoder
 import torch
 from torch.profiler import profile
 
-from report import run_lines
+from report_header import run_lines
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import decoding
 import encoder
 
-from report import run_lines
+from report_header import run_lines
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 

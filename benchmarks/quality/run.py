@@ -14,7 +14,7 @@ train.jsonl and validation.jsonl with document/summary (summarization). Each com
 evaluation subsets from them at random (seed 0; sizes: SAMPLES, or the arguments), so a class-sorted file is fine.
 A run already in --runs (its results file exists) is not repeated: an interrupted table continues where it
 stopped, and a model shared by two tables (the paper's default Fastformer) is trained once per seed.
-After every table, docs/RESULTS.md is rewritten from all results in --runs (benchmarks/quality/report.py).
+After every table, docs/RESULTS.md is rewritten from all results in --runs (benchmarks/quality/results_report.py).
 """
 
 import argparse
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from safetensors import safe_open
 
-from report import write_report
+from results_report import write_report
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts"
