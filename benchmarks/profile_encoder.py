@@ -9,10 +9,10 @@ import argparse
 import time
 from pathlib import Path
 
-import encoder
 import torch
 from torch.profiler import profile
 
+import encoder
 from report_header import run_lines
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

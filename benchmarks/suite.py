@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import decoding
-import encoder
 
+import encoder
 from report_header import run_lines
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

@@ -442,6 +442,10 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
     (cross-entropy) or "multi_label_classification" (BCE with logits); inferred from the labels when unset.
     """
 
+    # the loss is the batch's mean, not a sum over `num_items_in_batch`: the Trainer must scale it itself (it would
+    # infer the opposite from `**kwargs`, and under DDP scale the gradients by the number of processes)
+    accepts_loss_kwargs = False
+
     def __init__(self, config: FastformerConfig):
         super().__init__(config)
         self.num_labels = config.num_labels

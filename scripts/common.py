@@ -1,5 +1,5 @@
-"""What the example scripts share: model arguments, building a config, tokenizer and model from scratch or
-from a checkpoint, loading local files or Hub data sets, and saving a Hub-ready folder with a model card.
+"""What the example scripts share: model and data arguments, building a config, tokenizer and model from scratch
+or from a checkpoint, loading local files or Hub data sets, and saving a Hub-ready folder with a model card.
 
 The scripts follow the transformers examples (HfArgumentParser over dataclasses and TrainingArguments), so
 the flags are the ones users know; this module keeps the parts they share in one place.
@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
+import torch
 import transformers
-from transformers import AutoConfig, AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 
 import fastformer  # noqa: F401  (registers Fastformer with the Auto classes)
 from model_card import write_model_card
@@ -56,6 +57,39 @@ class ModelArguments:
     ignore_mismatched_sizes: bool = field(
         default=False, metadata={"help": "Start afresh the checkpoint's weights of another shape (e.g. a new head)."}
     )
+    dtype: str | None = field(
+        default=None,
+        metadata={
+            "help": "The weights' dtype (default, 'auto': a checkpoint's own dtype, float32 for a new model).",
+            "choices": ["auto", "bfloat16", "float16", "float32"],
+        },
+    )
+
+
+@dataclass
+class DataArguments:
+    """The data flags all three scripts have; each script's DataTrainingArguments adds its own."""
+
+    dataset_name: str | None = field(default=None, metadata={"help": "A data set on the Hub."})
+    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration."})
+    train_file: str | None = field(default=None, metadata={"help": "Training data: json, jsonl, csv (or txt: MLM)."})
+    validation_file: str | None = field(default=None, metadata={"help": "Evaluation data, as --train_file."})
+    test_file: str | None = field(default=None, metadata={"help": "Prediction data (--do_predict), as --train_file."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training examples."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep the first N evaluation examples."})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "Keep the first N prediction examples."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+    overwrite_cache: bool = field(default=False, metadata={"help": "Tokenize again rather than reuse the cache."})
+    pad_to_max_length: bool = field(
+        default=False,
+        metadata={"help": "Pad every example to the maximum length, not each batch to its longest example."},
+    )
+
+
+def parse_args(arguments: tuple[type, type, type], args: list[str] | None = None) -> tuple:
+    """The command line (or `args`) as a script's (model, data, training) `arguments` dataclasses; a flag that
+    none of them has is an error."""
+    return HfArgumentParser(arguments).parse_args_into_dataclasses(args)
 
 
 def setup_logging(training_args):
@@ -80,6 +114,11 @@ def hub_kwargs(model_args) -> dict:
 def load_tokenizer(model_args):
     source = model_args.tokenizer_name or model_args.model_name_or_path or BUNDLED_TOKENIZER
     return AutoTokenizer.from_pretrained(source, **hub_kwargs(model_args))
+
+
+def padding(data_args) -> str | bool:
+    """The tokenizer's `padding` for --pad_to_max_length; otherwise the data collator pads each batch."""
+    return "max_length" if data_args.pad_to_max_length else False
 
 
 def load_config(model_args, tokenizer, max_length: int, **task_settings):
@@ -116,28 +155,36 @@ def load_config(model_args, tokenizer, max_length: int, **task_settings):
 
 
 def load_model(auto_class, model_args, config):
+    # transformers' default, as --dtype auto: a checkpoint's own dtype, float32 for a new model
+    dtype = {} if model_args.dtype in (None, "auto") else {"dtype": getattr(torch, model_args.dtype)}
     if model_args.model_name_or_path:
         return auto_class.from_pretrained(
             model_args.model_name_or_path,
             config=config,
             ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
+            **dtype,
             **hub_kwargs(model_args),
         )
     logger.info(f"Training a new {config.model_type} model from scratch")
-    return auto_class.from_config(config, trust_remote_code=model_args.trust_remote_code)
+    return auto_class.from_config(config, trust_remote_code=model_args.trust_remote_code, **dtype)
 
 
 def load_raw_datasets(
-    data_args, model_args, default_files: dict[str, Path], extensions: dict[str, str] = DATA_EXTENSIONS
-) -> datasets.DatasetDict:
+    data_args,
+    model_args,
+    default_files: dict[str, Path],
+    extensions: dict[str, str] = DATA_EXTENSIONS,
+    streaming: bool = False,
+) -> datasets.DatasetDict | datasets.IterableDatasetDict:
     """A Hub data set (--dataset_name), local files (--train_file, ...) of the given `extensions` (file suffix ->
-    datasets loader), or the bundled data."""
+    datasets loader), or the bundled data. With `streaming` the rows are read as they are used."""
     if data_args.dataset_name:
         return datasets.load_dataset(
             data_args.dataset_name,
             data_args.dataset_config_name,
             cache_dir=model_args.cache_dir,
             token=model_args.token,
+            streaming=streaming,
         )
     files = {
         split: path
@@ -163,10 +210,11 @@ def load_raw_datasets(
         kinds.add(extensions[extension])
     if len(kinds) > 1:
         fail(f"all data files must be of one kind (json/jsonl or csv), got {sorted(files.values())}")
-    raw = datasets.load_dataset(kinds.pop(), data_files=files, cache_dir=model_args.cache_dir)
-    for split, dataset in raw.items():
-        if len(dataset) == 0:
-            fail(f"the {split} data has no rows")
+    raw = datasets.load_dataset(kinds.pop(), data_files=files, cache_dir=model_args.cache_dir, streaming=streaming)
+    if not streaming:  # a stream's rows are not counted before they are read
+        for split, dataset in raw.items():
+            if len(dataset) == 0:
+                fail(f"the {split} data has no rows")
     return raw
 
 
@@ -179,13 +227,25 @@ def require_columns(dataset, columns, flag: str):
 SPLIT_FLAGS = {"train": "do_train", "validation": "do_eval", "test": "do_predict"}
 
 
-def tokenize_splits(raw, data_args, training_args, preprocess) -> dict[str, datasets.Dataset]:
-    """The splits the run asks for (--do_train, --do_eval, --do_predict), cut to --max_*_samples and mapped
-    with `preprocess` (batched; it replaces the raw columns)."""
+def first(dataset, count: int | None):
+    """The first `count` examples of `dataset` (all if None); a stream's are taken as it is read."""
+    if count is None:
+        return dataset
+    if isinstance(dataset, datasets.IterableDataset):
+        return dataset.take(count)
+    return dataset.select(range(min(count, len(dataset))))
+
+
+def tokenize_splits(
+    raw, data_args, training_args, preprocess, cut_after: bool = False
+) -> dict[str, datasets.Dataset | datasets.IterableDataset]:
+    """The splits the run asks for (--do_train, --do_eval, --do_predict), mapped with `preprocess` (batched; it
+    replaces the raw columns): one function, or one per split (split -> function). --max_*_samples cut the rows
+    before, or with `cut_after` the examples that `preprocess` made (run_mlm.py's packed blocks)."""
     limits = {
         "train": data_args.max_train_samples,
         "validation": data_args.max_eval_samples,
-        "test": getattr(data_args, "max_predict_samples", None),
+        "test": data_args.max_predict_samples,
     }
     prepared = {}
     for split, flag in SPLIT_FLAGS.items():
@@ -193,18 +253,27 @@ def tokenize_splits(raw, data_args, training_args, preprocess) -> dict[str, data
             continue
         if split not in raw:
             fail(f"--{flag} needs {split} data")
-        dataset = raw[split]
-        if limits[split] is not None:
-            dataset = dataset.select(range(min(limits[split], len(dataset))))
-        with training_args.main_process_first(desc=f"{split} preprocessing"):
-            prepared[split] = dataset.map(
-                preprocess,
-                batched=True,
-                remove_columns=dataset.column_names,
-                num_proc=data_args.preprocessing_num_workers,
-                desc=f"Preprocessing {split}",
-            )
+        dataset = raw[split] if cut_after else first(raw[split], limits[split])
+        function = preprocess[split] if isinstance(preprocess, dict) else preprocess
+        if isinstance(dataset, datasets.IterableDataset):
+            mapped = dataset.map(function, batched=True, remove_columns=dataset.column_names)
+        else:
+            with training_args.main_process_first(desc=f"{split} preprocessing"):
+                mapped = dataset.map(
+                    function,
+                    batched=True,
+                    remove_columns=dataset.column_names,
+                    num_proc=data_args.preprocessing_num_workers,
+                    load_from_cache_file=not data_args.overwrite_cache,
+                    desc=f"Preprocessing {split}",
+                )
+        prepared[split] = first(mapped, limits[split]) if cut_after else mapped
     return prepared
+
+
+def samples(prefix: str, dataset) -> dict[str, int]:
+    """{"<prefix>_samples": N} for the metrics files; a stream's length is not known."""
+    return {} if isinstance(dataset, datasets.IterableDataset) else {f"{prefix}_samples": len(dataset)}
 
 
 def train_and_evaluate(trainer, prepared, add_eval_metrics=None) -> dict:
@@ -212,13 +281,13 @@ def train_and_evaluate(trainer, prepared, add_eval_metrics=None) -> dict:
     train_results.json / eval_results.json / all_results.json. Returns the evaluation metrics."""
     if trainer.args.do_train:
         result = trainer.train(resume_from_checkpoint=trainer.args.resume_from_checkpoint)
-        metrics = {**result.metrics, "train_samples": len(prepared["train"])}
+        metrics = {**result.metrics, **samples("train", prepared["train"])}
         trainer.log_metrics("train", metrics)
         trainer.save_metrics("train", metrics)
         trainer.save_state()
     metrics = {}
     if trainer.args.do_eval:
-        metrics = {**trainer.evaluate(), "eval_samples": len(prepared["validation"])}
+        metrics = {**trainer.evaluate(), **samples("eval", prepared["validation"])}
         if add_eval_metrics is not None:
             metrics.update(add_eval_metrics(metrics))
         trainer.log_metrics("eval", metrics)

@@ -13,13 +13,13 @@ trust_remote_code, tokenizer, generation config, model card). Any transformers s
 import logging
 import os
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 from rouge_score import rouge_scorer, scoring
 from transformers import (
     AutoModelForSeq2SeqLM,
     DataCollatorForSeq2Seq,
-    HfArgumentParser,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
     set_seed,
@@ -27,6 +27,8 @@ from transformers import (
 
 from common import (
     REPO,
+    SPLIT_FLAGS,
+    DataArguments,
     ModelArguments,
     ModelCardTrainerMixin,
     dataset_name,
@@ -35,6 +37,8 @@ from common import (
     load_model,
     load_raw_datasets,
     load_tokenizer,
+    padding,
+    parse_args,
     publish,
     require_columns,
     setup_logging,
@@ -49,20 +53,57 @@ ROUGE_TYPES = ["rouge1", "rouge2", "rougeL", "rougeLsum"]
 
 
 @dataclass
-class DataTrainingArguments:
-    dataset_name: str | None = field(default=None, metadata={"help": "A data set on the Hub."})
-    dataset_config_name: str | None = field(default=None, metadata={"help": "Its configuration."})
-    train_file: str | None = field(default=None, metadata={"help": "Training data: json, jsonl or csv."})
-    validation_file: str | None = field(default=None, metadata={"help": "Evaluation data: json, jsonl or csv."})
-    test_file: str | None = field(default=None, metadata={"help": "Prediction data: json, jsonl or csv."})
+class DataTrainingArguments(DataArguments):
     text_column: str | None = field(default=None, metadata={"help": "Input column (default: document)."})
     summary_column: str | None = field(default=None, metadata={"help": "Target column (default: summary)."})
+    source_prefix: str | None = field(
+        default=None, metadata={"help": "Text put before every input (e.g. 'summarize: ' for T5)."}
+    )
     max_source_length: int = field(default=512, metadata={"help": "Longer inputs are truncated."})
-    max_target_length: int = field(default=64, metadata={"help": "Longer targets are truncated."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N training examples."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep the first N evaluation examples."})
-    max_predict_samples: int | None = field(default=None, metadata={"help": "Keep the first N prediction examples."})
-    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+    max_target_length: int = field(default=64, metadata={"help": "Longer training targets are truncated."})
+    val_max_target_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Target length for evaluation and prediction, and generate's max_length there unless "
+            "--generation_max_length is given (default: --max_target_length)."
+        },
+    )
+    num_beams: int | None = field(
+        default=None,
+        metadata={
+            "help": "Beams for generate in evaluation and prediction (default: --generation_num_beams, else the "
+            "model's generation config)."
+        },
+    )
+    ignore_pad_token_for_loss: bool = field(
+        default=True, metadata={"help": "Leave the labels' padding out of the loss (label -100)."}
+    )
+
+    def __post_init__(self):
+        if self.val_max_target_length is None:
+            self.val_max_target_length = self.max_target_length
+
+
+ARGUMENTS = (ModelArguments, DataTrainingArguments, Seq2SeqTrainingArguments)
+
+
+def label_pad_token_id(tokenizer, data_args) -> int:
+    return -100 if data_args.ignore_pad_token_for_loss else tokenizer.pad_token_id
+
+
+def tokenize(batch, *, tokenizer, data_args, text_column, summary_column, eos_token_id, max_target_length):
+    """Inputs (after --source_prefix) cut to --max_source_length. Labels: the target ids cut to
+    `max_target_length` - 1, then end-of-sequence; the decoder starts from decoder_start_token_id by itself.
+    With --pad_to_max_length both are padded to their maximum length."""
+    sources = [(data_args.source_prefix or "") + text for text in batch[text_column]]
+    encoded = tokenizer(sources, max_length=data_args.max_source_length, padding=padding(data_args), truncation=True)
+    targets = tokenizer(text_target=batch[summary_column], add_special_tokens=False)["input_ids"]
+    labels = [ids[: max_target_length - 1] + [eos_token_id] for ids in targets]
+    if data_args.pad_to_max_length:
+        pad = label_pad_token_id(tokenizer, data_args)
+        labels = [ids + [pad] * (max_target_length - len(ids)) for ids in labels]
+    encoded["labels"] = labels
+    return encoded
 
 
 class SummarizationTrainer(ModelCardTrainerMixin, Seq2SeqTrainer):
@@ -79,8 +120,7 @@ def rouge(predictions: list[str], references: list[str]) -> dict[str, float]:
 
 
 def main():
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, Seq2SeqTrainingArguments))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses()
+    model_args, data_args, training_args = parse_args(ARGUMENTS)
     setup_logging(training_args)
     set_seed(training_args.seed)
 
@@ -92,21 +132,32 @@ def main():
         require_columns(raw[split], [text_column], "--text_column")
         require_columns(raw[split], [summary_column], "--summary_column")
 
+    # evaluation and prediction generate up to --val_max_target_length tokens, with --num_beams beams
+    if training_args.generation_max_length is None:
+        training_args.generation_max_length = data_args.val_max_target_length
+    if data_args.num_beams is not None:
+        training_args.generation_num_beams = data_args.num_beams
+
     tokenizer = load_tokenizer(model_args)
-    config = load_config(model_args, tokenizer, max(data_args.max_source_length, data_args.max_target_length))
+    max_length = max(data_args.max_source_length, data_args.max_target_length, training_args.generation_max_length)
+    config = load_config(model_args, tokenizer, max_length)
     model = load_model(AutoModelForSeq2SeqLM, model_args, config)
     for name in ("decoder_start_token_id", "eos_token_id"):
         if getattr(model.config, name, None) is None:
             fail(f"the model config has no {name}: set it with --config_overrides {name}=ID")
-    eos = model.config.eos_token_id
 
-    def preprocess(batch):
-        encoded = tokenizer(batch[text_column], max_length=data_args.max_source_length, truncation=True)
-        # the target ids then end-of-sequence: the decoder starts from decoder_start_token_id by itself
-        targets = tokenizer(text_target=batch[summary_column], add_special_tokens=False)["input_ids"]
-        encoded["labels"] = [ids[: data_args.max_target_length - 1] + [eos] for ids in targets]
-        return encoded
-
+    preprocess = {
+        split: partial(
+            tokenize,
+            tokenizer=tokenizer,
+            data_args=data_args,
+            text_column=text_column,
+            summary_column=summary_column,
+            eos_token_id=model.config.eos_token_id,
+            max_target_length=data_args.max_target_length if split == "train" else data_args.val_max_target_length,
+        )
+        for split in SPLIT_FLAGS
+    }
     prepared = tokenize_splits(raw, data_args, training_args, preprocess)
 
     def compute_metrics(prediction):
@@ -117,15 +168,15 @@ def main():
         lengths = [np.count_nonzero(row != tokenizer.pad_token_id) for row in predictions]
         return {**rouge(decoded, references), "gen_len": float(np.mean(lengths))}
 
-    if training_args.generation_max_length is None:
-        training_args.generation_max_length = data_args.max_target_length
     trainer = SummarizationTrainer(
         model=model,
         args=training_args,
         train_dataset=prepared.get("train"),
         eval_dataset=prepared.get("validation"),
         processing_class=tokenizer,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        data_collator=DataCollatorForSeq2Seq(
+            tokenizer, model=model, label_pad_token_id=label_pad_token_id(tokenizer, data_args)
+        ),
         compute_metrics=compute_metrics if training_args.predict_with_generate else None,
     )
 

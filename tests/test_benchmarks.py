@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
+import encoder  # benchmarks/encoder.py (setup.cfg puts benchmarks/ on pytest's pythonpath)
 
-import encoder  # noqa: E402  (benchmarks/ is not a package)
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_predict_extrapolates_the_measured_growth():

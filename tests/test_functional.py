@@ -7,8 +7,8 @@ import torch
 
 from fastformer import naive
 from fastformer.functional import (
-    AdditiveAttentionOutput,
     INTERACTIONS,
+    AdditiveAttentionOutput,
     additive_attention,
     additive_pooling,
     causal_additive_attention,

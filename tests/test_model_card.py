@@ -4,7 +4,6 @@ Each card is written for a tiny saved checkpoint (weights and tokenizer), so the
 reader would: from the folder above the checkpoint, which the card names.
 """
 
-import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from fastformer import (
     FastformerForMaskedLM,
     FastformerForSequenceClassification,
 )
+from model_card import write_model_card  # scripts/ (pytest's pythonpath)
 
 REPO = Path(__file__).resolve().parents[1]
 TOKENIZER_PATH = REPO / "data" / "tokenizers" / "bert-base-uncased"
@@ -70,16 +70,6 @@ EXPECTED_MODEL_INDEX = {
         ("perplexity", "Perplexity", None): MLM_METRICS["perplexity"],
     },
 }
-
-
-def load_script_module(name):
-    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-write_model_card = load_script_module("model_card").write_model_card
 
 
 @dataclass

@@ -517,3 +517,17 @@ def test_forward_takes_arguments_in_berts_order_and_ignores_unknown_keywords(mod
         got = split_outputs(model(ids, mask, types, some_future_argument=True))
     for a, b in zip(got, expected):
         assert (a is None and b is None) or torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "model_class, sums_over_items",
+    [(FastformerForSequenceClassification, False), (FastformerForMaskedLM, True), (FastformerForCausalLM, True)],
+    ids=lambda value: getattr(value, "__name__", str(value)),
+)
+def test_trainer_knows_which_losses_take_num_items_in_batch(model_class, sums_over_items, tmp_path):
+    """A model whose forward takes **kwargs looks to the Trainer as if its loss were summed over
+    `num_items_in_batch`; the classifier's is a batch mean, and under DDP that mistake scaled its gradients by the
+    number of processes (tests/test_scripts.py compares DDP with one process)."""
+    args = TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
+    trainer = Trainer(model=build(model_class), args=args)
+    assert trainer.model_accepts_loss_kwargs is sums_over_items

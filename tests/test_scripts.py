@@ -1,6 +1,8 @@
-"""The example scripts end to end, as users run them: real CLI processes, tiny configs, bundled real data."""
+"""The example scripts end to end, as users run them: real CLI processes, tiny configs, bundled real data; and
+in-process, the flags of transformers' own example scripts and the data preparation behind them."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -11,6 +13,13 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+import run_classification
+import run_mlm
+import run_summarization
+from common import ModelArguments, load_model, parse_args
+from fastformer import FastformerConfig, FastformerForMaskedLM
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
@@ -246,3 +255,207 @@ def test_dataset_name_loads_like_a_hub_data_set(tmp_path, newsgroups):
     metrics = results(tmp_path / "out")
     assert metrics["eval_samples"] == 21
     assert ModelCard.load(tmp_path / "out" / "README.md").data.datasets == [str(folder)]
+
+
+# --- the flags of transformers' own example scripts ---------------------------------------------------------------
+
+# Every flag of the ModelArguments and DataTrainingArguments of transformers' examples/pytorch/
+# text-classification/run_classification.py, summarization/run_summarization.py and language-modeling/run_mlm.py
+# as of transformers v4.57.3 (check_min_version("4.57.0.dev0")), the newest version of these files that could be
+# read (pip's transformers 5 does not ship its examples): from GitHub feisenyu/transformers_4573 at 1b9542ec, a
+# copy of the v4.57.3 tree, and run_classification.py also from huggingface/transformers at 005c23ae (the same
+# flags). A bool field whose default is True also has its --no_ flag. Each flag with an example value.
+TRANSFORMERS_MODEL_FLAGS = [
+    "--model_name_or_path=some/model", "--config_name=some/config", "--tokenizer_name=some/tokenizer",
+    "--cache_dir=cache", "--use_fast_tokenizer", "--no_use_fast_tokenizer", "--model_revision=v1", "--token=hf_abc",
+    "--trust_remote_code",
+]
+TRANSFORMERS_FLAGS = {
+    "run_classification": [
+        *TRANSFORMERS_MODEL_FLAGS, "--ignore_mismatched_sizes",
+        "--dataset_name=glue", "--dataset_config_name=stsb", "--do_regression", "--text_column_names=s1,s2",
+        "--text_column_delimiter=;", "--train_split_name=training", "--validation_split_name=dev",
+        "--test_split_name=held_out", "--remove_splits=unsupervised", "--remove_columns=idx", "--label_column_name=y",
+        "--max_seq_length=128", "--preprocessing_num_workers=2", "--overwrite_cache", "--pad_to_max_length",
+        "--no_pad_to_max_length", "--shuffle_train_dataset", "--shuffle_seed=7", "--max_train_samples=10",
+        "--max_eval_samples=5", "--max_predict_samples=3", "--metric_name=matthews_correlation",
+        "--train_file=train.csv", "--validation_file=validation.csv", "--test_file=test.csv",
+    ],
+    "run_summarization": [
+        *TRANSFORMERS_MODEL_FLAGS, "--resize_position_embeddings",
+        "--lang=en_XX", "--dataset_name=xsum", "--dataset_config_name=default", "--text_column=article",
+        "--summary_column=highlights", "--train_file=train.json", "--validation_file=validation.json",
+        "--test_file=test.json", "--overwrite_cache", "--preprocessing_num_workers=2", "--max_source_length=256",
+        "--max_target_length=32", "--val_max_target_length=48", "--pad_to_max_length", "--max_train_samples=10",
+        "--max_eval_samples=5", "--max_predict_samples=3", "--num_beams=2", "--ignore_pad_token_for_loss",
+        "--no_ignore_pad_token_for_loss", "--source_prefix=summarize: ", "--forced_bos_token=en_XX",
+    ],
+    "run_mlm": [
+        *TRANSFORMERS_MODEL_FLAGS, "--model_type=bert", "--config_overrides=num_hidden_layers=2", "--dtype=bfloat16",
+        "--dataset_name=wikitext", "--dataset_config_name=wikitext-2-raw-v1", "--train_file=train.txt",
+        "--validation_file=validation.txt", "--overwrite_cache", "--validation_split_percentage=10",
+        "--max_seq_length=128", "--preprocessing_num_workers=2", "--mlm_probability=0.2", "--line_by_line",
+        "--pad_to_max_length", "--max_train_samples=10", "--max_eval_samples=5", "--streaming",
+    ],
+}
+# the flags that cannot apply; README.md says why, in its "Flags of the transformers examples"
+FAST_TOKENIZER_FLAGS = {"--use_fast_tokenizer", "--no_use_fast_tokenizer"}
+NOT_APPLICABLE = {
+    "run_classification": FAST_TOKENIZER_FLAGS,
+    "run_summarization": FAST_TOKENIZER_FLAGS | {"--resize_position_embeddings", "--lang", "--forced_bos_token"},
+    "run_mlm": FAST_TOKENIZER_FLAGS,
+}
+SCRIPT_MODULES = {"run_classification": run_classification, "run_summarization": run_summarization, "run_mlm": run_mlm}
+
+
+def flag_name(flag: str) -> str:
+    return flag.partition("=")[0]
+
+
+@pytest.mark.parametrize("script", TRANSFORMERS_FLAGS)
+def test_the_flags_of_the_transformers_example_parse_into_their_fields(script):
+    """Each applicable flag alone: it parses (unknown flags are an error) and lands in the field of its name."""
+    arguments = SCRIPT_MODULES[script].ARGUMENTS
+    for flag in TRANSFORMERS_FLAGS[script]:
+        name, has_value, value = flag.removeprefix("--").partition("=")
+        if flag_name(flag) in NOT_APPLICABLE[script]:
+            with pytest.raises(ValueError, match="not used by the HfArgumentParser"):
+                parse_args(arguments, [flag, "--report_to", "none"])
+            continue
+        field = name.removeprefix("no_")  # a --no_ flag sets its field to False
+        parsed = [getattr(args, field) for args in parse_args(arguments, [flag, "--report_to", "none"])
+                  if hasattr(args, field)]
+        expected = value if has_value else not name.startswith("no_")
+        assert len(parsed) == 1 and (str(parsed[0]) if has_value else parsed[0]) == expected, (flag, parsed)
+
+
+def test_the_readme_names_each_flag_that_does_not_apply():
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("### Flags of the transformers examples\n", 1)[1].split("\n## ", 1)[0]
+    for script, flags in NOT_APPLICABLE.items():
+        assert set(flags) <= {flag_name(flag) for flag in TRANSFORMERS_FLAGS[script]}
+        for flag in flags:
+            assert f"`{flag}`" in section, f"README.md does not say why {flag} ({script}) does not apply"
+
+
+# --- what those flags do ------------------------------------------------------------------------------------------
+
+TOKENIZER = REPO / "data" / "tokenizers" / "bert-base-uncased"
+
+
+@pytest.mark.parametrize("ignore_pad_token_for_loss", [True, False], ids=["label-pad--100", "label-pad-pad-token"])
+def test_summarization_tokenize_prefixes_pads_and_cuts_to_the_target_length(ignore_pad_token_for_loss):
+    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
+    flags = ["--pad_to_max_length", "--max_source_length=16", "--source_prefix=summarize: ", "--report_to=none"]
+    flags.append(f"--ignore_pad_token_for_loss={ignore_pad_token_for_loss}")
+    _, data_args, _ = parse_args(run_summarization.ARGUMENTS, flags)
+    batch = {"document": ["a short text", "another text"], "summary": ["short", "one two three four five six seven"]}
+    encoded = run_summarization.tokenize(batch, tokenizer=tokenizer, data_args=data_args, text_column="document",
+                                         summary_column="summary", eos_token_id=tokenizer.sep_token_id,
+                                         max_target_length=6)
+    assert [len(ids) for ids in encoded["input_ids"]] == [16, 16]
+    assert tokenizer.decode(encoded["input_ids"][0], skip_special_tokens=True) == "summarize : a short text"
+    pad = -100 if ignore_pad_token_for_loss else tokenizer.pad_token_id
+    short, long = tokenizer(batch["summary"], add_special_tokens=False)["input_ids"]
+    assert encoded["labels"] == [short + [tokenizer.sep_token_id] + [pad] * 4, long[:5] + [tokenizer.sep_token_id]]
+
+
+def test_mlm_holds_out_the_first_percent_of_the_training_texts():
+    raw = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": [str(i) for i in range(40)]})})
+    raw = run_mlm.split_off_validation(raw, 10)
+    assert raw["validation"]["text"] == ["0", "1", "2", "3"] and raw["train"]["text"] == [str(i) for i in range(4, 40)]
+
+
+def test_classification_arranges_the_splits_as_the_transformers_example():
+    def split(name, rows):
+        return datasets.Dataset.from_dict({"text": [f"{name} {i}" for i in range(rows)], "idx": list(range(rows))})
+
+    raw = datasets.DatasetDict({"training": split("training", 20), "dev": split("dev", 4), "extra": split("extra", 2)})
+    flags = ["--train_split_name=training", "--validation_split_name=dev", "--remove_splits=extra",
+             "--remove_columns=idx", "--shuffle_train_dataset", "--shuffle_seed=3", "--report_to=none"]
+    _, data_args, _ = parse_args(run_classification.ARGUMENTS, flags)
+    arranged = run_classification.arrange_splits(raw, data_args)
+    assert set(arranged) == {"train", "validation"} and arranged["validation"]["text"] == raw["dev"]["text"]
+    assert arranged["train"].column_names == ["text"]
+    shuffled = raw["training"].shuffle(seed=3)["text"]
+    assert arranged["train"]["text"] == shuffled != raw["training"]["text"]
+
+
+def test_dtype_creates_and_loads_the_weights_in_that_dtype(tmp_path):
+    def config():  # a fresh one each time: creating a model in a dtype sets the config's
+        return FastformerConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                intermediate_size=64)
+
+    FastformerForMaskedLM(config()).save_pretrained(tmp_path)
+    for model_name_or_path in (None, str(tmp_path)):
+        for dtype, expected in [(None, torch.float32), ("auto", torch.float32), ("bfloat16", torch.bfloat16)]:
+            model_args = ModelArguments(model_name_or_path=model_name_or_path, dtype=dtype)
+            model = load_model(AutoModelForMaskedLM, model_args, config())
+            assert model.dtype == expected, (model_name_or_path, dtype)
+
+
+def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path, headlines):
+    """--num_beams reaches generate in evaluation and prediction (Seq2SeqTrainer reads it from the saved
+    generation_num_beams), as --val_max_target_length does generate's max_length."""
+    validation = headlines[1]
+    summarize(tmp_path / "out", headlines, "--num_beams", 2, "--val_max_target_length", 10, "--pad_to_max_length",
+              "--source_prefix", "summarize: ", "--max_train_samples", 8, "--do_predict", "--test_file", validation,
+              "--max_predict_samples", 2)
+    args = torch.load(tmp_path / "out" / "training_args.bin", weights_only=False)
+    assert args.generation_num_beams == 2 and args.generation_max_length == 10
+    assert results(tmp_path / "out", "train_results.json")["train_samples"] == 8
+    metrics = results(tmp_path / "out")
+    assert metrics["eval_samples"] == 6 and 0 < metrics["eval_gen_len"] <= 10 and "eval_rouge1" in metrics
+    assert len((tmp_path / "out" / "generated_predictions.txt").read_text().splitlines()) == 2
+
+
+def test_mlm_streams_line_by_line(tmp_path, newsgroups):
+    """--streaming reads a (Hub-like) data set as the Trainer uses it; --max_steps then bounds the training."""
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    for path in newsgroups:
+        (folder / path.name).write_text(path.read_text())
+    run("run_mlm.py", "--output_dir", tmp_path / "mlm", "--do_train", "--do_eval", "--dataset_name", folder,
+        "--streaming", "--line_by_line", "--pad_to_max_length", "--max_seq_length", 64, "--max_eval_samples", 5,
+        "--per_device_train_batch_size", 8, "--max_steps", 3, *from_scratch("fastformer"), *COMMON)
+    metrics = results(tmp_path / "mlm")
+    assert "eval_samples" not in metrics and math.isfinite(metrics["eval_loss"])  # a stream has no length
+    assert json.loads((tmp_path / "mlm" / "trainer_state.json").read_text())["global_step"] == 3
+
+
+METRIC_SCRIPT = '''
+import datasets
+import evaluate
+
+
+class MeanAbsoluteError(evaluate.Metric):
+    def _info(self):
+        features = datasets.Features({"predictions": datasets.Value("float"), "references": datasets.Value("float")})
+        return evaluate.MetricInfo(description="mean absolute error", citation="", features=features)
+
+    def _compute(self, predictions, references):
+        return {"mae": sum(abs(p - r) for p, r in zip(predictions, references)) / len(references)}
+'''
+
+
+def test_classification_regression_with_an_evaluate_metric(tmp_path, newsgroups):
+    """--do_regression on a float score (MSE, one output), --metric_name from a local evaluate script (offline),
+    --remove_columns and --no_pad_to_max_length."""
+    data = []
+    for path in newsgroups:
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        scored = tmp_path / path.name
+        scored.write_text("".join(json.dumps({"text": row["text"], "score": len(row["text"]) / 1000,
+                                              "topic": row["label"]}) + "\n" for row in rows))
+        data.append(scored)
+    (tmp_path / "mae.py").write_text(METRIC_SCRIPT)
+    classify(tmp_path / "out", data, "--do_regression", "--label_column_name", "score", "--remove_columns", "topic",
+             "--metric_name", tmp_path / "mae.py", "--no_pad_to_max_length", "--do_predict", "--test_file", data[1],
+             "--max_predict_samples", 3)
+    metrics = results(tmp_path / "out")
+    assert metrics["eval_mse"] == pytest.approx(metrics["eval_loss"], rel=1e-5) and metrics["eval_mae"] >= 0
+    assert "eval_accuracy" not in metrics
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["problem_type"] == "regression" and len(config["id2label"]) == 1
+    predictions = [json.loads(line) for line in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
+    assert len(predictions) == 3 and all(isinstance(row["prediction"], float) for row in predictions)
