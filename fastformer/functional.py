@@ -240,6 +240,8 @@ def causal_additive_pooling(
     <= 0, so nothing overflows, and the maxima are constants of the softmax, so they carry no gradient.
     """
     batch, heads, length, dim = x.shape
+    if length == 1 and state is not None:  # one decoding step: update the streaming softmax directly
+        return _pooling_step(x, weight, None if attention_mask is None else attention_mask[:, 0], state)
     acc = torch.promote_types(x.dtype, torch.float32)
     lowest = torch.finfo(acc).min
     if state is None:

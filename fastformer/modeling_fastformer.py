@@ -188,7 +188,7 @@ class FastformerSublayerOutput(nn.Module):
     def __init__(self, config: FastformerConfig, input_size: int):
         super().__init__()
         self.dense = nn.Linear(input_size, config.hidden_size)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = config.hidden_dropout_prob  # functional, as BART: one module call less per sub-layer
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, hidden_states, residual) -> torch.Tensor:
@@ -196,7 +196,8 @@ class FastformerSublayerOutput(nn.Module):
 
     def add_and_norm(self, projected, residual) -> torch.Tensor:
         """The sub-layer after `dense`, for a caller that applied `dense` itself (`FastformerLayer`)."""
-        return self.layer_norm(residual + self.dropout(projected))
+        projected = nn.functional.dropout(projected, p=self.dropout, training=self.training)
+        return self.layer_norm(residual + projected)
 
 
 class FastformerFeedForward(nn.Module):
