@@ -1,3 +1,128 @@
-"""Fixtures shared by test modules."""
+"""Fixtures shared by test modules: the repo's paths, the bundled tokenizer, tiny models, and a loopback Hub.
 
-from hub_server import hub  # noqa: F401  (a loopback server speaking the Hub's HTTP API)
+A module that needs other model defaults overrides `tiny_config` once, at module level, and `build` follows:
+
+    @pytest.fixture(scope="module")
+    def tiny_config(tiny_config):
+        return functools.partial(tiny_config, vocab_size=61, initializer_range=0.2)
+"""
+
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from fastformer import FastformerConfig
+from hub_server import serve  # a loopback server speaking the Hub's HTTP API
+
+# the tiny models' defaults; a module whose assertions count with other numbers overrides `tiny_config`
+TINY = dict(
+    vocab_size=99,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    max_position_embeddings=64,
+    hidden_dropout_prob=0.0,
+    num_labels=3,
+)
+
+
+@pytest.fixture(scope="session")
+def repo_root():
+    return Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def tokenizer_path(repo_root):
+    """The bundled bert-base-uncased tokenizer (the tests run offline)."""
+    return repo_root / "data" / "tokenizers" / "bert-base-uncased"
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tokenizer_path):
+    return AutoTokenizer.from_pretrained(tokenizer_path)
+
+
+@pytest.fixture(scope="session")
+def tokenizer_fields(tokenizer):
+    """The config fields that fit a model to `tokenizer`: its vocabulary, and its special ids as the generation
+    heads use them (start from [CLS], stop at [SEP])."""
+    return dict(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.cls_token_id,
+        decoder_start_token_id=tokenizer.cls_token_id,
+        eos_token_id=tokenizer.sep_token_id,
+    )
+
+
+# module scope, not session: a module's own `tiny_config` then reaches `build` too (and hypothesis takes them)
+@pytest.fixture(scope="module")
+def tiny_config():
+    """tiny_config(**overrides) -> a FastformerConfig with the TINY defaults."""
+
+    def make(**overrides):
+        return FastformerConfig(**{**TINY, **overrides})
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def build(tiny_config):
+    """build(model_class, seed=0, **overrides) -> a model of `tiny_config(**overrides)`, initialized after
+    torch.manual_seed(seed), in eval mode."""
+
+    def make(model_class, seed=0, **overrides):
+        torch.manual_seed(seed)
+        return model_class(tiny_config(**overrides)).eval()
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def hub_server():
+    """`with hub_server() as hub:` serves a fresh loopback Hub (tests/hub_server.py) for as long as the block runs;
+    `hub.url` is the clients' endpoint, `hub.store` what it holds, `hub.client_env(hf_home)` a client's
+    environment."""
+    return serve
+
+
+@pytest.fixture
+def hub(hub_server):
+    """A fresh loopback Hub for one test."""
+    with hub_server() as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def hide_fastformer():
+    """The first lines of a script for a fresh interpreter in which `import fastformer` fails, so that loading a
+    checkpoint with `trust_remote_code=True` builds the model from the code the checkpoint carries (once
+    `fastformer` is imported, its registered classes win). A meta path finder placed before all others makes the
+    import fail however the package is installed: the editable install's finder in site-packages, a path entry,
+    PYTHONPATH."""
+    return textwrap.dedent(
+        """
+        import importlib.abc
+        import sys
+
+
+        class HideFastformer(importlib.abc.MetaPathFinder):
+            def find_spec(self, fullname, path=None, target=None):
+                if fullname.partition(".")[0] == "fastformer":
+                    raise ModuleNotFoundError(f"No module named {fullname!r} (hidden by the test)", name=fullname)
+                return None
+
+
+        sys.meta_path.insert(0, HideFastformer())
+        try:
+            import fastformer
+        except ModuleNotFoundError:
+            pass
+        else:
+            raise AssertionError(f"fastformer is importable from {fastformer.__file__}")
+        """
+    )

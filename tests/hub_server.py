@@ -1,13 +1,14 @@
 """A loopback stand-in for the Hugging Face Hub, for tests that push and download with the real clients.
 
-`hub_server()` serves it on 127.0.0.1 (a free port) from a daemon thread and yields a `RunningHub`: its `url`, to
-be the clients' endpoint, and its `store`. A repo keeps every commit as an immutable snapshot of all its files
-(commit id -> files) and branches that point at commits, `main` at the latest, so a test can see what a push
-added, replaced and kept. Like the Hub, creating a repo makes an "initial commit" holding `.gitattributes`.
+`serve()` serves it on 127.0.0.1 (a free port) from a daemon thread and yields a `RunningHub`: its `url`, to be
+the clients' endpoint, and its `store`; tests reach it through tests/conftest.py's `hub` and `hub_server` fixtures.
+A repo keeps every commit as an immutable snapshot of all its files (commit id -> files) and branches that point at
+commits, `main` at the latest, so a test can see what a push added, replaced and kept. Like the Hub, creating a
+repo makes an "initial commit" holding `.gitattributes`.
 
 huggingface_hub reads its endpoint (`HF_ENDPOINT`) once, at import, and transformers' `from_pretrained` and
 `push_to_hub` always use that module-level endpoint (only `HfApi(endpoint=...)` and `hf_hub_download(endpoint=...)`
-take another), so run the clients in a subprocess with `client_env(hub.url, hf_home)`.
+take another), so run the clients in a subprocess with `hub.client_env(hf_home)`.
 
 Routes, model repos only: what huggingface_hub 2.4 and transformers 5.24 call for `create_repo`, `upload_folder`,
 `create_commit`, `create_branch`, `list_repo_commits`, `list_repo_tree`, `get_paths_info`, `push_to_hub`,
@@ -44,7 +45,6 @@ from types import MappingProxyType
 from typing import Mapping, NamedTuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
-import pytest
 import yaml
 
 USER = "user"  # whoami, and the namespace of a repo created without one
@@ -372,9 +372,30 @@ class RunningHub:
     url: str  # http://127.0.0.1:<port>, the clients' endpoint
     store: HubStore
 
+    def client_env(self, hf_home, token=TOKEN):
+        """Environment for a subprocess that runs huggingface_hub / transformers against this server: no inherited
+        Hugging Face settings (HF_HUB_OFFLINE, which refuses every request, caches, tokens; add back what you need,
+        e.g. HF_DATASETS_OFFLINE=1), its own cache under `hf_home`, no proxy for loopback. `token=None` leaves the
+        client anonymous."""
+        env = {
+            name: value
+            for name, value in os.environ.items()
+            if not name.startswith(("HF_", "HUGGINGFACE_", "TRANSFORMERS_"))
+        }
+        env.update(
+            HF_ENDPOINT=self.url,
+            HF_HOME=str(hf_home),
+            HF_HUB_DISABLE_TELEMETRY="1",
+            NO_PROXY="127.0.0.1,localhost",
+            no_proxy="127.0.0.1,localhost",
+        )
+        if token is not None:
+            env["HF_TOKEN"] = token
+        return env
+
 
 @contextlib.contextmanager
-def hub_server(lifetime_s=600):
+def serve(lifetime_s=600):
     """Serves a fresh store on a free loopback port; stops on exit, or after `lifetime_s` whatever happens."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), HubHandler)
     server.daemon_threads = True
@@ -392,31 +413,3 @@ def hub_server(lifetime_s=600):
         server.shutdown()
         server.server_close()
         thread.join()
-
-
-@pytest.fixture
-def hub():
-    with hub_server() as running:
-        yield running
-
-
-def client_env(url, hf_home, token=TOKEN):
-    """Environment for a subprocess that runs huggingface_hub / transformers against the server at `url`: no
-    inherited Hugging Face settings (HF_HUB_OFFLINE, which refuses every request, caches, tokens; add back what you
-    need, e.g. HF_DATASETS_OFFLINE=1), its own cache under `hf_home`, no proxy for loopback. `token=None` leaves
-    the client anonymous."""
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("HF_", "HUGGINGFACE_", "TRANSFORMERS_"))
-    }
-    env.update(
-        HF_ENDPOINT=url,
-        HF_HOME=str(hf_home),
-        HF_HUB_DISABLE_TELEMETRY="1",
-        NO_PROXY="127.0.0.1,localhost",
-        no_proxy="127.0.0.1,localhost",
-    )
-    if token is not None:
-        env["HF_TOKEN"] = token
-    return env

@@ -4,13 +4,10 @@ import csv
 import subprocess
 import sys
 from argparse import Namespace
-from pathlib import Path
 
 import pytest
 
 import encoder  # benchmarks/encoder.py (setup.cfg puts benchmarks/ on pytest's pythonpath)
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_predict_extrapolates_the_measured_growth():
@@ -32,13 +29,14 @@ def test_skip_reason_names_the_prediction_and_the_limit():
     assert "GB peak, above --max-memory-gb 10" in encoder.skip_reason("BigBird", 16384, history, args)
 
 
-def test_suite_runs_and_reports_every_target(tmp_path):
+@pytest.mark.slow
+def test_suite_runs_and_reports_every_target(repo_root, tmp_path):
     command = [
-        sys.executable, str(REPO / "benchmarks" / "suite.py"),
+        sys.executable, str(repo_root / "benchmarks" / "suite.py"),
         "--encoder-lengths", "64", "128", "--decoding-lengths", "16", "32", "--repeats", "1", "--threads", "1",
         "--models", "Fastformer", "floor", "BERT", "FNet", "--max-seconds", "1e-9", "--docs", str(tmp_path),
     ]  # fmt: skip
-    process = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
+    process = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=repo_root)
     assert process.returncode == 0, process.stderr[-3000:]
     for name in ("ENCODER.md", "encoder.csv", "encoder_time.png", "encoder_memory.png", "DECODING.md",
                  "decoding.csv", "decoding.png", "PERFORMANCE.md"):  # fmt: skip

@@ -1,16 +1,18 @@
 """torch.compile(fullgraph=True) on the encoder and on one cached decoding step, against eager mode."""
 
 import copy
+import functools
 
+import pytest
 import torch
 
-from fastformer import FastformerCache, FastformerConfig, FastformerForConditionalGeneration, FastformerModel
+from fastformer import FastformerCache, FastformerForConditionalGeneration, FastformerModel
 
 
-def tiny_config():
-    return FastformerConfig(
-        vocab_size=99, hidden_size=32, num_attention_heads=4, intermediate_size=64, hidden_dropout_prob=0.0,
-        max_position_embeddings=64, num_decoder_layers=2, share_layers=False, decoder_start_token_id=1,
+@pytest.fixture(scope="module")
+def tiny_config(tiny_config):
+    return functools.partial(
+        tiny_config, intermediate_size=64, num_decoder_layers=2, share_layers=False, decoder_start_token_id=1,
         initializer_range=0.2,
     )
 
@@ -23,9 +25,8 @@ def padded_batch():
 
 
 @torch.no_grad()
-def test_encoder_compiles_as_one_graph():
-    torch.manual_seed(0)
-    model = FastformerModel(tiny_config()).eval()
+def test_encoder_compiles_as_one_graph(build):
+    model = build(FastformerModel)
     ids, mask = padded_batch()
     compiled = torch.compile(model, fullgraph=True)
     expected = model(ids, attention_mask=mask)
@@ -35,9 +36,8 @@ def test_encoder_compiles_as_one_graph():
 
 
 @torch.no_grad()
-def test_decoding_step_compiles_as_one_graph():
-    torch.manual_seed(0)
-    model = FastformerForConditionalGeneration(tiny_config()).eval()
+def test_decoding_step_compiles_as_one_graph(build):
+    model = build(FastformerForConditionalGeneration)
     ids, mask = padded_batch()
     encoder_outputs = model.get_encoder()(ids, attention_mask=mask)
     eager_cache = FastformerCache(model.config)
@@ -59,12 +59,11 @@ def test_decoding_step_compiles_as_one_graph():
 
 
 @torch.no_grad()
-def test_compiled_decoding_step_does_not_recompile_per_token():
+def test_compiled_decoding_step_does_not_recompile_per_token(build):
     """The step's inputs change at every token only in values and in the count of tokens seen (a Python int):
     after the second step (where dynamo makes that count dynamic) no step compiles again."""
     torch._dynamo.reset()
-    torch.manual_seed(0)
-    model = FastformerForConditionalGeneration(tiny_config()).eval()
+    model = build(FastformerForConditionalGeneration)
     ids, mask = padded_batch()
     encoder_outputs = model.get_encoder()(ids, attention_mask=mask)
     cache = FastformerCache(model.config)

@@ -1,9 +1,11 @@
 """FastformerForConditionalGeneration and FastformerForCausalLM: causality, incremental decoding, generate()."""
 
+import functools
+
 import pytest
 import torch
 
-from fastformer import FastformerCache, FastformerConfig, FastformerForCausalLM, FastformerForConditionalGeneration
+from fastformer import FastformerCache, FastformerForCausalLM, FastformerForConditionalGeneration
 from fastformer.modeling_fastformer import FastformerCrossAttention
 
 VOCAB, PAD, START, EOS = 61, 0, 1, 2
@@ -15,28 +17,20 @@ VARIANTS = {
 }
 
 
-def tiny_config(**overrides):
-    settings = dict(
+@pytest.fixture(scope="module")
+def tiny_config(tiny_config):
+    return functools.partial(
+        tiny_config,
         vocab_size=VOCAB,
-        hidden_size=32,
-        num_attention_heads=4,
         intermediate_size=48,
-        num_hidden_layers=2,
         num_decoder_layers=3,
         max_position_embeddings=600,
-        hidden_dropout_prob=0.0,
         initializer_range=0.2,  # wide enough that greedy decoding does not repeat one token
         pad_token_id=PAD,
         bos_token_id=START,
         decoder_start_token_id=START,
         eos_token_id=EOS,
     )
-    return FastformerConfig(**{**settings, **overrides})
-
-
-def build(model_class, seed=0, **overrides):
-    torch.manual_seed(seed)
-    return model_class(tiny_config(**overrides)).eval()
 
 
 def tokens(*shape, seed=1):
@@ -57,7 +51,7 @@ MODELS = [FastformerForConditionalGeneration, FastformerForCausalLM]
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
-def test_no_future_leak(model_class, variant):
+def test_no_future_leak(build, model_class, variant):
     model = build(model_class, **VARIANTS[variant])
     ids = tokens(2, 10)
     reference = logits(model, ids, use_cache=False)
@@ -71,7 +65,7 @@ def test_no_future_leak(model_class, variant):
 @pytest.mark.parametrize("pieces", [[1] * 10, [3, 1, 4, 2]], ids=["token-by-token", "chunks-3-1-4-2"])
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
-def test_incremental_decoding_equals_full_forward(model_class, variant, pieces):
+def test_incremental_decoding_equals_full_forward(build, model_class, variant, pieces):
     model = build(model_class, **VARIANTS[variant])
     ids = tokens(2, 10)
     mask = torch.ones_like(ids)
@@ -98,7 +92,7 @@ def generate(model, inputs, mask=None, **kwargs):
 )
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
-def test_generate_with_cache_equals_without(model_class, variant, settings):
+def test_generate_with_cache_equals_without(build, model_class, variant, settings):
     model = build(model_class, **VARIANTS[variant])
     inputs = tokens(2, 7)
     mask = torch.ones_like(inputs)
@@ -114,7 +108,7 @@ def test_generate_with_cache_equals_without(model_class, variant, settings):
 
 
 @pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
-def test_sampling_with_cache_equals_without(model_class):
+def test_sampling_with_cache_equals_without(build, model_class):
     model = build(model_class)
     inputs = tokens(2, 7)
     runs = []
@@ -129,7 +123,7 @@ def test_sampling_with_cache_equals_without(model_class):
 
 @pytest.mark.parametrize("side", ["left", "right"])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_padded_sources_generate_as_single_runs(variant, side):
+def test_padded_sources_generate_as_single_runs(build, variant, side):
     model = build(FastformerForConditionalGeneration, **VARIANTS[variant])
     sources = [tokens(n, seed=n) for n in (4, 9, 6)]
     batch = torch.full((3, 9), PAD)
@@ -144,7 +138,7 @@ def test_padded_sources_generate_as_single_runs(variant, side):
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_left_padded_prompts_generate_as_single_runs(variant):
+def test_left_padded_prompts_generate_as_single_runs(build, variant):
     model = build(FastformerForCausalLM, **VARIANTS[variant])
     prompts = [tokens(n, seed=n) for n in (3, 8, 5)]
     batch = torch.full((3, 8), PAD)
@@ -162,7 +156,7 @@ def test_left_padded_prompts_generate_as_single_runs(variant):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
-def test_cache_size_does_not_grow_with_generated_tokens(model_class, variant):
+def test_cache_size_does_not_grow_with_generated_tokens(build, model_class, variant):
     model = build(model_class, **VARIANTS[variant])
     inputs = tokens(2, 7)
     sizes = {}
@@ -174,7 +168,7 @@ def test_cache_size_does_not_grow_with_generated_tokens(model_class, variant):
     assert sizes[8] == sizes[500] > 0
 
 
-def test_source_padding_never_changes_decoder_logits():
+def test_source_padding_never_changes_decoder_logits(build):
     model = build(FastformerForConditionalGeneration, share_layers=False)
     source, decoder_ids = tokens(1, 5, seed=3), tokens(1, 6, seed=4)
     with torch.no_grad():
@@ -187,7 +181,7 @@ def test_source_padding_never_changes_decoder_logits():
 
 
 @pytest.mark.parametrize("cross_attention_type", ["softmax", "additive"])
-def test_all_padding_source_is_finite(cross_attention_type):
+def test_all_padding_source_is_finite(build, cross_attention_type):
     model = build(FastformerForConditionalGeneration, cross_attention_type=cross_attention_type)
     source = tokens(2, 5)
     mask = torch.ones_like(source)
@@ -197,7 +191,7 @@ def test_all_padding_source_is_finite(cross_attention_type):
     assert torch.isfinite(out.logits).all()
 
 
-def test_labels_give_teacher_forced_cross_entropy_without_double_shift():
+def test_labels_give_teacher_forced_cross_entropy_without_double_shift(build):
     model = build(FastformerForConditionalGeneration)
     source, labels = tokens(2, 6), tokens(2, 5, seed=9)
     labels[1, 3:] = -100
@@ -213,7 +207,7 @@ def test_labels_give_teacher_forced_cross_entropy_without_double_shift():
     torch.testing.assert_close(out.loss, expected)
 
 
-def test_causal_lm_loss_predicts_the_next_token():
+def test_causal_lm_loss_predicts_the_next_token(build):
     model = build(FastformerForCausalLM)
     ids = tokens(2, 6)
     with torch.no_grad():
@@ -223,7 +217,7 @@ def test_causal_lm_loss_predicts_the_next_token():
 
 
 @pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
-def test_gradient_checkpointing_gives_the_same_gradients(model_class):
+def test_gradient_checkpointing_gives_the_same_gradients(build, model_class):
     def gradients(checkpointing):
         model = build(model_class, share_layers=False).train()
         if checkpointing:
@@ -241,7 +235,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(model_class):
         torch.testing.assert_close(checkpointed[name], plain[name], rtol=1e-6, atol=1e-7, msg=name)
 
 
-def test_embeddings_and_lm_head_are_shared():
+def test_embeddings_and_lm_head_are_shared(build):
     seq2seq = build(FastformerForConditionalGeneration)
     shared = seq2seq.fastformer.embeddings.word_embeddings.weight
     assert seq2seq.decoder.embeddings.word_embeddings.weight is shared and seq2seq.lm_head.weight is shared
@@ -249,14 +243,14 @@ def test_embeddings_and_lm_head_are_shared():
     assert causal.lm_head.weight is causal.decoder.embeddings.word_embeddings.weight
 
 
-def test_a_config_serves_both_generation_classes_unchanged():
+def test_a_config_serves_both_generation_classes_unchanged(tiny_config):
     config = tiny_config()
     assert FastformerForConditionalGeneration(config).config.is_encoder_decoder
     assert not FastformerForCausalLM(config).config.is_encoder_decoder
     assert not config.is_encoder_decoder
 
 
-def test_a_seq2seq_checkpoint_does_not_load_as_a_causal_lm(tmp_path):
+def test_a_seq2seq_checkpoint_does_not_load_as_a_causal_lm(build, tmp_path):
     build(FastformerForConditionalGeneration).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="load the checkpoint with FastformerForConditionalGeneration"):
         FastformerForCausalLM.from_pretrained(tmp_path)
@@ -264,14 +258,14 @@ def test_a_seq2seq_checkpoint_does_not_load_as_a_causal_lm(tmp_path):
 
 @pytest.mark.parametrize("settings", [dict(assistant_model="self"), dict(penalty_alpha=0.6, top_k=4)],
                          ids=["assisted", "contrastive"])
-def test_assisted_and_contrastive_decoding_are_refused(settings):
+def test_assisted_and_contrastive_decoding_are_refused(build, settings):
     model = build(FastformerForConditionalGeneration)
     settings = {k: model if v == "self" else v for k, v in settings.items()}
     with pytest.raises(ValueError, match="only supports .*'greedy_search', 'sample', 'beam_search', 'beam_sample'"):
         model.generate(tokens(1, 5), max_new_tokens=3, trust_remote_code=True, **settings)
 
 
-def test_cache_rows_follow_beam_reordering_and_cannot_be_cropped():
+def test_cache_rows_follow_beam_reordering_and_cannot_be_cropped(build):
     model = build(FastformerForCausalLM)
     cache = FastformerCache(model.config)
     logits(model, tokens(3, 4), cache=cache)
@@ -283,14 +277,14 @@ def test_cache_rows_follow_beam_reordering_and_cannot_be_cropped():
         cache.crop(1)
 
 
-def test_decoding_past_the_positions_is_a_clear_error():
+def test_decoding_past_the_positions_is_a_clear_error(build):
     model = build(FastformerForCausalLM, max_position_embeddings=8)
     with pytest.raises(ValueError, match="reaches 9 tokens but `max_position_embeddings` is 8"):
         logits(model, tokens(1, 9))
 
 
 @pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
-def test_generation_models_are_stateful(model_class):
+def test_generation_models_are_stateful(build, model_class):
     """A recurrent state cannot be rolled back: transformers must see `_is_stateful` (PreTrainedModel sets it
     False, so it has to be set on a class after PreTrainedModel in the MRO)."""
     assert model_class._is_stateful is True
@@ -301,7 +295,7 @@ def test_generation_models_are_stateful(model_class):
 
 
 @pytest.mark.parametrize("share_layers", [True, False], ids=["shared-layers", "unshared"])
-def test_cross_attention_encodes_the_source_once_per_distinct_layer(share_layers, monkeypatch):
+def test_cross_attention_encodes_the_source_once_per_distinct_layer(build, share_layers, monkeypatch):
     model = build(FastformerForConditionalGeneration, share_layers=share_layers)
     distinct = 1 if share_layers else model.config.num_decoder_layers
     calls = []
@@ -316,7 +310,7 @@ def test_cross_attention_encodes_the_source_once_per_distinct_layer(share_layers
     assert len(calls) == distinct
 
 
-def test_shared_layers_store_the_encoder_side_once():
+def test_shared_layers_store_the_encoder_side_once(build):
     shared, unshared = (
         build(FastformerForConditionalGeneration, share_layers=sharing) for sharing in (True, False)
     )
@@ -328,7 +322,7 @@ def test_shared_layers_store_the_encoder_side_once():
     assert sizes[False] == model.config.num_decoder_layers * sizes[True] > 0
 
 
-def test_generation_stops_at_any_of_several_eos_ids():
+def test_generation_stops_at_any_of_several_eos_ids(build):
     model = build(FastformerForCausalLM, eos_token_id=None)
     free = generate(model, tokens(1, 5), max_new_tokens=6).sequences[0, 5:]
     stop = int(free[2])  # a token greedy decoding emits third, and that it has not emitted before

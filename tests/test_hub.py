@@ -1,10 +1,12 @@
-"""Publishing to the Hub and loading back, with the real huggingface_hub client against tests/hub_server.py.
+"""Publishing to the Hub and loading back, with the real huggingface_hub client against tests/hub_server.py (the
+`hub` and `hub_server` fixtures).
 
 huggingface_hub reads its endpoint (`HF_ENDPOINT`) at import, so every client runs in a subprocess pointed at the
-loopback server. Loading back happens in a fresh interpreter that cannot import fastformer (HIDE_FASTFORMER), so
+loopback server. Loading back happens in a fresh interpreter that cannot import fastformer (`hide_fastformer`), so
 the models are built from the code their repos carry.
 """
 
+import functools
 import json
 import os
 import subprocess
@@ -18,18 +20,10 @@ import torch
 from transformers import AutoTokenizer
 
 from fastformer import FastformerForConditionalGeneration, FastformerForSequenceClassification
-from hub_server import GITATTRIBUTES, TOKEN, RunningHub, client_env, hub_server
-from test_hub_code_and_pipelines import (
-    AUTO_CLASS_OF,
-    GENERATION,
-    HIDE_FASTFORMER,
-    REPO_ROOT,
-    TEXTS,
-    TOKENIZER_PATH,
-    tiny_config,
-)
 
-PUSH_SCRIPT = REPO_ROOT / "scripts" / "push_to_hub.py"
+# two lengths, so the batch the models see carries padding
+TEXTS = ["fastformer is fast.", "additive attention pools the whole sequence into one global query vector."]
+GENERATION = {"max_new_tokens": 5, "do_sample": False}
 MODEL_REPOS = ["user/classifier", "user/seq2seq"]  # pushed with the models' own push_to_hub
 MODEL_CARD = "---\nlibrary_name: transformers\ntags:\n- fastformer\n---\n\n# A tiny Fastformer\n"
 # what training leaves in an output folder, which push_to_hub.py must not upload
@@ -138,53 +132,59 @@ def assert_succeeded(process):
     assert process.returncode == 0, f"{process.args} failed:\n{process.stdout}\n{process.stderr}"
 
 
-def push_folder(hub, tmp_path, folder, repo_id, *options, token=TOKEN):
-    """Runs scripts/push_to_hub.py with HF_TOKEN set to `token` (None: unset)."""
-    args = [sys.executable, str(PUSH_SCRIPT), "--output_dir", str(folder), "--hub_model_id", repo_id, *options]
-    return run(args, tmp_path, client_env(hub.url, tmp_path / "hf_home", token))
+@pytest.fixture(scope="module")
+def push_folder(repo_root):
+    def push(hub, tmp_path, folder, repo_id, *options, **client):
+        """Runs scripts/push_to_hub.py against `hub`; `token=None` leaves HF_TOKEN unset."""
+        script = repo_root / "scripts" / "push_to_hub.py"
+        args = [sys.executable, str(script), "--output_dir", str(folder), "--hub_model_id", repo_id, *options]
+        return run(args, tmp_path, hub.client_env(tmp_path / "hf_home", **client))
+
+    return push
 
 
-def load_from_hub(hub, path, loads):
-    """What a fresh interpreter without fastformer gets loading each repo of `loads` (repo id -> Auto class name)
-    from `hub` as remote code, in `path`."""
-    torch.save({"loads": loads, "texts": TEXTS, "generation": GENERATION}, path / "job.pt")
-    env = client_env(hub.url, path / "hf_home")
-    # the repo root on PYTHONPATH on purpose: only HIDE_FASTFORMER keeps the package out
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    assert_succeeded(run([sys.executable, "-c", HIDE_FASTFORMER + LOAD_SCRIPT], path, env))
-    assert hub.store.unknown_routes == []
-    results = torch.load(path / "results.pt")
-    assert results.keys() == loads.keys()
-    for loaded in results.values():
-        assert loaded["module"].startswith("transformers_modules.")
-        assert not loaded["training"]
-    return results
+@pytest.fixture(scope="module")
+def load_from_hub(repo_root, hide_fastformer):
+    def load(hub, path, loads):
+        """What a fresh interpreter without fastformer gets loading each repo of `loads` (repo id -> Auto class
+        name) from `hub` as remote code, in `path`."""
+        torch.save({"loads": loads, "texts": TEXTS, "generation": GENERATION}, path / "job.pt")
+        env = hub.client_env(path / "hf_home")
+        # the repo root on PYTHONPATH on purpose: only hide_fastformer keeps the package out
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))
+        assert_succeeded(run([sys.executable, "-c", hide_fastformer + LOAD_SCRIPT], path, env))
+        assert hub.store.unknown_routes == []
+        results = torch.load(path / "results.pt")
+        assert results.keys() == loads.keys()
+        for loaded in results.values():
+            assert loaded["module"].startswith("transformers_modules.")
+            assert not loaded["training"]
+        return results
+
+    return load
 
 
 def folder_files(folder):
     return {path.relative_to(folder).as_posix(): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
 
 
-def save_classifier(folder, tokenizer):
+@pytest.fixture(scope="module")
+def tiny_config(tiny_config, tokenizer_fields):
+    return functools.partial(tiny_config, **tokenizer_fields, intermediate_size=64, max_position_embeddings=2048)
+
+
+def save_classifier(folder, build, tokenizer):
     """A tiny classifier saved in `folder` as training leaves it: weights, Hub code, tokenizer, model card."""
-    torch.manual_seed(0)
-    model = FastformerForSequenceClassification(tiny_config(num_labels=3)).eval()
+    model = build(FastformerForSequenceClassification)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     (folder / "README.md").write_text(MODEL_CARD)
     return model
 
 
-def save_seq2seq(folder, tokenizer):
-    # starts from [CLS], stops at [SEP]; larger random weights make the tokens depend on the input
-    config = tiny_config(
-        bos_token_id=tokenizer.cls_token_id,
-        decoder_start_token_id=tokenizer.cls_token_id,
-        eos_token_id=tokenizer.sep_token_id,
-        initializer_range=0.2,
-    )
-    torch.manual_seed(0)
-    model = FastformerForConditionalGeneration(config).eval()
+def save_seq2seq(folder, build, tokenizer):
+    # starts from [CLS], stops at [SEP] (tokenizer_fields); larger random weights make the tokens depend on the input
+    model = build(FastformerForConditionalGeneration, initializer_range=0.2)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return model
@@ -208,22 +208,17 @@ def assert_same_outputs(loaded, model, tokenizer):
         assert torch.equal(loaded[name], tensor), name
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(TOKENIZER_PATH)
-
-
 @pytest.fixture
-def classifier(tmp_path, tokenizer):
+def classifier(tmp_path, build, tokenizer):
     folder = tmp_path / "classifier"
-    return save_classifier(folder, tokenizer), folder
+    return save_classifier(folder, build, tokenizer), folder
 
 
 def test_server_answers_the_client_like_the_hub(hub, tmp_path):
     for name in ["a.txt", "keep.txt", "sub/b.txt", "sub/deeper/c.txt"]:
         (tmp_path / "files" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "files" / name).write_text(f"content of {name}")
-    process = run([sys.executable, "-c", API_SCRIPT], tmp_path, client_env(hub.url, tmp_path / "hf_home"))
+    process = run([sys.executable, "-c", API_SCRIPT], tmp_path, hub.client_env(tmp_path / "hf_home"))
     assert_succeeded(process)
     seen = json.loads(process.stdout)
 
@@ -250,7 +245,7 @@ def test_server_answers_the_client_like_the_hub(hub, tmp_path):
     assert hub.store.unknown_routes == []
 
 
-def test_pushing_again_adds_a_commit_and_deletes_nothing(hub, tmp_path, classifier):
+def test_pushing_again_adds_a_commit_and_deletes_nothing(push_folder, hub, tmp_path, classifier):
     _, folder = classifier
     (folder / "eval_results.json").write_text(json.dumps({"eval_accuracy": 0.5}))
     assert_succeeded(push_folder(hub, tmp_path, folder, "user/classifier"))
@@ -273,7 +268,7 @@ def test_pushing_again_adds_a_commit_and_deletes_nothing(hub, tmp_path, classifi
 @pytest.mark.parametrize(
     ("missing", "message"), [("config.json", "config.json"), ("model.safetensors", "*.safetensors")]
 )
-def test_push_refuses_a_folder_that_is_not_a_model(hub, tmp_path, classifier, missing, message):
+def test_push_refuses_a_folder_that_is_not_a_model(push_folder, hub, tmp_path, classifier, missing, message):
     _, folder = classifier
     (folder / missing).unlink()
     process = push_folder(hub, tmp_path, folder, "user/classifier")
@@ -282,7 +277,7 @@ def test_push_refuses_a_folder_that_is_not_a_model(hub, tmp_path, classifier, mi
     assert hub.store.requests == []  # refused before reaching the Hub
 
 
-def test_push_refuses_without_a_token(hub, tmp_path, classifier):
+def test_push_refuses_without_a_token(push_folder, hub, tmp_path, classifier):
     _, folder = classifier
     process = push_folder(hub, tmp_path, folder, "user/classifier", token=None)
     assert process.returncode != 0
@@ -290,7 +285,7 @@ def test_push_refuses_without_a_token(hub, tmp_path, classifier):
     assert hub.store.requests == []
 
 
-def test_push_to_a_private_repo_branch_with_a_token_flag(hub, tmp_path, classifier):
+def test_push_to_a_private_repo_branch_with_a_token_flag(push_folder, hub, tmp_path, classifier):
     _, folder = classifier
     (folder / "README.md").unlink()
     options = ["--private", "--revision", "dev", "--hub_token", "hf_flag"]
@@ -307,7 +302,7 @@ def test_push_to_a_private_repo_branch_with_a_token_flag(hub, tmp_path, classifi
 
 @dataclass
 class Published:
-    hub: RunningHub  # serving the repos below
+    hub: object  # the running loopback Hub serving the repos below
     path: Path  # a folder per repo, as pushed: "script", "classifier", "seq2seq"
     models: dict  # repo id -> the model pushed there, in eval mode
     script_stdout: str  # what push_to_hub.py printed
@@ -315,15 +310,15 @@ class Published:
 
 
 @pytest.fixture(scope="module")
-def published(tmp_path_factory, tokenizer):
+def published(tmp_path_factory, hub_server, push_folder, load_from_hub, build, tokenizer):
     """A classifier's output folder, with training leftovers, pushed by push_to_hub.py to user/script; a classifier
     and a seq2seq model pushed, each with its tokenizer, by their own push_to_hub (one subprocess) to
     user/classifier and user/seq2seq. All three loaded back as remote code in one fresh interpreter."""
     path = tmp_path_factory.mktemp("published")
     models = {
-        "user/script": save_classifier(path / "script", tokenizer),
-        "user/classifier": save_classifier(path / "classifier", tokenizer),
-        "user/seq2seq": save_seq2seq(path / "seq2seq", tokenizer),
+        "user/script": save_classifier(path / "script", build, tokenizer),
+        "user/classifier": save_classifier(path / "classifier", build, tokenizer),
+        "user/seq2seq": save_seq2seq(path / "seq2seq", build, tokenizer),
     }
     for name, content in LEFTOVERS.items():
         (path / "script" / name).parent.mkdir(exist_ok=True)
@@ -333,11 +328,17 @@ def published(tmp_path_factory, tokenizer):
         assert_succeeded(process)
         pushes = [(str(path / name.split("/")[1]), name, type(models[name]).__name__) for name in MODEL_REPOS]
         script = [sys.executable, "-c", MODEL_PUSH_SCRIPT, json.dumps(pushes)]
-        assert_succeeded(run(script, path, client_env(hub.url, path / "hf_home")))
-        loaded = load_from_hub(hub, path, {repo_id: AUTO_CLASS_OF[type(model)] for repo_id, model in models.items()})
+        assert_succeeded(run(script, path, hub.client_env(path / "hf_home")))
+        auto_classes = {
+            "user/script": "AutoModelForSequenceClassification",
+            "user/classifier": "AutoModelForSequenceClassification",
+            "user/seq2seq": "AutoModelForSeq2SeqLM",
+        }
+        loaded = load_from_hub(hub, path, auto_classes)
         yield Published(hub, path, models, process.stdout, loaded)
 
 
+@pytest.mark.slow
 def test_push_script_uploads_the_folder_without_training_leftovers(published):
     store = published.hub.store
     head = store.history("user/script")[-1]
@@ -348,9 +349,11 @@ def test_push_script_uploads_the_folder_without_training_leftovers(published):
     assert LEFTOVERS.keys() < files.keys()
     assert {"README.md", "config.json", "model.safetensors", "modeling_fastformer.py", "tokenizer.json"} < files.keys()
     kept = {name: content for name, content in files.items() if name not in LEFTOVERS}
-    assert dict(head.files) == {**kept, ".gitattributes": GITATTRIBUTES}
+    gitattributes = store.history("user/script")[0].files[".gitattributes"]  # the Hub's own, from the first commit
+    assert dict(head.files) == {**kept, ".gitattributes": gitattributes}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("repo_id", MODEL_REPOS)
 def test_model_push_to_hub_commits_model_then_tokenizer(published, repo_id):
     model = published.models[repo_id]
@@ -363,32 +366,35 @@ def test_model_push_to_hub_commits_model_then_tokenizer(published, repo_id):
     assert files.keys() > history[1].files.keys()  # the tokenizer's push kept the model's files
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("repo_id", ["user/script", *MODEL_REPOS])
 def test_published_model_loads_as_remote_code_with_the_same_outputs(published, tokenizer, repo_id):
     assert_same_outputs(published.loaded[repo_id], published.models[repo_id], tokenizer)
 
 
-def test_seq2seq_push_to_hub_generates_input_dependent_tokens_and_ships_its_pipeline(published):
+@pytest.mark.slow
+def test_seq2seq_push_to_hub_generates_input_dependent_tokens_and_ships_its_pipeline(published, repo_root):
     generated = published.loaded["user/seq2seq"]["generated"]
     assert generated.shape == (len(TEXTS), 1 + GENERATION["max_new_tokens"])
     assert not torch.equal(generated[0, 1:], generated[1, 1:])  # the tokens follow the input
     files = published.hub.store.files("user/seq2seq")
     module = json.loads(files["config.json"])["custom_pipelines"]["summarization"]["impl"].split(".")[0]
-    assert files[f"{module}.py"] == (REPO_ROOT / "fastformer" / f"{module}.py").read_bytes()
+    assert files[f"{module}.py"] == (repo_root / "fastformer" / f"{module}.py").read_bytes()
 
 
-def test_training_script_pushes_through_trainer_with_its_model_card(hub, tmp_path):
+@pytest.mark.slow
+def test_training_script_pushes_through_trainer_with_its_model_card(hub, tmp_path, load_from_hub, repo_root):
     """run_classification.py --push_to_hub: the repo gets the weights, the code and the Fastformer model card,
     whose model-index holds exactly the evaluation results, and loads as remote code elsewhere."""
-    data = REPO_ROOT / "data" / "20newsgroups"
-    args = [sys.executable, str(REPO_ROOT / "scripts" / "run_classification.py"), "--output_dir", str(tmp_path / "out"),
+    data = repo_root / "data" / "20newsgroups"
+    args = [sys.executable, str(repo_root / "scripts" / "run_classification.py"), "--output_dir", str(tmp_path / "out"),
             "--do_train", "--do_eval", "--train_file", str(data / "train.jsonl"), "--validation_file",
             str(data / "test.jsonl"), "--max_train_samples", "32", "--max_eval_samples", "16", "--max_seq_length", "64",
             "--max_steps", "2", "--config_overrides", "hidden_size=32,num_attention_heads=4,intermediate_size=64",
             "--report_to", "none", "--use_cpu", "--save_strategy", "no", "--push_to_hub", "--hub_model_id",
             "user/trained"]
-    env = {**client_env(hub.url, tmp_path / "hf_home"), "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    assert_succeeded(run(args, REPO_ROOT, env))
+    env = {**hub.client_env(tmp_path / "hf_home"), "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    assert_succeeded(run(args, repo_root, env))
     files = hub.store.files("user/trained", "main")
     assert {"config.json", "model.safetensors", "modeling_fastformer.py", "tokenizer.json", "README.md"} <= files.keys()
     card = files["README.md"].decode()

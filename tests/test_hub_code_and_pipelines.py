@@ -5,6 +5,7 @@ loading is checked in one fresh interpreter that cannot import the package; the 
 registered classes.
 """
 
+import functools
 import json
 import os
 import subprocess
@@ -15,19 +16,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoTokenizer, pipeline
+from transformers import pipeline
 
 from fastformer import (
-    FastformerConfig,
     FastformerForCausalLM,
     FastformerForConditionalGeneration,
     FastformerForMaskedLM,
     FastformerForSequenceClassification,
     FastformerModel,
 )
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-TOKENIZER_PATH = REPO_ROOT / "data" / "tokenizers" / "bert-base-uncased"
 
 ID2LABEL = {0: "negative", 1: "neutral", 2: "positive"}
 # two lengths, so the batch the models see carries padding
@@ -56,31 +53,6 @@ AUTO_CLASS_OF = {
 REMOTE_LOADS = [(folder, AUTO_CLASS_OF[cls]) for folder, cls in CHECKPOINT_CLASSES.items()] + [
     ("model", AUTO_CLASS_OF[head]) for head in HEADS
 ]
-
-# Starts every fresh-interpreter script. A meta path finder placed before all others makes `import fastformer`
-# fail however the package is installed: the editable install's finder in site-packages, a path entry, PYTHONPATH.
-HIDE_FASTFORMER = textwrap.dedent(
-    """
-    import importlib.abc
-    import sys
-
-
-    class HideFastformer(importlib.abc.MetaPathFinder):
-        def find_spec(self, fullname, path=None, target=None):
-            if fullname.partition(".")[0] == "fastformer":
-                raise ModuleNotFoundError(f"No module named {fullname!r} (hidden by the test)", name=fullname)
-            return None
-
-
-    sys.meta_path.insert(0, HideFastformer())
-    try:
-        import fastformer
-    except ModuleNotFoundError:
-        pass
-    else:
-        raise AssertionError(f"fastformer is importable from {fastformer.__file__}")
-    """
-)
 
 # Loads the saved checkpoints as Hub code (cwd: the folder holding them) and saves what it saw to remote_results.pt.
 REMOTE_CODE_SCRIPT = textwrap.dedent(
@@ -137,19 +109,18 @@ REMOTE_CODE_SCRIPT = textwrap.dedent(
 )
 
 
-def tiny_config(**kwargs):
-    return FastformerConfig(
-        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, **kwargs
-    )
+@pytest.fixture(scope="module")
+def tiny_config(tiny_config, tokenizer_fields):
+    return functools.partial(tiny_config, **tokenizer_fields, intermediate_size=64, max_position_embeddings=2048)
 
 
-def run_fresh_python(script, cwd):
+def run_fresh_python(script, cwd, repo_root):
     """Runs `script` in a new interpreter in `cwd`, offline, with the repo root on PYTHONPATH on purpose: only
-    HIDE_FASTFORMER (when the script starts with it) keeps the package out."""
+    `hide_fastformer` (when the script starts with it) keeps the package out."""
     env = dict(os.environ)
     env["HF_HUB_OFFLINE"] = "1"
     env["HF_MODULES_CACHE"] = str(cwd / "hf_modules")  # where remote code is copied and imported from
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), env.get("PYTHONPATH")]))
     process = subprocess.run(
         [sys.executable, "-c", script],
         cwd=cwd,
@@ -189,11 +160,6 @@ def assert_same_tensors(actual, expected):
         assert torch.equal(actual[name], tensor), name
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(TOKENIZER_PATH)
-
-
 @dataclass
 class Checkpoints:
     path: Path  # a folder per entry of CHECKPOINT_CLASSES (weights, Hub code, tokenizer), and remote_job.pt
@@ -203,16 +169,11 @@ class Checkpoints:
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory, tokenizer):
+def checkpoints(tmp_path_factory, tiny_config, tokenizer):
     path = tmp_path_factory.mktemp("checkpoints")
-    # the generation heads start from [CLS] and stop at [SEP]; with larger random weights than the default, the
-    # untrained models generate tokens that depend on the input rather than repeating [CLS]
-    generation = dict(
-        bos_token_id=tokenizer.cls_token_id,
-        decoder_start_token_id=tokenizer.cls_token_id,
-        eos_token_id=tokenizer.sep_token_id,
-        initializer_range=0.2,
-    )
+    # the generation heads start from [CLS] and stop at [SEP] (tokenizer_fields); with larger random weights than
+    # the default, the untrained models generate tokens that depend on the input rather than repeating [CLS]
+    generation = dict(initializer_range=0.2)
     config_overrides = {"classifier": {"id2label": ID2LABEL}, "seq2seq": generation, "causal_lm": generation}
     torch.manual_seed(0)
     models = {}
@@ -232,20 +193,21 @@ def checkpoints(tmp_path_factory, tokenizer):
 
 
 @pytest.fixture(scope="module")
-def remote_results(checkpoints):
-    run_fresh_python(HIDE_FASTFORMER + REMOTE_CODE_SCRIPT, cwd=checkpoints.path)
+def remote_results(checkpoints, hide_fastformer, repo_root):
+    run_fresh_python(hide_fastformer + REMOTE_CODE_SCRIPT, checkpoints.path, repo_root)
     return torch.load(checkpoints.path / "remote_results.pt")
 
 
-def test_fresh_interpreter_imports_fastformer_unless_hidden(tmp_path):
-    # the control for HIDE_FASTFORMER: without it the same interpreter setup finds this repo's package
-    stdout = run_fresh_python("import importlib.util; print(importlib.util.find_spec('fastformer').origin)", tmp_path)
-    assert Path(stdout.strip()).parent == REPO_ROOT / "fastformer"
-    run_fresh_python(HIDE_FASTFORMER, cwd=tmp_path)
+def test_fresh_interpreter_imports_fastformer_unless_hidden(tmp_path, hide_fastformer, repo_root):
+    # the control for hide_fastformer: without it the same interpreter setup finds this repo's package
+    find = "import importlib.util; print(importlib.util.find_spec('fastformer').origin)"
+    stdout = run_fresh_python(find, tmp_path, repo_root)
+    assert Path(stdout.strip()).parent == repo_root / "fastformer"
+    run_fresh_python(hide_fastformer, tmp_path, repo_root)
 
 
 @pytest.mark.parametrize("folder", CHECKPOINT_CLASSES)
-def test_saved_checkpoint_carries_code_for_every_head(checkpoints, folder):
+def test_saved_checkpoint_carries_code_for_every_head(checkpoints, repo_root, folder):
     saved = checkpoints.path / folder
     config = json.loads((saved / "config.json").read_text())
     assert config["auto_map"] == {
@@ -257,7 +219,7 @@ def test_saved_checkpoint_carries_code_for_every_head(checkpoints, folder):
         "AutoModelForCausalLM": "modeling_fastformer.FastformerForCausalLM",
     }
     for module in ("configuration_fastformer.py", "modeling_fastformer.py", "functional.py", "pipeline_fastformer.py"):
-        assert (saved / module).read_text() == (REPO_ROOT / "fastformer" / module).read_text()
+        assert (saved / module).read_text() == (repo_root / "fastformer" / module).read_text()
 
 
 def test_remote_code_needs_trust_remote_code(remote_results):

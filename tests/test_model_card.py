@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from huggingface_hub import ModelCard
-from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+from transformers import BertConfig, BertForSequenceClassification
 
 from fastformer import (
     FastformerConfig,
@@ -22,8 +22,6 @@ from fastformer import (
 )
 from model_card import write_model_card  # scripts/ (pytest's pythonpath)
 
-REPO = Path(__file__).resolve().parents[1]
-TOKENIZER_PATH = REPO / "data" / "tokenizers" / "bert-base-uncased"
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 LABELS = {0: "rec.autos", 1: "sci.space"}
 HYPERPARAMETERS = {"learning_rate": 0.001, "train_batch_size": 64, "optimizer": "adamw_torch", "seed": 42}
@@ -80,15 +78,14 @@ class Case:
     metrics: dict
     is_fastformer: bool
 
-    def build(self, tokenizer):
-        generation = dict(decoder_start_token_id=tokenizer.cls_token_id, bos_token_id=tokenizer.cls_token_id,
-                          eos_token_id=tokenizer.sep_token_id)
+    def build(self, tokenizer_fields):
         if self.folder == "bert-classifier":
             return BertForSequenceClassification(BertConfig(**TINY, id2label=LABELS))
         if self.task == "text-classification":
             return FastformerForSequenceClassification(FastformerConfig(**TINY, id2label=LABELS))
         if self.task == "summarization":
-            return FastformerForConditionalGeneration(FastformerConfig(**TINY, num_decoder_layers=3, **generation))
+            config = FastformerConfig(**TINY, num_decoder_layers=3, **tokenizer_fields)  # [CLS] starts, [SEP] ends
+            return FastformerForConditionalGeneration(config)
         return FastformerForMaskedLM(FastformerConfig(**TINY))
 
 
@@ -110,17 +107,12 @@ class Written:
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(TOKENIZER_PATH)
-
-
-@pytest.fixture(scope="module")
-def written(tmp_path_factory, tokenizer):
+def written(tmp_path_factory, tokenizer, tokenizer_fields):
     root = tmp_path_factory.mktemp("checkpoints")
     torch.manual_seed(0)
     cards = {}
     for case in CASES:
-        model = case.build(tokenizer).eval()
+        model = case.build(tokenizer_fields).eval()
         model.save_pretrained(root / case.folder)
         tokenizer.save_pretrained(root / case.folder)
         card = write_model_card(

@@ -1,5 +1,6 @@
 """Fastformer models: padding invariance, the config switches, and the PreTrainedModel API."""
 
+import functools
 import inspect
 
 import pytest
@@ -28,23 +29,16 @@ VOCAB, HIDDEN, NUM_HEADS, INTERMEDIATE, LAYERS = 99, 32, 4, 37, 3
 HEAD_DIM = HIDDEN // NUM_HEADS
 
 
-def tiny_config(**overrides):
-    settings = dict(
+@pytest.fixture(scope="module")
+def tiny_config(tiny_config):
+    return functools.partial(
+        tiny_config,
         vocab_size=VOCAB,
         hidden_size=HIDDEN,
         num_hidden_layers=LAYERS,
         num_attention_heads=NUM_HEADS,
         intermediate_size=INTERMEDIATE,
-        max_position_embeddings=64,
-        hidden_dropout_prob=0.0,
-        num_labels=3,
     )
-    return FastformerConfig(**{**settings, **overrides})
-
-
-def build(model_class, seed=0, **overrides):
-    torch.manual_seed(seed)
-    return model_class(tiny_config(**overrides)).eval()
 
 
 def n_params(model):
@@ -70,7 +64,7 @@ VARIANTS = {
 @pytest.mark.parametrize("side", ["left", "right"])
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)
-def test_padding_never_changes_real_tokens(model_class, variant, side):
+def test_padding_never_changes_real_tokens(build, model_class, variant, side):
     model = build(model_class, **VARIANTS[variant])
     generator = torch.Generator().manual_seed(1)
     # width 20 >= HIDDEN / 2: the batch takes the collapsed path, the 5- and 2-token sequences alone the plain one
@@ -102,7 +96,7 @@ COLLAPSIBLE = {
 
 
 @pytest.mark.parametrize("variant", COLLAPSIBLE)
-def test_collapsed_attention_equals_the_plain_path_in_float64(variant):
+def test_collapsed_attention_equals_the_plain_path_in_float64(tiny_config, variant):
     """collapsed_attention folds W_q, W_v, W_r and the output dense into one matrix: the same function, values,
     pooling weights and gradients, for every mask (an all-padding row included)."""
     torch.manual_seed(0)
@@ -132,7 +126,7 @@ def test_collapsed_attention_equals_the_plain_path_in_float64(variant):
             torch.testing.assert_close(grad, expected, rtol=1e-10, atol=1e-12, msg=name)
 
 
-def test_auto_takes_the_collapsed_path_for_long_product_inputs_only():
+def test_auto_takes_the_collapsed_path_for_long_product_inputs_only(tiny_config):
     layer = FastformerLayer(tiny_config())
     assert layer.config.attention_implementation == "auto"
     assert layer.uses_collapsed_attention(torch.zeros(1, HIDDEN // 2, HIDDEN))
@@ -143,7 +137,7 @@ def test_auto_takes_the_collapsed_path_for_long_product_inputs_only():
 
 
 @pytest.mark.parametrize("implementation", ["plain", "collapsed"])
-def test_attention_implementation_selects_the_path_at_any_length(implementation, monkeypatch):
+def test_attention_implementation_selects_the_path_at_any_length(build, implementation, monkeypatch):
     """The config field decides, whatever the length; both give the same model output."""
     model = build(FastformerModel, attention_implementation=implementation).double()
     taken = []
@@ -169,7 +163,7 @@ def record_call(function, calls):
     return recorded
 
 
-def test_collapsed_attention_is_refused_where_it_cannot_apply():
+def test_collapsed_attention_is_refused_where_it_cannot_apply(build, tiny_config):
     with pytest.raises(ValueError, match="interaction"):
         tiny_config(interaction="add", attention_implementation="collapsed")
     model = build(FastformerModel, interaction="add")
@@ -178,14 +172,14 @@ def test_collapsed_attention_is_refused_where_it_cannot_apply():
         model(torch.randint(1, VOCAB, (1, 4)))
 
 
-def test_the_causal_decoder_has_no_collapsed_path():
+def test_the_causal_decoder_has_no_collapsed_path(tiny_config):
     model = FastformerForCausalLM(tiny_config(attention_implementation="collapsed"))
     assert not any(hasattr(module, "collapsed_attention") for module in model.modules())
     assert not hasattr(FastformerCausalAttention, "forward_collapsed")
 
 
 @pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)
-def test_all_padding_row_is_finite(model_class):
+def test_all_padding_row_is_finite(build, model_class):
     model = build(model_class)
     ids = torch.randint(1, VOCAB, (2, 6))
     mask = torch.ones_like(ids)
@@ -200,7 +194,7 @@ def test_all_padding_row_is_finite(model_class):
 LINEAR = HIDDEN * HIDDEN + HIDDEN
 
 
-def test_query_value_sharing_removes_w_v_and_uses_the_query_as_value():
+def test_query_value_sharing_removes_w_v_and_uses_the_query_as_value(build):
     shared = build(FastformerModel, share_layers=False)
     unshared = build(FastformerModel, share_layers=False, share_query_value=False)
     assert all(layer.attention.value is None for layer in shared.layers)
@@ -216,7 +210,7 @@ def test_query_value_sharing_removes_w_v_and_uses_the_query_as_value():
         torch.testing.assert_close(unshared(ids).last_hidden_state, shared(ids).last_hidden_state)
 
 
-def test_layer_sharing_applies_one_layer_num_hidden_layers_times():
+def test_layer_sharing_applies_one_layer_num_hidden_layers_times(build):
     shared = build(FastformerModel)
     unshared = build(FastformerModel, share_layers=False)
     assert len(shared.layers) == 1 and len(unshared.layers) == LAYERS
@@ -237,7 +231,7 @@ def test_layer_sharing_applies_one_layer_num_hidden_layers_times():
 
 
 @pytest.mark.parametrize("interaction", ["product", "concat"])
-def test_head_sharing_keeps_one_w_q_and_w_k_for_all_heads(interaction):
+def test_head_sharing_keeps_one_w_q_and_w_k_for_all_heads(build, interaction):
     shared = build(FastformerModel, share_heads=True, interaction=interaction)
     per_head = build(FastformerModel, interaction=interaction)
     attention = shared.layers[0].attention
@@ -253,7 +247,7 @@ def test_head_sharing_keeps_one_w_q_and_w_k_for_all_heads(interaction):
         torch.testing.assert_close(per_head(ids).last_hidden_state, shared(ids).last_hidden_state)
 
 
-def test_interaction_changes_behaviour_and_concat_adds_two_projections_per_layer():
+def test_interaction_changes_behaviour_and_concat_adds_two_projections_per_layer(build):
     ids = torch.randint(1, VOCAB, (2, 7))
     # a wide init: at std 0.02 the global vectors are tiny and the query residual dominates the output
     product = build(FastformerModel, share_layers=False, initializer_range=0.5)
@@ -269,7 +263,7 @@ def test_interaction_changes_behaviour_and_concat_adds_two_projections_per_layer
     assert not torch.allclose(outputs["product"], outputs["concat"], atol=1e-3)
 
 
-def test_pooler_types():
+def test_pooler_types(build):
     ids = torch.randint(1, VOCAB, (2, 7))
     mask = torch.ones_like(ids)
     mask[1, :3] = 0  # left padding: the first real token of row 1 is at position 3
@@ -294,7 +288,7 @@ def test_pooler_types():
 # ---- PreTrainedModel API --------------------------------------------------------------------------------------
 
 
-def test_output_attentions_are_the_two_pooling_distributions_per_layer():
+def test_output_attentions_are_the_two_pooling_distributions_per_layer(build):
     model = build(FastformerModel, share_layers=False)
     ids = torch.randint(1, VOCAB, (2, 7))
     mask = torch.ones_like(ids)
@@ -309,7 +303,7 @@ def test_output_attentions_are_the_two_pooling_distributions_per_layer():
     torch.testing.assert_close(output.hidden_states[-1], output.last_hidden_state)
 
 
-def test_return_dict_false_gives_a_tuple():
+def test_return_dict_false_gives_a_tuple(build):
     model = build(FastformerForSequenceClassification)
     ids = torch.randint(1, VOCAB, (2, 7))
     with torch.no_grad():
@@ -317,7 +311,7 @@ def test_return_dict_false_gives_a_tuple():
         assert torch.equal(logits, model(ids).logits)
 
 
-def test_inputs_embeds_equal_input_ids():
+def test_inputs_embeds_equal_input_ids(build):
     model = build(FastformerForMaskedLM)
     ids = torch.randint(1, VOCAB, (2, 7))
     with torch.no_grad():
@@ -337,7 +331,7 @@ def test_inputs_embeds_equal_input_ids():
         ("regression", torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.0, 0.0]]), torch.nn.functional.mse_loss),
     ],
 )
-def test_sequence_classification_problem_types(problem_type, labels, loss_fn):
+def test_sequence_classification_problem_types(build, problem_type, labels, loss_fn):
     model = build(FastformerForSequenceClassification, problem_type=problem_type)
     ids = torch.randint(1, VOCAB, (2, 7))
     with torch.no_grad():
@@ -345,7 +339,7 @@ def test_sequence_classification_problem_types(problem_type, labels, loss_fn):
     torch.testing.assert_close(output.loss, loss_fn(output.logits, labels))
 
 
-def test_problem_type_is_inferred_from_labels_as_in_transformers():
+def test_problem_type_is_inferred_from_labels_as_in_transformers(build):
     model = build(FastformerForSequenceClassification)
     model(torch.randint(1, VOCAB, (2, 7)), labels=torch.tensor([1, 2]))
     assert model.config.problem_type == "single_label_classification"
@@ -354,7 +348,7 @@ def test_problem_type_is_inferred_from_labels_as_in_transformers():
     assert model.config.problem_type == "regression" and output.logits.shape == (2, 1)
 
 
-def test_masked_lm_loss_ignores_unmasked_positions_and_ties_embeddings():
+def test_masked_lm_loss_ignores_unmasked_positions_and_ties_embeddings(build):
     model = build(FastformerForMaskedLM)
     assert model.lm_head.decoder.weight is model.fastformer.embeddings.word_embeddings.weight
     untied = build(FastformerForMaskedLM, tie_word_embeddings=False)
@@ -368,7 +362,7 @@ def test_masked_lm_loss_ignores_unmasked_positions_and_ties_embeddings():
     torch.testing.assert_close(output.loss, expected)
 
 
-def test_resize_token_embeddings_keeps_weights_tied():
+def test_resize_token_embeddings_keeps_weights_tied(build):
     model = build(FastformerForMaskedLM)
     model.resize_token_embeddings(VOCAB + 5)
     assert model.config.vocab_size == VOCAB + 5
@@ -379,7 +373,7 @@ def test_resize_token_embeddings_keeps_weights_tied():
 
 
 @pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)
-def test_save_and_load_give_bit_identical_outputs(model_class, tmp_path):
+def test_save_and_load_give_bit_identical_outputs(build, model_class, tmp_path):
     model = build(model_class, share_layers=False, interaction="concat")
     model.save_pretrained(tmp_path)
     files = {p.name for p in tmp_path.iterdir()}
@@ -400,7 +394,7 @@ def test_save_and_load_give_bit_identical_outputs(model_class, tmp_path):
         (AutoModelForMaskedLM, FastformerForMaskedLM),
     ],
 )
-def test_auto_classes(auto_class, model_class, tmp_path):
+def test_auto_classes(build, tiny_config, auto_class, model_class, tmp_path):
     assert isinstance(AutoConfig.for_model("fastformer"), FastformerConfig)
     config = tiny_config()
     assert type(auto_class.from_config(config)) is model_class
@@ -410,7 +404,7 @@ def test_auto_classes(auto_class, model_class, tmp_path):
     assert type(AutoConfig.from_pretrained(tmp_path)) is FastformerConfig
 
 
-def test_from_pretrained_dtype_and_device_map(tmp_path):
+def test_from_pretrained_dtype_and_device_map(build, tmp_path):
     model = build(FastformerForSequenceClassification)
     model.save_pretrained(tmp_path)
     half = FastformerForSequenceClassification.from_pretrained(tmp_path, dtype=torch.bfloat16)
@@ -427,7 +421,7 @@ def test_from_pretrained_dtype_and_device_map(tmp_path):
         assert torch.equal(mapped(ids).logits, reference)
 
 
-def test_gradient_checkpointing_gives_the_same_gradients():
+def test_gradient_checkpointing_gives_the_same_gradients(build):
     def gradients(checkpointing):
         model = build(FastformerForSequenceClassification, share_layers=False).train()  # dropout is 0
         if checkpointing:
@@ -443,7 +437,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         torch.testing.assert_close(checkpointed[name], plain[name], rtol=1e-6, atol=1e-7, msg=name)
 
 
-def test_invalid_inputs_raise_clear_errors():
+def test_invalid_inputs_raise_clear_errors(build):
     model = build(FastformerModel)
     ids = torch.randint(1, VOCAB, (2, 7))
     with pytest.raises(ValueError, match="exactly one of `input_ids` and `inputs_embeds`"):
@@ -454,7 +448,7 @@ def test_invalid_inputs_raise_clear_errors():
         model(torch.ones(1, 65, dtype=torch.long))
 
 
-def test_trainer_two_steps_give_a_finite_loss_and_change_the_weights(tmp_path):
+def test_trainer_two_steps_give_a_finite_loss_and_change_the_weights(build, tmp_path):
     model = build(FastformerForSequenceClassification).train()
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     generator = torch.Generator().manual_seed(0)
@@ -479,7 +473,7 @@ def test_trainer_two_steps_give_a_finite_loss_and_change_the_weights(tmp_path):
     assert "classifier.weight" in changed and "fastformer.layers.0.attention.query_weight" in changed
 
 
-def test_init_weights_follow_initializer_range():
+def test_init_weights_follow_initializer_range(build):
     model = build(FastformerForMaskedLM, initializer_range=0.1, interaction="concat")
     attention = model.fastformer.layers[0].attention
     for name in ["query_weight", "key_weight", "query_key_projection", "key_value_projection"]:
@@ -491,7 +485,7 @@ def test_init_weights_follow_initializer_range():
 
 
 @pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)
-def test_bert_tokenizer_token_type_ids(model_class):
+def test_bert_tokenizer_token_type_ids(build, model_class):
     model = build(model_class)
     ids = torch.randint(1, VOCAB, (2, 7))
     with torch.no_grad():
@@ -506,7 +500,7 @@ def test_bert_tokenizer_token_type_ids(model_class):
 
 
 @pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)
-def test_forward_takes_arguments_in_berts_order_and_ignores_unknown_keywords(model_class):
+def test_forward_takes_arguments_in_berts_order_and_ignores_unknown_keywords(build, model_class):
     names = list(inspect.signature(model_class.forward).parameters)[1:6]
     assert names == ["input_ids", "attention_mask", "token_type_ids", "position_ids", "inputs_embeds"]
     model = build(model_class)
@@ -524,7 +518,7 @@ def test_forward_takes_arguments_in_berts_order_and_ignores_unknown_keywords(mod
     [(FastformerForSequenceClassification, False), (FastformerForMaskedLM, True), (FastformerForCausalLM, True)],
     ids=lambda value: getattr(value, "__name__", str(value)),
 )
-def test_trainer_knows_which_losses_take_num_items_in_batch(model_class, sums_over_items, tmp_path):
+def test_trainer_knows_which_losses_take_num_items_in_batch(build, model_class, sums_over_items, tmp_path):
     """A model whose forward takes **kwargs looks to the Trainer as if its loss were summed over
     `num_items_in_batch`; the classifier's is a batch mean, and under DDP that mistake scaled its gradients by the
     number of processes (tests/test_scripts.py compares DDP with one process)."""

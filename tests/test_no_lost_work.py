@@ -2,6 +2,7 @@
 and a damaged or mismatched checkpoint fails loudly on load instead of giving random or wrong weights.
 (Publishing to an existing Hub repo adds a commit and keeps the other files: tests/test_hub.py.)"""
 
+import functools
 import json
 import shutil
 
@@ -11,16 +12,16 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, Trainer, TrainerCallback, TrainingArguments
 
-from fastformer import FastformerConfig, FastformerForSequenceClassification, FastformerModel
+from fastformer import FastformerForSequenceClassification, FastformerModel
 from fastformer.checkpoint import CHECKSUMS_NAME
 
 VOCAB = 99
 
 
-def config(**overrides):
-    settings = dict(vocab_size=VOCAB, hidden_size=32, num_attention_heads=4, intermediate_size=37,
-                    max_position_embeddings=64, num_labels=3)  # fmt: skip
-    return FastformerConfig(**{**settings, **overrides})
+@pytest.fixture(scope="module")
+def tiny_config(tiny_config):
+    # dropout on (0.2, FastformerConfig's default): resuming must restore its random state too
+    return functools.partial(tiny_config, vocab_size=VOCAB, hidden_dropout_prob=0.2)
 
 
 def classification_data():
@@ -44,9 +45,8 @@ class Interrupt(TrainerCallback):
             raise KeyboardInterrupt(f"interrupted before step {self.at}")
 
 
-def train(output_dir, callbacks=(), resume=None):
-    torch.manual_seed(0)  # the same initial weights every time; dropout stays on (0.2), its RNG is checkpointed
-    model = FastformerForSequenceClassification(config())
+def train(build, output_dir, callbacks=(), resume=None):
+    model = build(FastformerForSequenceClassification).train()  # the same initial weights every time
     args = TrainingArguments(
         output_dir, use_cpu=True, per_device_train_batch_size=8, max_steps=6, save_strategy="steps", save_steps=3,
         learning_rate=1e-3, report_to="none", seed=0, disable_tqdm=True, logging_steps=1,
@@ -56,23 +56,22 @@ def train(output_dir, callbacks=(), resume=None):
     return model
 
 
-def test_interrupted_training_resumes_to_the_same_weights(tmp_path):
-    uninterrupted = train(tmp_path / "whole")
+def test_interrupted_training_resumes_to_the_same_weights(build, tmp_path):
+    uninterrupted = train(build, tmp_path / "whole")
     with pytest.raises(KeyboardInterrupt):
-        train(tmp_path / "interrupted", callbacks=[Interrupt(at=5)])
+        train(build, tmp_path / "interrupted", callbacks=[Interrupt(at=5)])
     assert sorted(p.name for p in (tmp_path / "interrupted").glob("checkpoint-*")) == ["checkpoint-3"]
-    resumed = train(tmp_path / "interrupted", resume=True)  # a fresh model and Trainer, as after a restart
+    resumed = train(build, tmp_path / "interrupted", resume=True)  # a fresh model and Trainer, as after a restart
     state = json.loads((tmp_path / "interrupted" / "checkpoint-6" / "trainer_state.json").read_text())
     assert state["global_step"] == 6
     for (name, expected), actual in zip(uninterrupted.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(actual, expected), name
-    torch.manual_seed(0)  # the initial weights every run above started from
-    start = FastformerForSequenceClassification(config())
+    start = build(FastformerForSequenceClassification)  # the initial weights every run above started from
     assert not torch.equal(start.classifier.weight, resumed.classifier.weight)  # training moved them
 
 
-def test_weights_are_saved_as_safetensors_only_with_their_checksums(tmp_path):
-    model = FastformerModel(config())
+def test_weights_are_saved_as_safetensors_only_with_their_checksums(build, tmp_path):
+    model = build(FastformerModel)
     model.save_pretrained(tmp_path)
     files = {path.name for path in tmp_path.iterdir()}
     assert "model.safetensors" in files and CHECKSUMS_NAME in files
@@ -87,9 +86,8 @@ def test_weights_are_saved_as_safetensors_only_with_their_checksums(tmp_path):
 
 
 @pytest.fixture
-def saved(tmp_path):
-    torch.manual_seed(0)
-    FastformerModel(config()).save_pretrained(tmp_path / "saved")
+def saved(build, tmp_path):
+    build(FastformerModel).save_pretrained(tmp_path / "saved")
     return tmp_path / "saved"
 
 

@@ -2,6 +2,8 @@
 padding-only rows, fp16 training with loss scaling; and property-based checks (hypothesis) of padding and
 batch-order invariance for the encoder and for generation."""
 
+import functools
+
 import datasets
 import pytest
 import torch
@@ -10,7 +12,6 @@ from hypothesis import strategies as st
 from transformers import Trainer, TrainingArguments
 
 from fastformer import (
-    FastformerConfig,
     FastformerForConditionalGeneration,
     FastformerForSequenceClassification,
     FastformerModel,
@@ -25,24 +26,15 @@ WEIGHTS_BOUND = {"bf16": 2e-2, "fp16": 3e-3}
 AUTOCAST_BOUND = {"bf16": 1.5e-3, "fp16": 2e-4}
 
 
-def config(**overrides):
-    settings_ = dict(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_attention_heads=4,
-        intermediate_size=37,
-        num_hidden_layers=2,
-        max_position_embeddings=16384,
-        share_layers=False,
-        share_query_value=False,
-        hidden_dropout_prob=0.0,
+@pytest.fixture(scope="module")
+def tiny_config(tiny_config):
+    return functools.partial(
+        tiny_config, vocab_size=VOCAB, max_position_embeddings=16384, share_layers=False, share_query_value=False
     )
-    return FastformerConfig(**{**settings_, **overrides})
 
 
-def encoder(extreme=False, **overrides):
-    torch.manual_seed(0)
-    model = FastformerModel(config(**overrides)).eval()
+def encoder(build, extreme=False):
+    model = build(FastformerModel)
     if extreme:  # saturated softmaxes (pooling logits in the hundreds) and large queries, keys and values
         with torch.no_grad():
             for layer in model.layers:
@@ -70,8 +62,8 @@ def inputs(length, batch=2):
 @pytest.mark.parametrize("extreme", [False, True], ids=["normal", "extreme-logits"])
 @pytest.mark.parametrize("length", [64, 16384])
 @pytest.mark.parametrize("half", HALF)
-def test_half_precision_weights_and_autocast_stay_close_to_float32(half, length, extreme):
-    model = encoder(extreme)
+def test_half_precision_weights_and_autocast_stay_close_to_float32(build, half, length, extreme):
+    model = encoder(build, extreme)
     ids, mask = inputs(length)
     with torch.no_grad():
         output = model(ids, attention_mask=mask, output_attentions=True)
@@ -87,8 +79,8 @@ def test_half_precision_weights_and_autocast_stay_close_to_float32(half, length,
 
 
 @pytest.mark.parametrize("half", HALF)
-def test_padding_only_rows_are_finite_in_half_precision_with_gradients(half):
-    model = encoder(extreme=True).to(HALF[half]).train()
+def test_padding_only_rows_are_finite_in_half_precision_with_gradients(build, half):
+    model = encoder(build, extreme=True).to(HALF[half]).train()
     ids, mask = inputs(32, batch=3)  # the third row is all padding
     output = model(ids, attention_mask=mask)
     (output.last_hidden_state.float().sum() + output.pooler_output.float().sum()).backward()
@@ -96,12 +88,11 @@ def test_padding_only_rows_are_finite_in_half_precision_with_gradients(half):
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
-def test_fp16_training_with_loss_scaling_keeps_gradients_finite():
+def test_fp16_training_with_loss_scaling_keeps_gradients_finite(build):
     """The loop the Trainer runs with fp16=True on a GPU (autocast + torch.amp.GradScaler). On CPU the Trainer
     does not enable fp16 autocast or a scaler (accelerate's native_amp is False there), so the loop is driven
     directly here."""
-    torch.manual_seed(0)
-    model = FastformerForSequenceClassification(config(num_labels=3, max_position_embeddings=64)).train()
+    model = build(FastformerForSequenceClassification, num_labels=3, max_position_embeddings=64).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
     generator = torch.Generator().manual_seed(0)
@@ -124,9 +115,8 @@ def test_fp16_training_with_loss_scaling_keeps_gradients_finite():
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
-def test_trainer_bf16_on_cpu_gives_finite_loss_and_weights(tmp_path):
-    torch.manual_seed(0)
-    model = FastformerForSequenceClassification(config(num_labels=3, max_position_embeddings=64))
+def test_trainer_bf16_on_cpu_gives_finite_loss_and_weights(build, tmp_path):
+    model = build(FastformerForSequenceClassification, num_labels=3, max_position_embeddings=64)
     generator = torch.Generator().manual_seed(0)
     train = datasets.Dataset.from_dict(
         {
@@ -177,13 +167,11 @@ def padded_batches(draw):
 
 @PROPERTY
 @given(padded_batches())
-def test_encoder_padding_and_batch_order_invariance(batch):
+def test_encoder_padding_and_batch_order_invariance(build, batch):
     ids, mask, heads, shares, dtype, seed = batch
-    torch.manual_seed(seed)
-    model = FastformerModel(config(num_attention_heads=heads, share_query_value=shares, max_position_embeddings=64)).to(
-        dtype
-    )
-    model.eval()
+    model = build(
+        FastformerModel, seed=seed, num_attention_heads=heads, share_query_value=shares, max_position_embeddings=64
+    ).to(dtype)
     with torch.no_grad():
         batched = model(ids, attention_mask=mask)
         assert torch.isfinite(batched.last_hidden_state).all() and torch.isfinite(batched.pooler_output).all()
@@ -219,18 +207,14 @@ def source_batches(draw):
 
 @PROPERTY
 @given(source_batches())
-def test_generation_padding_and_batch_order_invariance(batch):
+def test_generation_padding_and_batch_order_invariance(build, batch):
     """Greedy generation, float64 (so that near-ties cannot flip an argmax): each source alone, in a padded
     batch and in a shuffled batch gives the same tokens and scores."""
     ids, mask, cross_attention, seed = batch
-    torch.manual_seed(seed)
-    model = FastformerForConditionalGeneration(
-        config(
-            max_position_embeddings=64, pad_token_id=0, decoder_start_token_id=1, eos_token_id=2,
-            cross_attention_type=cross_attention,
-        )
+    model = build(
+        FastformerForConditionalGeneration, seed=seed, max_position_embeddings=64, pad_token_id=0,
+        decoder_start_token_id=1, eos_token_id=2, cross_attention_type=cross_attention,
     ).double()  # fmt: skip
-    model.eval()
     options = dict(max_new_tokens=6, do_sample=False, num_beams=1, output_scores=True, return_dict_in_generate=True)
     batched = model.generate(ids, attention_mask=mask, **options)
     scores = torch.stack(batched.scores, dim=1)  # (batch, steps, vocab)

@@ -4,21 +4,20 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+import pytest
 
 
-def run_table(table, tmp_path):
+def run_table(repo_root, table, tmp_path):
     command = [
-        sys.executable, str(REPO / "benchmarks" / "quality" / "run.py"), table,
-        "--data", str(REPO / "data" / "20newsgroups"),
+        sys.executable, str(repo_root / "benchmarks" / "quality" / "run.py"), table,
+        "--data", str(repo_root / "data" / "20newsgroups"),
         "--seeds", "0", "--train-samples", "40", "--eval-samples", "16", "--runs", str(tmp_path / "runs"),
         "--results", str(tmp_path / "docs" / "RESULTS.md"),
         "--extra", "--num_train_epochs", "2", "--max_seq_length", "32", "--per_device_train_batch_size", "8",
     ]  # fmt: skip
     (tmp_path / "docs").mkdir(exist_ok=True)
-    process = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO)
+    process = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=repo_root)
     assert process.returncode == 0, process.stderr[-3000:] + process.stdout[-3000:]
     return process.stdout
 
@@ -28,8 +27,9 @@ def trained(log):
     return re.findall(r"\] (.+?), seed (\d+): ", log)
 
 
-def test_a_table_trains_each_model_once_and_reports_it(tmp_path):
-    log = run_table("interaction", tmp_path)
+@pytest.mark.slow
+def test_a_table_trains_each_model_once_and_reports_it(repo_root, tmp_path):
+    log = run_table(repo_root, "interaction", tmp_path)
     assert trained(log) == [("product", "0"), ("add", "0"), ("concat", "0")]
     report = (tmp_path / "docs" / "RESULTS.md").read_text()
     assert "## RQ2: the interaction function" in report and "results_interaction.png" in report
@@ -42,7 +42,7 @@ def test_a_table_trains_each_model_once_and_reports_it(tmp_path):
 
     # a person's reading survives regeneration; the default Fastformer run is reused by the sharing table
     (tmp_path / "docs" / "RESULTS.md").write_text(report + "\n## Reading\n\nProduct wins here.\n")
-    log = run_table("sharing", tmp_path)
+    log = run_table(repo_root, "sharing", tmp_path)
     assert trained(log) == [("none", "0"), ("query-value", "0"), ("query-value + head-wise", "0")]
     report = (tmp_path / "docs" / "RESULTS.md").read_text()
     assert "## RQ3: parameter sharing" in report and "## RQ2" in report

@@ -7,61 +7,60 @@ import runpy
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
+import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-README = (REPO / "README.md").read_text()
 
-
-def run_example(heading, tmp_path, monkeypatch):
-    example = re.search(heading + r"\n\n```python\n(.*?)```", README, re.S).group(1)
-    (tmp_path / "data").symlink_to(REPO / "data")
+def run_example(repo_root, heading, tmp_path, monkeypatch):
+    readme = (repo_root / "README.md").read_text()
+    example = re.search(heading + r"\n\n```python\n(.*?)```", readme, re.S).group(1)
+    (tmp_path / "data").symlink_to(repo_root / "data")
     (tmp_path / "example.py").write_text(example)
     monkeypatch.chdir(tmp_path)
     return runpy.run_path("example.py")
 
 
-def test_usage_example_runs(tmp_path, monkeypatch):
-    namespace = run_example("## Usage", tmp_path, monkeypatch)
+def test_usage_example_runs(repo_root, tmp_path, monkeypatch):
+    namespace = run_example(repo_root, "## Usage", tmp_path, monkeypatch)
     assert namespace["logits"].shape == (2, 2)
     assert (tmp_path / "my-fastformer" / "model.safetensors").exists()
     with torch.no_grad():
         assert torch.equal(namespace["reloaded"].eval()(**namespace["batch"]).logits, namespace["logits"])
 
 
-def test_generation_example_runs(tmp_path, monkeypatch):
-    namespace = run_example("### Generation with a constant-size state", tmp_path, monkeypatch)
+def test_generation_example_runs(repo_root, tmp_path, monkeypatch):
+    namespace = run_example(repo_root, "### Generation with a constant-size state", tmp_path, monkeypatch)
     summary_ids = namespace["summary_ids"]
     assert summary_ids.shape[0] == 1 and 1 < summary_ids.shape[1] <= 33
     assert summary_ids[0, 0] == namespace["tokenizer"].cls_token_id
 
 
-def quickstart_commands():
-    section = README.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+def quickstart_commands(repo_root):
+    section = (repo_root / "README.md").read_text().split("## Quickstart", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```bash\n(.*?)\n```", section, re.S)
 
 
-def test_quickstart_has_exactly_the_main_job_and_the_tests():
-    main_job, tests = quickstart_commands()
+def test_quickstart_has_exactly_the_main_job_and_the_tests(repo_root):
+    main_job, tests = quickstart_commands(repo_root)
     assert main_job.startswith('pip install -e ".[train]" && python scripts/run_classification.py')
     assert tests == 'pip install -e ".[test]" && python -m pytest -q'
 
 
-def test_ci_runs_the_readme_test_command():
-    tests = quickstart_commands()[1]
-    assert tests in (REPO / ".ci" / "run").read_text().splitlines()
+def test_ci_runs_the_readme_test_command(repo_root):
+    tests = quickstart_commands(repo_root)[1]
+    assert tests in (repo_root / ".ci" / "run").read_text().splitlines()
 
 
-def test_main_job_command_runs(tmp_path):
+@pytest.mark.slow
+def test_main_job_command_runs(repo_root, tmp_path):
     """The README's main job as written, cut short: the later flags override the same flags of the command."""
-    command = shlex.split(quickstart_commands()[0].split("&&", 1)[1])
+    command = shlex.split(quickstart_commands(repo_root)[0].split("&&", 1)[1])
     assert command[:2] == ["python", "scripts/run_classification.py"] and "--do_train" in command
     short = ["--output_dir", str(tmp_path), "--max_train_samples", "32", "--max_eval_samples", "16",
              "--max_steps", "2", "--config_overrides", "hidden_size=32,num_attention_heads=4,intermediate_size=64"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    process = subprocess.run([sys.executable, *command[1:], *short], cwd=REPO, env=env, capture_output=True,
+    process = subprocess.run([sys.executable, *command[1:], *short], cwd=repo_root, env=env, capture_output=True,
                              text=True, timeout=600)
     assert process.returncode == 0, process.stderr[-3000:]
     metrics = json.loads((tmp_path / "eval_results.json").read_text())

@@ -13,7 +13,7 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
-from transformers import AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoModelForMaskedLM
 
 import run_classification
 import run_mlm
@@ -21,8 +21,6 @@ import run_summarization
 from common import ModelArguments, load_model, parse_args
 from fastformer import FastformerConfig, FastformerForMaskedLM
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPTS = REPO / "scripts"
 TINY = {
     "fastformer": "hidden_size=32,num_attention_heads=4,intermediate_size=64",
     "bert": "hidden_size=32,num_hidden_layers=2,num_attention_heads=4,intermediate_size=64",
@@ -33,12 +31,13 @@ COMMON = ["--report_to", "none", "--use_cpu", "--save_strategy", "no", "--seed",
 
 
 def run(script, *args, launcher=(sys.executable,), check=True):
+    """Runs `script` (one of the scripts/ modules imported above) as a CLI process, offline."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     process = subprocess.run(
-        [*launcher, str(SCRIPTS / script), *map(str, args)], capture_output=True, text=True, env=env, timeout=600
+        [*launcher, script.__file__, *map(str, args)], capture_output=True, text=True, env=env, timeout=600
     )
     if check:
-        assert process.returncode == 0, f"{script} failed:\n{process.stdout[-3000:]}\n{process.stderr[-3000:]}"
+        assert process.returncode == 0, f"{script.__name__} failed:\n{process.stdout[-3000:]}\n{process.stderr[-3000:]}"
     return process
 
 
@@ -69,17 +68,17 @@ def assert_hub_ready(output_dir, task, metrics_keys):
 
 
 @pytest.fixture(scope="module")
-def newsgroups(tmp_path_factory):
+def newsgroups(tmp_path_factory, repo_root):
     folder = tmp_path_factory.mktemp("newsgroups")
-    return (head(REPO / "data/20newsgroups/train.jsonl", folder / "train.jsonl", 48),
-            head(REPO / "data/20newsgroups/test.jsonl", folder / "validation.jsonl", 21))
+    return (head(repo_root / "data/20newsgroups/train.jsonl", folder / "train.jsonl", 48),
+            head(repo_root / "data/20newsgroups/test.jsonl", folder / "validation.jsonl", 21))
 
 
 @pytest.fixture(scope="module")
-def headlines(tmp_path_factory):
+def headlines(tmp_path_factory, repo_root):
     folder = tmp_path_factory.mktemp("headlines")
-    return (head(REPO / "data/news_headlines/train.jsonl", folder / "train.jsonl", 16),
-            head(REPO / "data/news_headlines/validation.jsonl", folder / "validation.jsonl", 6))
+    return (head(repo_root / "data/news_headlines/train.jsonl", folder / "train.jsonl", 16),
+            head(repo_root / "data/news_headlines/validation.jsonl", folder / "validation.jsonl", 6))
 
 
 def from_scratch(model_type):
@@ -89,7 +88,7 @@ def from_scratch(model_type):
 def classify(output_dir, data, *extra, model_type="fastformer"):
     train, validation = data
     return run(
-        "run_classification.py", "--output_dir", output_dir, "--do_train", "--do_eval",
+        run_classification, "--output_dir", output_dir, "--do_train", "--do_eval",
         "--train_file", train, "--validation_file", validation, "--max_seq_length", 64,
         "--per_device_train_batch_size", 8, "--per_device_eval_batch_size", 4, "--max_steps", 4,
         "--learning_rate", "3e-3", *COMMON, *extra,
@@ -97,6 +96,7 @@ def classify(output_dir, data, *extra, model_type="fastformer"):
     )
 
 
+@pytest.mark.slow
 def test_classification_from_scratch_then_from_its_checkpoint(tmp_path, newsgroups):
     classify(tmp_path / "scratch", newsgroups)
     metrics, card = assert_hub_ready(tmp_path / "scratch", "text-classification", ["eval_accuracy", "eval_f1_macro"])
@@ -112,6 +112,7 @@ def test_classification_from_scratch_then_from_its_checkpoint(tmp_path, newsgrou
     assert scratch.keys() == tuned.keys() and any(not torch.equal(scratch[k], tuned[k]) for k in scratch)
 
 
+@pytest.mark.slow
 def test_classification_reads_csv_and_the_bert_baseline(tmp_path, newsgroups):
     csv_files = []
     for path in newsgroups:
@@ -127,7 +128,7 @@ def test_classification_reads_csv_and_the_bert_baseline(tmp_path, newsgroups):
 def summarize(output_dir, data, *extra, model_type="fastformer"):
     train, validation = data
     return run(
-        "run_summarization.py", "--output_dir", output_dir, "--do_train", "--do_eval", "--predict_with_generate",
+        run_summarization, "--output_dir", output_dir, "--do_train", "--do_eval", "--predict_with_generate",
         "--train_file", train, "--validation_file", validation, "--max_source_length", 64, "--max_target_length", 12,
         "--per_device_train_batch_size", 8, "--per_device_eval_batch_size", 4, "--max_steps", 3, *COMMON, *extra,
         *([] if "--model_name_or_path" in extra else from_scratch(model_type)),
@@ -137,6 +138,7 @@ def summarize(output_dir, data, *extra, model_type="fastformer"):
 ROUGE = ["eval_rouge1", "eval_rouge2", "eval_rougeL", "eval_rougeLsum"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_type", ["fastformer", "bart"])
 def test_summarization_from_scratch(tmp_path, headlines, model_type):
     summarize(tmp_path / "out", headlines, model_type=model_type)
@@ -147,6 +149,7 @@ def test_summarization_from_scratch(tmp_path, headlines, model_type):
     assert (tmp_path / "out" / "generation_config.json").exists()
 
 
+@pytest.mark.slow
 def test_summarization_from_a_checkpoint_keeps_its_pipeline(tmp_path, headlines):
     summarize(tmp_path / "scratch", headlines)
     summarize(tmp_path / "tuned", headlines, "--model_name_or_path", tmp_path / "scratch")
@@ -155,10 +158,11 @@ def test_summarization_from_a_checkpoint_keeps_its_pipeline(tmp_path, headlines)
     assert "summarization" in config["custom_pipelines"] and (tmp_path / "tuned" / "pipeline_fastformer.py").exists()
 
 
+@pytest.mark.slow
 def test_masked_lm_pretraining_then_classification(tmp_path, newsgroups):
     text = tmp_path / "text.txt"
     text.write_text("\n".join(json.loads(line)["text"] for line in newsgroups[0].read_text().splitlines()) + "\n")
-    run("run_mlm.py", "--output_dir", tmp_path / "mlm", "--do_train", "--do_eval", "--train_file", text,
+    run(run_mlm, "--output_dir", tmp_path / "mlm", "--do_train", "--do_eval", "--train_file", text,
         "--validation_file", text, "--max_seq_length", 64, "--per_device_train_batch_size", 8, "--max_steps", 3,
         "--model_type", "fastformer", "--config_overrides", TINY["fastformer"], *COMMON)
     metrics, _ = assert_hub_ready(tmp_path / "mlm", "fill-mask", ["eval_loss"])
@@ -168,6 +172,7 @@ def test_masked_lm_pretraining_then_classification(tmp_path, newsgroups):
     assert "classifier.weight" in process.stdout + process.stderr  # reported as newly initialized
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -189,18 +194,19 @@ def test_bad_input_exits_with_a_clear_message(tmp_path, newsgroups, args, messag
             "--validation_file", validation, "--max_steps", 1, *COMMON]
     if "--model_type" not in args:
         base += ["--config_overrides", TINY["fastformer"]] if "--config_overrides" not in args else []
-    process = run("run_classification.py", *base, *args, check=False)
+    process = run(run_classification, *base, *args, check=False)
     assert process.returncode != 0
     assert "run_classification.py: error: " in process.stderr and message in process.stderr, process.stderr[-2000:]
 
 
-def test_two_processes_train_with_world_size_two_and_count_each_example_once(tmp_path, newsgroups):
+@pytest.mark.slow
+def test_two_processes_train_with_world_size_two_and_count_each_example_once(repo_root, tmp_path, newsgroups):
     """accelerate launch, 2 CPU processes (gloo), as docs/SCALING.md says; 48 training and 21 evaluation texts."""
-    launcher = ("accelerate", "launch", "--config_file", str(REPO / "configs/accelerate/cpu_2proc.yaml"))
+    launcher = ("accelerate", "launch", "--config_file", str(repo_root / "configs/accelerate/cpu_2proc.yaml"))
     train, validation = newsgroups
     data = ["--train_file", train, "--validation_file", validation, "--test_file", validation, "--max_seq_length", 64,
             "--per_device_eval_batch_size", 4, "--do_eval", "--do_predict", *COMMON]
-    run("run_classification.py", "--output_dir", tmp_path / "ddp", "--do_train", "--per_device_train_batch_size", 4,
+    run(run_classification, "--output_dir", tmp_path / "ddp", "--do_train", "--per_device_train_batch_size", 4,
         "--num_train_epochs", 1, "--learning_rate", "3e-3", "--model_type", "fastformer",
         "--config_overrides", TINY["fastformer"], *data, launcher=launcher)
     state = json.loads((tmp_path / "ddp" / "trainer_state.json").read_text())
@@ -208,7 +214,7 @@ def test_two_processes_train_with_world_size_two_and_count_each_example_once(tmp
     assert "| `num_devices` | 2 |" in ModelCard.load(tmp_path / "ddp" / "README.md").text
     # the same checkpoint run by one process: the same 21 predictions in the same order and the same metrics,
     # so the 2-process gather (21 = 2 x 10 + 1 rows) dropped its padding duplicates
-    run("run_classification.py", "--output_dir", tmp_path / "single", "--model_name_or_path", tmp_path / "ddp", *data)
+    run(run_classification, "--output_dir", tmp_path / "single", "--model_name_or_path", tmp_path / "ddp", *data)
     predictions = [(tmp_path / name / "predictions.jsonl").read_text().splitlines() for name in ("ddp", "single")]
     assert len(predictions[0]) == 21 and predictions[0] == predictions[1]
     distributed, single = results(tmp_path / "ddp"), results(tmp_path / "single")
@@ -218,7 +224,8 @@ def test_two_processes_train_with_world_size_two_and_count_each_example_once(tmp
     # (eval_loss is transformers' mean of per-batch losses: it depends on how batches fall, so it is not compared)
 
 
-def test_two_processes_reach_the_weights_of_one_process_with_the_same_global_batch(tmp_path, newsgroups):
+@pytest.mark.slow
+def test_two_processes_reach_the_weights_of_one_process_with_the_same_global_batch(repo_root, tmp_path, newsgroups):
     """DDP (2 CPU processes x 4 examples) and 1 process x 8 examples take the same steps: the same 8 examples per
     step (accelerate shards one seeded order), gradients averaged over them. No dropout, so that the random
     streams (which differ per process) play no part. Checkpoints after every step are compared."""
@@ -227,10 +234,10 @@ def test_two_processes_reach_the_weights_of_one_process_with_the_same_global_bat
             "--max_steps", 3, "--learning_rate", "3e-3", "--model_type", "fastformer", *COMMON,
             "--save_strategy", "steps", "--save_steps", 1,
             "--config_overrides", TINY["fastformer"] + ",hidden_dropout_prob=0.0"]  # the classifier's too
-    launcher = ("accelerate", "launch", "--config_file", str(REPO / "configs/accelerate/cpu_2proc.yaml"))
-    run("run_classification.py", "--output_dir", tmp_path / "ddp", "--per_device_train_batch_size", 4, *args,
+    launcher = ("accelerate", "launch", "--config_file", str(repo_root / "configs/accelerate/cpu_2proc.yaml"))
+    run(run_classification, "--output_dir", tmp_path / "ddp", "--per_device_train_batch_size", 4, *args,
         launcher=launcher)
-    run("run_classification.py", "--output_dir", tmp_path / "single", "--per_device_train_batch_size", 8, *args)
+    run(run_classification, "--output_dir", tmp_path / "single", "--per_device_train_batch_size", 8, *args)
     for step in (1, 2, 3):
         distributed, single = (load_file(tmp_path / name / f"checkpoint-{step}" / "model.safetensors")
                                for name in ("ddp", "single"))
@@ -242,6 +249,7 @@ def test_two_processes_reach_the_weights_of_one_process_with_the_same_global_bat
     # (train_loss is not compared: with 2 processes the Trainer reports the main process's own mean)
 
 
+@pytest.mark.slow
 def test_dataset_name_loads_like_a_hub_data_set(tmp_path, newsgroups):
     """--dataset_name goes through datasets.load_dataset as for a Hub id; a local folder of split files is the
     offline stand-in (datasets infers the splits from the file names)."""
@@ -249,7 +257,7 @@ def test_dataset_name_loads_like_a_hub_data_set(tmp_path, newsgroups):
     folder.mkdir()
     for path in newsgroups:
         (folder / path.name).write_text(path.read_text())
-    run("run_classification.py", "--output_dir", tmp_path / "out", "--do_train", "--do_eval", "--dataset_name",
+    run(run_classification, "--output_dir", tmp_path / "out", "--do_train", "--do_eval", "--dataset_name",
         folder, "--max_seq_length", 64, "--per_device_train_batch_size", 8, "--max_steps", 2,
         *from_scratch("fastformer"), *COMMON)
     metrics = results(tmp_path / "out")
@@ -329,8 +337,8 @@ def test_the_flags_of_the_transformers_example_parse_into_their_fields(script):
         assert len(parsed) == 1 and (str(parsed[0]) if has_value else parsed[0]) == expected, (flag, parsed)
 
 
-def test_the_readme_names_each_flag_that_does_not_apply():
-    readme = (REPO / "README.md").read_text()
+def test_the_readme_names_each_flag_that_does_not_apply(repo_root):
+    readme = (repo_root / "README.md").read_text()
     section = readme.split("### Flags of the transformers examples\n", 1)[1].split("\n## ", 1)[0]
     for script, flags in NOT_APPLICABLE.items():
         assert set(flags) <= {flag_name(flag) for flag in TRANSFORMERS_FLAGS[script]}
@@ -340,12 +348,9 @@ def test_the_readme_names_each_flag_that_does_not_apply():
 
 # --- what those flags do ------------------------------------------------------------------------------------------
 
-TOKENIZER = REPO / "data" / "tokenizers" / "bert-base-uncased"
-
 
 @pytest.mark.parametrize("ignore_pad_token_for_loss", [True, False], ids=["label-pad--100", "label-pad-pad-token"])
-def test_summarization_tokenize_prefixes_pads_and_cuts_to_the_target_length(ignore_pad_token_for_loss):
-    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
+def test_summarization_tokenize_prefixes_pads_and_cuts_to_the_target_length(tokenizer, ignore_pad_token_for_loss):
     flags = ["--pad_to_max_length", "--max_source_length=16", "--source_prefix=summarize: ", "--report_to=none"]
     flags.append(f"--ignore_pad_token_for_loss={ignore_pad_token_for_loss}")
     _, data_args, _ = parse_args(run_summarization.ARGUMENTS, flags)
@@ -394,6 +399,7 @@ def test_dtype_creates_and_loads_the_weights_in_that_dtype(tmp_path):
             assert model.dtype == expected, (model_name_or_path, dtype)
 
 
+@pytest.mark.slow
 def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path, headlines):
     """--num_beams reaches generate in evaluation and prediction (Seq2SeqTrainer reads it from the saved
     generation_num_beams), as --val_max_target_length does generate's max_length."""
@@ -409,13 +415,14 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
     assert len((tmp_path / "out" / "generated_predictions.txt").read_text().splitlines()) == 2
 
 
+@pytest.mark.slow
 def test_mlm_streams_line_by_line(tmp_path, newsgroups):
     """--streaming reads a (Hub-like) data set as the Trainer uses it; --max_steps then bounds the training."""
     folder = tmp_path / "texts"
     folder.mkdir()
     for path in newsgroups:
         (folder / path.name).write_text(path.read_text())
-    run("run_mlm.py", "--output_dir", tmp_path / "mlm", "--do_train", "--do_eval", "--dataset_name", folder,
+    run(run_mlm, "--output_dir", tmp_path / "mlm", "--do_train", "--do_eval", "--dataset_name", folder,
         "--streaming", "--line_by_line", "--pad_to_max_length", "--max_seq_length", 64, "--max_eval_samples", 5,
         "--per_device_train_batch_size", 8, "--max_steps", 3, *from_scratch("fastformer"), *COMMON)
     metrics = results(tmp_path / "mlm")
@@ -438,6 +445,7 @@ class MeanAbsoluteError(evaluate.Metric):
 '''
 
 
+@pytest.mark.slow
 def test_classification_regression_with_an_evaluate_metric(tmp_path, newsgroups):
     """--do_regression on a float score (MSE, one output), --metric_name from a local evaluate script (offline),
     --remove_columns and --no_pad_to_max_length."""

@@ -2,8 +2,8 @@
 article -> headline pairs, summarizing from a saved checkpoint, warm starts between encoder and seq2seq
 checkpoints, the text-generation pipeline, and the Auto classes."""
 
+import functools
 import math
-from pathlib import Path
 
 import datasets
 import numpy as np
@@ -13,7 +13,6 @@ from rouge_score import rouge_scorer, scoring
 from transformers import (
     AutoModelForCausalLM,
     AutoModelForSeq2SeqLM,
-    AutoTokenizer,
     DataCollatorForSeq2Seq,
     EvalPrediction,
     Seq2SeqTrainer,
@@ -22,7 +21,6 @@ from transformers import (
 )
 
 from fastformer import (
-    FastformerConfig,
     FastformerForCausalLM,
     FastformerForConditionalGeneration,
     FastformerForMaskedLM,
@@ -30,48 +28,27 @@ from fastformer import (
     FastformerModel,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-TOKENIZER_PATH = REPO_ROOT / "data" / "tokenizers" / "bert-base-uncased"
-HEADLINES = REPO_ROOT / "data" / "news_headlines"
 SOURCE_LENGTH, TARGET_LENGTH, GENERATION_MAX_LENGTH = 48, 16, 12
 ROUGE_TYPES = ["rouge1", "rouge2", "rougeL", "rougeLsum"]
 TEXTS = ["a short text.", "a longer text about additive attention."]
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return AutoTokenizer.from_pretrained(TOKENIZER_PATH)
-
-
-def tiny_config(tokenizer, **overrides):
-    # The decoder starts from [CLS] and stops at [SEP], as the tokenizer wraps a text. With the default
-    # initializer_range (0.02) and tied embeddings, an untrained decoder mostly repeats its input token ([CLS], then
-    # nothing to decode); larger random weights make the generated tokens depend on the input.
-    return FastformerConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.cls_token_id,
-        decoder_start_token_id=tokenizer.cls_token_id,
-        eos_token_id=tokenizer.sep_token_id,
-        initializer_range=0.2,
-        **overrides,
+def tiny_config(tiny_config, tokenizer_fields):
+    # The decoder starts from [CLS] and stops at [SEP], as the tokenizer wraps a text (tokenizer_fields). With the
+    # default initializer_range (0.02) and tied embeddings, an untrained decoder mostly repeats its input token
+    # ([CLS], then nothing to decode); larger random weights make the generated tokens depend on the input.
+    # Dropout on (FastformerConfig's default), as Seq2SeqTrainer trains for a user.
+    return functools.partial(
+        tiny_config, **tokenizer_fields, intermediate_size=64, initializer_range=0.2, hidden_dropout_prob=0.2
     )
 
 
-def build(model_class, tokenizer, seed=0, **overrides):
-    torch.manual_seed(seed)
-    return model_class(tiny_config(tokenizer, **overrides)).eval()
-
-
 @pytest.fixture(scope="module")
-def headlines(tokenizer, tmp_path_factory):
+def headlines(tokenizer, repo_root, tmp_path_factory):
     """16 training and 8 validation pairs: the article's ids as input, the headline's ids then [SEP] as labels
     (without the leading [CLS]: that is the decoder start token, which the model does not predict)."""
-    files = {split: str(HEADLINES / f"{split}.jsonl") for split in ("train", "validation")}
+    files = {split: str(repo_root / "data" / "news_headlines" / f"{split}.jsonl") for split in ("train", "validation")}
     raw = datasets.load_dataset("json", data_files=files, cache_dir=str(tmp_path_factory.mktemp("datasets")))
 
     def tokenize(batch):
@@ -110,8 +87,8 @@ def rouge_metrics(tokenizer):
     return compute_metrics
 
 
-def test_seq2seq_trainer_trains_and_evaluates_with_generate(tmp_path, tokenizer, headlines):
-    model = build(FastformerForConditionalGeneration, tokenizer).train()
+def test_seq2seq_trainer_trains_and_evaluates_with_generate(build, tmp_path, tokenizer, headlines):
+    model = build(FastformerForConditionalGeneration).train()
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     collator = DataCollatorForSeq2Seq(tokenizer, model=model)
     args = Seq2SeqTrainingArguments(
@@ -153,8 +130,8 @@ def test_seq2seq_trainer_trains_and_evaluates_with_generate(tmp_path, tokenizer,
     np.testing.assert_array_equal(predictions, torch.cat([generated, padding], dim=1).numpy())
 
 
-def test_loss_is_cross_entropy_of_the_labels_without_a_second_shift(tokenizer, headlines):
-    model = build(FastformerForConditionalGeneration, tokenizer)
+def test_loss_is_cross_entropy_of_the_labels_without_a_second_shift(build, tokenizer, headlines):
+    model = build(FastformerForConditionalGeneration)
     batch = DataCollatorForSeq2Seq(tokenizer, model=model)([headlines["train"][i] for i in range(4)])
     labels = batch["labels"]
     assert (labels == -100).any()  # padded labels, so ignore_index is exercised
@@ -175,9 +152,9 @@ def test_loss_is_cross_entropy_of_the_labels_without_a_second_shift(tokenizer, h
     assert not torch.allclose(shifted_twice, expected)
 
 
-def test_summarization_pipeline_on_a_saved_checkpoint(tmp_path, tokenizer, headlines):
+def test_summarization_pipeline_on_a_saved_checkpoint(build, tmp_path, tokenizer, headlines):
     # transformers 5 removed its summarization pipeline; a saved checkpoint ships ours (config custom_pipelines)
-    model = build(FastformerForConditionalGeneration, tokenizer)
+    model = build(FastformerForConditionalGeneration)
     model.generation_config.max_new_tokens = 6
     model.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
@@ -215,8 +192,8 @@ NEW_HEAD = {FastformerModel: ("pooler.",), FastformerForSequenceClassification: 
 
 
 @pytest.mark.parametrize("encoder_class", NEW_HEAD, ids=lambda cls: cls.__name__)
-def test_seq2seq_checkpoint_warm_starts_encoder_models(tmp_path, tokenizer, encoder_class):
-    seq2seq = build(FastformerForConditionalGeneration, tokenizer)
+def test_seq2seq_checkpoint_warm_starts_encoder_models(build, tmp_path, tokenizer, encoder_class):
+    seq2seq = build(FastformerForConditionalGeneration)
     seq2seq.save_pretrained(tmp_path)
     model, info = encoder_class.from_pretrained(tmp_path, output_loading_info=True)
     # the decoder is left over; the LM head is tied to the encoder embeddings, so not in the checkpoint
@@ -228,8 +205,8 @@ def test_seq2seq_checkpoint_warm_starts_encoder_models(tmp_path, tokenizer, enco
     assert torch.equal(encoder_output(model, inputs), encoder_output(seq2seq, inputs))
 
 
-def test_masked_lm_checkpoint_warm_starts_the_seq2seq_encoder(tmp_path, tokenizer):
-    masked_lm = build(FastformerForMaskedLM, tokenizer)
+def test_masked_lm_checkpoint_warm_starts_the_seq2seq_encoder(build, tmp_path, tokenizer):
+    masked_lm = build(FastformerForMaskedLM)
     masked_lm.save_pretrained(tmp_path)
     seq2seq, info = FastformerForConditionalGeneration.from_pretrained(tmp_path, output_loading_info=True)
     assert info["missing_keys"] == saved_weights(seq2seq, "decoder.")
@@ -242,8 +219,8 @@ def test_masked_lm_checkpoint_warm_starts_the_seq2seq_encoder(tmp_path, tokenize
     assert torch.equal(seq2seq.decoder.embeddings.word_embeddings.weight, embeddings)
 
 
-def test_text_generation_pipeline_on_causal_lm(tmp_path, tokenizer):
-    model = build(FastformerForCausalLM, tokenizer)
+def test_text_generation_pipeline_on_causal_lm(build, tmp_path, tokenizer):
+    model = build(FastformerForCausalLM)
     model.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
     generator = pipeline("text-generation", model=str(tmp_path))
@@ -270,8 +247,8 @@ def test_text_generation_pipeline_on_causal_lm(tmp_path, tokenizer):
     ],
     ids=["seq2seq-softmax", "seq2seq-additive", "causal-lm"],
 )
-def test_auto_class_round_trip_is_bit_identical(tmp_path, tokenizer, auto_class, model_class, overrides):
-    model = build(model_class, tokenizer, **overrides)
+def test_auto_class_round_trip_is_bit_identical(build, tmp_path, tokenizer, auto_class, model_class, overrides):
+    model = build(model_class, **overrides)
     model.save_pretrained(tmp_path)
     loaded = auto_class.from_pretrained(tmp_path)
     assert type(loaded) is model_class and not loaded.training

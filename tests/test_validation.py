@@ -1,11 +1,12 @@
 """Bad input gets a ValueError naming the argument, the expected and the given value: never a silent wrong
 answer or an index error from inside torch."""
 
+import functools
+
 import pytest
 import torch
 
 from fastformer import (
-    FastformerConfig,
     FastformerForCausalLM,
     FastformerForConditionalGeneration,
     FastformerForMaskedLM,
@@ -16,19 +17,9 @@ from fastformer import (
 VOCAB, HIDDEN = 99, 32
 
 
-def build(model_class, **overrides):
-    settings = dict(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        num_attention_heads=4,
-        intermediate_size=37,
-        max_position_embeddings=64,
-        num_labels=3,
-        pad_token_id=0,
-        decoder_start_token_id=1,
-    )
-    torch.manual_seed(0)
-    return model_class(FastformerConfig(**{**settings, **overrides})).eval()
+@pytest.fixture(scope="module")
+def tiny_config(tiny_config):
+    return functools.partial(tiny_config, vocab_size=VOCAB, hidden_size=HIDDEN, decoder_start_token_id=1)
 
 
 IDS = torch.randint(1, VOCAB, (2, 7), generator=torch.Generator().manual_seed(0))
@@ -48,12 +39,12 @@ IDS = torch.randint(1, VOCAB, (2, 7), generator=torch.Generator().manual_seed(0)
     ],
     ids=["id-too-large", "negative-id", "float-ids", "one-dimensional", "too-long"],
 )
-def test_bad_input_ids(model_class, ids, message):
+def test_bad_input_ids(build, model_class, ids, message):
     with pytest.raises(ValueError, match=message):
         build(model_class)(ids)
 
 
-def test_decoder_inputs_are_named_as_the_argument():
+def test_decoder_inputs_are_named_as_the_argument(build):
     model = build(FastformerForConditionalGeneration)
     with pytest.raises(ValueError, match=r"`decoder_input_ids` holds the id 120, outside the vocabulary"):
         model(IDS, decoder_input_ids=torch.tensor([[1, 120], [1, 2]]))
@@ -61,7 +52,7 @@ def test_decoder_inputs_are_named_as_the_argument():
         model(torch.tensor([[3, 120]]), decoder_input_ids=torch.tensor([[1]]))
 
 
-def test_bad_embeddings_and_masks():
+def test_bad_embeddings_and_masks(build):
     model = build(FastformerModel)
     with pytest.raises(ValueError, match="exactly one of `input_ids` and `inputs_embeds`"):
         model()
@@ -113,12 +104,12 @@ def test_bad_embeddings_and_masks():
         "regression-wrong-count",
     ],  # fmt: skip
 )
-def test_bad_classification_labels(overrides, labels, message):
+def test_bad_classification_labels(build, overrides, labels, message):
     with pytest.raises(ValueError, match=message):
         build(FastformerForSequenceClassification, **overrides)(IDS, labels=labels)
 
 
-def test_good_classification_labels_and_ignore_index_pass():
+def test_good_classification_labels_and_ignore_index_pass(build):
     model = build(FastformerForSequenceClassification)
     assert torch.isfinite(model(IDS, labels=torch.tensor([0, 2])).loss)
     assert torch.isfinite(model(IDS, labels=torch.tensor([[1], [2]])).loss)  # (batch, 1) is accepted as transformers
@@ -129,7 +120,7 @@ def test_good_classification_labels_and_ignore_index_pass():
 
 
 @pytest.mark.parametrize("model_class", [FastformerForMaskedLM, FastformerForCausalLM])
-def test_bad_token_labels(model_class):
+def test_bad_token_labels(build, model_class):
     model = build(model_class)
     with pytest.raises(ValueError, match=r"`labels` must have shape \(2, 7\), got \(2, 6\)"):
         model(IDS, labels=IDS[:, :6])
@@ -142,7 +133,7 @@ def test_bad_token_labels(model_class):
     assert torch.isfinite(model(IDS, labels=ignored).loss)
 
 
-def test_bad_seq2seq_labels():
+def test_bad_seq2seq_labels(build):
     model = build(FastformerForConditionalGeneration)
     with pytest.raises(ValueError, match=r"`labels` must have shape \(batch, seq_len\), got \(4,\)"):
         model(IDS, labels=torch.tensor([1, 2, 3, 4]))
@@ -153,7 +144,7 @@ def test_bad_seq2seq_labels():
     assert torch.isfinite(model(IDS, labels=torch.tensor([[5, -100], [6, 7]])).loss)
 
 
-def test_labels_that_are_views_work_as_copies():
+def test_labels_that_are_views_work_as_copies(build):
     """A slice of a larger tensor (not contiguous) gives the loss of its copy, for every head."""
     wide = torch.randint(3, VOCAB, (2, 14), generator=torch.Generator().manual_seed(1))
     seq2seq = build(FastformerForConditionalGeneration)
@@ -166,7 +157,7 @@ def test_labels_that_are_views_work_as_copies():
     assert classifier(IDS, labels=classes).loss == classifier(IDS, labels=classes.clone()).loss
 
 
-def test_checks_keep_the_encoder_compilable():
+def test_checks_keep_the_encoder_compilable(build):
     """The value checks are skipped while torch.compile traces (a data-dependent branch would break the graph)."""
     model = build(FastformerModel)
     compiled = torch.compile(model, fullgraph=True, backend="eager")
@@ -185,7 +176,7 @@ def meta(tensor):
 
 
 @pytest.mark.parametrize("model_class", [FastformerForSequenceClassification, FastformerForMaskedLM])
-def test_encoder_forward_reads_no_value_of_accelerator_tensors(model_class):
+def test_encoder_forward_reads_no_value_of_accelerator_tensors(build, model_class):
     model = build(model_class).to("meta")
     ids = torch.randint(1, VOCAB, (2, 20))
     labels = torch.tensor([0, 2]) if model_class is FastformerForSequenceClassification else ids
@@ -199,7 +190,7 @@ def test_encoder_forward_reads_no_value_of_accelerator_tensors(model_class):
 
 
 @pytest.mark.parametrize("model_class", [FastformerForConditionalGeneration, FastformerForCausalLM])
-def test_decoding_steps_read_no_value_of_accelerator_tensors(model_class):
+def test_decoding_steps_read_no_value_of_accelerator_tensors(build, model_class):
     model = build(model_class).to("meta")
     ids = meta(torch.randint(1, VOCAB, (2, 5)))
     mask = meta(torch.ones(2, 5, dtype=torch.long))
@@ -212,7 +203,7 @@ def test_decoding_steps_read_no_value_of_accelerator_tensors(model_class):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device to count synchronizations")
-def test_no_synchronization_on_cuda():
+def test_no_synchronization_on_cuda(build):
     model = build(FastformerForConditionalGeneration).cuda()
     ids = torch.randint(1, VOCAB, (2, 20), device="cuda")
     torch.cuda.synchronize()
@@ -225,7 +216,7 @@ def test_no_synchronization_on_cuda():
         torch.cuda.set_sync_debug_mode("default")
 
 
-def test_value_checks_still_run_on_the_cpu():
+def test_value_checks_still_run_on_the_cpu(build):
     model = build(FastformerModel)
     with pytest.raises(ValueError, match="outside the vocabulary"):
         model(torch.tensor([[1, VOCAB]]))

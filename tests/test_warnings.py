@@ -4,7 +4,6 @@ error: setup.cfg's filterwarnings.)"""
 
 import logging
 import warnings
-from pathlib import Path
 
 import datasets
 import torch
@@ -21,10 +20,9 @@ from fastformer import (
 )
 
 VOCAB = 99
-REPO = Path(__file__).resolve().parents[1]
 
 
-def everyday_use(tmp_path):
+def everyday_use(tmp_path, tokenizer_path):
     settings = dict(vocab_size=VOCAB, hidden_size=32, num_attention_heads=4, intermediate_size=37,
                     max_position_embeddings=64, num_labels=3, pad_token_id=0, decoder_start_token_id=1,
                     eos_token_id=2)  # fmt: skip
@@ -49,9 +47,7 @@ def everyday_use(tmp_path):
     FastformerForCausalLM(FastformerConfig(**settings)).eval().generate(ids[:1], max_new_tokens=4, do_sample=True)
 
     FastformerModel(FastformerConfig(**{**settings, "vocab_size": 30522})).save_pretrained(tmp_path / "bert-vocab")
-    feature_extraction = pipeline(
-        "feature-extraction", model=tmp_path / "bert-vocab", tokenizer=str(REPO / "data/tokenizers/bert-base-uncased")
-    )
+    feature_extraction = pipeline("feature-extraction", model=tmp_path / "bert-vocab", tokenizer=str(tokenizer_path))
     feature_extraction("a short text")
 
     train = datasets.Dataset.from_dict({"input_ids": ids.tolist(), "labels": [0, 1]})
@@ -60,12 +56,12 @@ def everyday_use(tmp_path):
     Trainer(model=FastformerForSequenceClassification(config), args=args, train_dataset=train).train()
 
 
-def test_everyday_use_emits_no_deprecation_warning(tmp_path, caplog):
+def test_everyday_use_emits_no_deprecation_warning(tmp_path, tokenizer_path, caplog):
     transformers.logging.enable_propagation()
     try:
         with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.WARNING):
             warnings.simplefilter("always")
-            everyday_use(tmp_path)
+            everyday_use(tmp_path, tokenizer_path)
     finally:
         transformers.logging.disable_propagation()
     deprecations = [
