@@ -306,14 +306,16 @@ def _pooling_step(x, weight, attention_mask, state):
     """`causal_additive_pooling` for a single token: x (B, H, 1, D), attention_mask (B,) or None. In decoding, the
     count of tensor operations is what a step costs on a CPU; the new token's share of the softmax so far is
     exp(logit - log_normalizer), and the pooling moves towards it by that share (a lerp)."""
-    token = x[:, :, 0].to(state.pooled.dtype)  # (B, H, D)
-    logit = (token * weight).sum(dim=-1) / math.sqrt(x.shape[-1])  # (B, H)
+    acc = state.pooled.dtype
+    token = x[:, :, 0] if x.dtype == acc else x[:, :, 0].to(acc)  # (B, H, D); no call at all when it is a no-op
+    logit = torch.linalg.vecdot(token, weight) / math.sqrt(x.shape[-1])  # (B, H)
     if attention_mask is not None:
         logit = logit.masked_fill(~attention_mask.to(torch.bool)[:, None], float("-inf"))
     log_normalizer = torch.logaddexp(state.log_normalizer, logit)
     share = (logit - log_normalizer).exp()  # in [0, 1]; 0 for padding (logit -inf)
-    pooled = torch.lerp(state.pooled, token, share[..., None])
-    return pooled[:, :, None].to(x.dtype), PoolingState(log_normalizer, pooled)
+    pooled = torch.lerp(state.pooled, token, share.unsqueeze(-1))
+    out = pooled.unsqueeze(2)  # (B, H, 1, D)
+    return (out if x.dtype == acc else out.to(x.dtype)), PoolingState(log_normalizer, pooled)
 
 
 def causal_additive_attention(

@@ -98,9 +98,9 @@ class FastformerAttention(nn.Module):
     def _project(self, hidden_states):
         """The query (kept whole for the residual) and the per-head queries, keys and values."""
         query = self.query(hidden_states)  # (B, N, H*D)
-        key = self.key(hidden_states)
-        value = query if self.value is None else self.value(hidden_states)
-        return query, self._split_heads(query), self._split_heads(key), self._split_heads(value)
+        q, k = self._split_heads(query), self._split_heads(self.key(hidden_states))
+        v = q if self.value is None else self._split_heads(self.value(hidden_states))  # query-value sharing
+        return query, q, k, v
 
     def _attention_arguments(self):
         """w_q, w_k and the interaction settings, as the functional API takes them."""
