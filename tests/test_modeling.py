@@ -172,10 +172,18 @@ def test_collapsed_attention_is_refused_where_it_cannot_apply(build, tiny_config
         model(torch.randint(1, VOCAB, (1, 4)))
 
 
-def test_the_causal_decoder_has_no_collapsed_path(tiny_config):
-    model = FastformerForCausalLM(tiny_config(attention_implementation="collapsed"))
-    assert not any(hasattr(module, "collapsed_attention") for module in model.modules())
-    assert not hasattr(FastformerCausalAttention, "forward_collapsed")
+def test_the_causal_decoder_has_no_collapsed_path(build):
+    """The folding needs the whole sequence's global key: no module of a decoder offers it, and the field leaves
+    the decoder's computation exactly as it is."""
+    ids = torch.randint(1, VOCAB, (2, 3 * HIDDEN // 2))  # long enough for "auto" to collapse in an encoder
+    outputs = []
+    for implementation in ("collapsed", "plain"):
+        model = build(FastformerForCausalLM, attention_implementation=implementation)
+        assert not any(hasattr(module, "collapsed_attention") for module in model.modules())
+        assert any(isinstance(module, FastformerCausalAttention) for module in model.modules())
+        with torch.no_grad():
+            outputs.append(model(ids).logits)
+    assert torch.equal(*outputs)
 
 
 @pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)

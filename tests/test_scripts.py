@@ -30,6 +30,12 @@ TINY = {
 COMMON = ["--report_to", "none", "--use_cpu", "--save_strategy", "no", "--seed", "0", "--disable_tqdm", "true"]
 
 
+def accelerate_launch(repo_root):
+    """`accelerate launch` with the 2-process CPU config, through this interpreter (no `accelerate` on PATH needed)."""
+    config = repo_root / "configs/accelerate/cpu_2proc.yaml"
+    return (sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config))
+
+
 def run(script, *args, launcher=(sys.executable,), check=True):
     """Runs `script` (one of the scripts/ modules imported above) as a CLI process, offline."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
@@ -202,7 +208,7 @@ def test_bad_input_exits_with_a_clear_message(tmp_path, newsgroups, args, messag
 @pytest.mark.slow
 def test_two_processes_train_with_world_size_two_and_count_each_example_once(repo_root, tmp_path, newsgroups):
     """accelerate launch, 2 CPU processes (gloo), as docs/SCALING.md says; 48 training and 21 evaluation texts."""
-    launcher = ("accelerate", "launch", "--config_file", str(repo_root / "configs/accelerate/cpu_2proc.yaml"))
+    launcher = accelerate_launch(repo_root)
     train, validation = newsgroups
     data = ["--train_file", train, "--validation_file", validation, "--test_file", validation, "--max_seq_length", 64,
             "--per_device_eval_batch_size", 4, "--do_eval", "--do_predict", *COMMON]
@@ -234,7 +240,7 @@ def test_two_processes_reach_the_weights_of_one_process_with_the_same_global_bat
             "--max_steps", 3, "--learning_rate", "3e-3", "--model_type", "fastformer", *COMMON,
             "--save_strategy", "steps", "--save_steps", 1,
             "--config_overrides", TINY["fastformer"] + ",hidden_dropout_prob=0.0"]  # the classifier's too
-    launcher = ("accelerate", "launch", "--config_file", str(repo_root / "configs/accelerate/cpu_2proc.yaml"))
+    launcher = accelerate_launch(repo_root)
     run(run_classification, "--output_dir", tmp_path / "ddp", "--per_device_train_batch_size", 4, *args,
         launcher=launcher)
     run(run_classification, "--output_dir", tmp_path / "single", "--per_device_train_batch_size", 8, *args)
