@@ -240,14 +240,15 @@ def causal_additive_pooling(
     <= 0, so nothing overflows, and the maxima are constants of the softmax, so they carry no gradient.
     """
     batch, heads, length, dim = x.shape
-    if length == 1 and state is not None:  # one decoding step: update the streaming softmax directly
-        return _pooling_step(x, weight, None if attention_mask is None else attention_mask[:, 0], state)
-    acc = torch.promote_types(x.dtype, torch.float32)
-    lowest = torch.finfo(acc).min
     if state is None:
-        state = PoolingState(x.new_full((batch, heads), lowest, dtype=acc), x.new_zeros(batch, heads, dim, dtype=acc))
+        acc = torch.promote_types(x.dtype, torch.float32)
+        state = PoolingState(
+            x.new_full((batch, heads), torch.finfo(acc).min, dtype=acc), x.new_zeros(batch, heads, dim, dtype=acc)
+        )
     if length == 1:  # one decoding step: update the streaming softmax directly
         return _pooling_step(x, weight, None if attention_mask is None else attention_mask[:, 0], state)
+    acc = state.pooled.dtype
+    lowest = torch.finfo(acc).min
 
     # the state as a softmax at the shift m = its log normalizer: sum exp(logit_i - m) = 1 (a phantom 1 before any
     # token, weighing nothing as soon as a token comes, exp(finfo.min - logit) = 0), sum exp(logit_i - m) x_i = pooled
@@ -306,16 +307,14 @@ def _pooling_step(x, weight, attention_mask, state):
     """`causal_additive_pooling` for a single token: x (B, H, 1, D), attention_mask (B,) or None. In decoding, the
     count of tensor operations is what a step costs on a CPU; the new token's share of the softmax so far is
     exp(logit - log_normalizer), and the pooling moves towards it by that share (a lerp)."""
-    acc = state.pooled.dtype
-    token = x[:, :, 0] if x.dtype == acc else x[:, :, 0].to(acc)  # (B, H, D); no call at all when it is a no-op
-    logit = torch.linalg.vecdot(token, weight) / math.sqrt(x.shape[-1])  # (B, H)
+    token = x[:, :, 0].to(state.pooled.dtype)  # (B, H, D)
+    logit = (token * weight).sum(dim=-1) / math.sqrt(x.shape[-1])  # (B, H); weight may be of lower precision
     if attention_mask is not None:
         logit = logit.masked_fill(~attention_mask.to(torch.bool)[:, None], float("-inf"))
     log_normalizer = torch.logaddexp(state.log_normalizer, logit)
     share = (logit - log_normalizer).exp()  # in [0, 1]; 0 for padding (logit -inf)
     pooled = torch.lerp(state.pooled, token, share.unsqueeze(-1))
-    out = pooled.unsqueeze(2)  # (B, H, 1, D)
-    return (out if x.dtype == acc else out.to(x.dtype)), PoolingState(log_normalizer, pooled)
+    return pooled.unsqueeze(2).to(x.dtype), PoolingState(log_normalizer, pooled)
 
 
 def causal_additive_attention(

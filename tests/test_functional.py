@@ -309,9 +309,15 @@ def test_causal_half_precision(dtype):
     half = [t.to(dtype) for t in tensors]
     u, state = call_causal(half, mask, chunk_size=4)
     assert u.dtype == dtype and state.query.pooled.dtype == torch.float32
+    steps, state = [], None  # token by token, as in decoding: the state stays float32, the weights are half
+    for t in range(N):
+        step, state = call_causal([x[:, :, t : t + 1] for x in half[:3]] + half[3:], mask[:, t : t + 1], state=state)
+        steps.append(step)
+    assert steps[0].dtype == dtype and state.query.pooled.dtype == torch.float32
     expected = naive.causal_additive_attention(*half, mask)
-    error = (u.double() - expected).norm() / expected.norm()
-    assert error < 2e-2, f"relative error {error:.2e}"
+    for result in (u, torch.cat(steps, dim=2)):
+        error = (result.double() - expected).norm() / expected.norm()
+        assert error < 2e-2, f"relative error {error:.2e}"
 
 
 def test_causal_all_padding_row_is_finite_with_grad():
