@@ -115,6 +115,10 @@ class FastformerConfig(PreTrainedConfig):
         interaction (`str`, defaults to `"product"`): how a global vector meets each token (RQ2): `"product"`
             (p_i = q * k_i, u_i = k * v_i), `"add"` (q + k_i, k + v_i) or `"concat"` ([q; k_i] P with a learned
             projection P of shape (2 * head_dim, head_dim) per head, one for each of the two interactions).
+        query_residual (`bool`, defaults to True): the paper's query residual, the attention output r_i + q_i (the
+            authors' code); False gives r_i alone, the attention output of a softmax Transformer, which is what
+            models converted from BERT use (`fastformer.conversion`): there the residual adds a term the teacher
+            does not have.
         pooler_type (`str`, defaults to `"additive"`): how `FastformerModel` pools the last layer into
             `pooler_output` for classification: `"additive"` (the paper's: a tanh MLP gives one logit per token,
             masked softmax, weighted sum), `"cls"` (the first real token) or `"mean"` (mean of real tokens).
@@ -158,6 +162,7 @@ class FastformerConfig(PreTrainedConfig):
     share_layers: bool = True
     share_heads: bool = False
     interaction: Literal[INTERACTIONS] = "product"  # the tuple of functional.py, the one list of interactions
+    query_residual: bool = True
     pooler_type: Literal["additive", "cls", "mean"] = "additive"
     attention_implementation: Literal["auto", "plain", "collapsed"] = "auto"
     num_decoder_layers: int | None = _positive_int(None)

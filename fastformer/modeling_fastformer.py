@@ -62,7 +62,8 @@ class FastformerEmbeddings(nn.Module):
 
 
 class FastformerAttention(nn.Module):
-    """Additive attention over all heads (Eqs. 3-6), then r_i = W_r u_i and the query residual r_i + q_i."""
+    """Additive attention over all heads (Eqs. 3-6), then r_i = W_r u_i and the query residual r_i + q_i
+    (`config.query_residual`)."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -70,6 +71,7 @@ class FastformerAttention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.head_dim = hidden_size // self.num_heads
         self.interaction = config.interaction
+        self.query_residual = config.query_residual
 
         self.query = nn.Linear(hidden_size, hidden_size)
         self.key = nn.Linear(hidden_size, hidden_size)
@@ -114,7 +116,7 @@ class FastformerAttention(nn.Module):
 
     def _output(self, u, query):  # u: (B, H, N, D)
         u = u.transpose(1, 2).reshape(query.shape)  # (B, N, H*D)
-        return self.transform(u) + query
+        return self.transform(u) + query if self.query_residual else self.transform(u)
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False):
         query, q, k, v = self._project(hidden_states)
@@ -243,13 +245,18 @@ class FastformerLayer(GradientCheckpointingLayer):
         return implementation == "collapsed"
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False):
+        hidden_states, weights = self.attention_sublayer(hidden_states, attention_mask, output_attentions)
+        return self.feed_forward(hidden_states), weights
+
+    def attention_sublayer(self, hidden_states, attention_mask=None, output_attentions=False):
+        """The first half of the layer: attention -> dense -> dropout -> add & LayerNorm (what a BERT layer's
+        `attention` module computes; `fastformer.distillation` matches the two)."""
         if self.uses_collapsed_attention(hidden_states):
             projected, weights = self.collapsed_attention(hidden_states, attention_mask, output_attentions)
         else:
             attention, weights = self.attention(hidden_states, attention_mask, output_attentions)
             projected = self.attention_output.dense(attention)
-        hidden_states = self.attention_output.add_and_norm(projected, hidden_states)
-        return self.feed_forward(hidden_states), weights
+        return self.attention_output.add_and_norm(projected, hidden_states), weights
 
     def collapsed_attention(self, hidden_states, attention_mask=None, output_attentions=False):
         """`attention_output.dense(attention(...))` for the "product" interaction, with the Linear layers folded.
@@ -258,6 +265,7 @@ class FastformerLayer(GradientCheckpointingLayer):
         everything left is linear in x_i given the global key k:
             dense(r_i + q_i) = W_o (W_r (k * (W_v x_i + b_v)) + b_r + W_q x_i + b_q) + b_o = M x_i + m
             M = (W_o W_r) diag(k) W_v + W_o W_q,    m = W_o (W_r (k * b_v) + b_r + b_q) + b_o
+        (without the query residual, `config.query_residual=False`, the W_q x_i + b_q terms drop out)
         so the sub-layer costs one (N x C) by (C x C) product per sequence instead of five, and stores no
         (N x C) activation besides x. M depends on the sequence (through k): a (C x C) product per sequence.
         """
@@ -272,8 +280,11 @@ class FastformerLayer(GradientCheckpointingLayer):
         global_key = (global_query * pooled_key).reshape(batch, 1, hidden_size)  # sum_i beta_i (q * k_i)
 
         out_transform = dense.weight @ attention.transform.weight  # W_o W_r
-        matrix = (out_transform * global_key) @ value.weight + dense.weight @ query.weight  # (B, C, C)
-        inner_bias = (global_key * value.bias) @ attention.transform.weight.T + attention.transform.bias + query.bias
+        matrix = (out_transform * global_key) @ value.weight  # (B, C, C)
+        inner_bias = (global_key * value.bias) @ attention.transform.weight.T + attention.transform.bias
+        if attention.query_residual:
+            matrix = matrix + dense.weight @ query.weight
+            inner_bias = inner_bias + query.bias
         bias = inner_bias @ dense.weight.T + dense.bias  # (B, 1, C)
         out = torch.baddbmm(bias, hidden_states, matrix.transpose(1, 2))
         return out, torch.stack((alpha, beta), dim=-2) if output_attentions else None

@@ -22,6 +22,7 @@ from fastformer import (
     FastformerForSequenceClassification,
     FastformerModel,
 )
+from fastformer.functional import additive_attention
 from fastformer.modeling_fastformer import FastformerCausalAttention, FastformerLayer
 
 HEADS = [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM]
@@ -92,6 +93,7 @@ COLLAPSIBLE = {
     "paper-default": {},
     "unshared": dict(share_query_value=False, share_layers=False),
     "heads-shared": dict(share_heads=True),
+    "no-query-residual": dict(share_query_value=False, share_layers=False, query_residual=False),
 }
 
 
@@ -124,6 +126,21 @@ def test_collapsed_attention_equals_the_plain_path_in_float64(tiny_config, varia
             assert grad is None, name
         else:
             torch.testing.assert_close(grad, expected, rtol=1e-10, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("query_residual", [True, False])
+def test_query_residual_adds_the_query_or_nothing(tiny_config, query_residual):
+    """config.query_residual: the attention output is W_r u_i + q_i (the paper's) or W_r u_i alone."""
+    torch.manual_seed(0)
+    attention = FastformerLayer(tiny_config(query_residual=query_residual, share_query_value=False)).attention
+    x = torch.randn(2, 7, HIDDEN)
+    query, q, k, v = attention._project(x)
+    (w_q, w_k), _ = attention._attention_arguments()
+    u, _ = additive_attention(q, k, v, w_q, w_k)
+    expected = attention.transform(u.transpose(1, 2).reshape(x.shape))
+    if query_residual:
+        expected = expected + attention.query(x)
+    torch.testing.assert_close(attention(x)[0], expected)
 
 
 def test_auto_takes_the_collapsed_path_for_long_product_inputs_only(tiny_config):

@@ -1,0 +1,259 @@
+"""A pretrained BERT checkpoint as a Fastformer: the weights the two architectures share, mapped exactly.
+
+A BERT layer and a Fastformer layer share the embeddings, the Q/K/V projections, the attention output dense
+layer and its LayerNorm, and the feed-forward block with its LayerNorm. Only the additive attention is new:
+
+| BERT (`BertModel`)                                   | Fastformer (`FastformerModel`)                     |
+|------------------------------------------------------|----------------------------------------------------|
+| embeddings.word_embeddings                           | embeddings.word_embeddings                         |
+| embeddings.position_embeddings + token_type row 0    | embeddings.position_embeddings (rows 0..P-1)       |
+| embeddings.LayerNorm                                 | embeddings.layer_norm                              |
+| encoder.layer.i.attention.self.{query,key,value}     | layers.i.attention.{query,key,value}               |
+| encoder.layer.i.attention.output.{dense,LayerNorm}   | layers.i.attention_output.{dense,layer_norm}       |
+| encoder.layer.i.intermediate.dense                   | layers.i.feed_forward.intermediate                 |
+| encoder.layer.i.output.{dense,LayerNorm}             | layers.i.feed_forward.output.{dense,layer_norm}    |
+
+Starting values of what BERT does not have: W_r (`attention.transform`) the identity with a zero bias, so the
+pooled values reach the output dense layer as BERT's attention context does; w_q and w_k zero, so both
+poolings start as plain means over the real tokens. The converted config has no parameter sharing and no query
+residual (`query_residual=False`: the residual adds W_q x_i, a term the teacher's attention output does not
+have; a measured choice, see docs/PRETRAINED.md). The token-type embedding of segment 0 is added to every
+position row, so a single-segment input embeds exactly as in BERT (Fastformer has no segments).
+
+Longer inputs than the source's P positions (`max_position_embeddings`): rows P, P+1, ... repeat rows 0, 1, ...
+(row i gets row i mod P), as Longformer (arXiv:2004.05150) extends RoBERTa's positions; the first P rows are
+unchanged. The attention itself is linear in the length, so only the positions limit the input.
+
+The converted model still has to learn the additive attention: `fastformer.distillation` transfers it from the
+source (the teacher). `scripts/convert_bert_to_fastformer.py` runs both and saves a Hub-ready folder.
+"""
+
+import json
+from dataclasses import dataclass, field
+
+import torch
+from transformers import AutoConfig, BertConfig, BertModel
+from transformers.utils import cached_file
+
+from .configuration_fastformer import FastformerConfig
+from .modeling_fastformer import FastformerForConditionalGeneration, FastformerModel
+
+SUPPORTED_MODEL_TYPES = ("bert",)
+TASKS = ("encoder", "seq2seq")
+# sentence-transformers' Pooling flags -> the Fastformer pooler that computes the same vector
+SENTENCE_TRANSFORMERS_POOLING = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
+
+
+@dataclass
+class BertSource:
+    """A BERT checkpoint to convert: the model, and for a sentence-transformers folder its pipeline."""
+
+    name_or_path: str
+    model: BertModel
+    pooler_type: str = "cls"  # BERT's own pooler reads [CLS]; a sentence-transformers model says its own
+    sentence_transformers: dict = field(default_factory=dict)  # file name -> text of its files (modules.json, ...)
+
+
+# sentence-transformers module type -> its settings file, inside the module's folder
+SENTENCE_TRANSFORMERS_SETTINGS = {
+    "sentence_transformers.models.Transformer": "sentence_bert_config.json",
+    "sentence_transformers.models.Pooling": "config.json",
+}
+
+
+def _sentence_transformers_files(name_or_path: str, **hub_kwargs) -> dict[str, str]:
+    """The text of a sentence-transformers checkpoint's own files (modules.json, its config and each module's
+    settings), by path in the checkpoint; {} for a plain transformers checkpoint."""
+
+    def read(path):
+        found = cached_file(name_or_path, path, _raise_exceptions_for_missing_entries=False, **hub_kwargs)
+        if found is None:
+            return None
+        with open(found) as file:
+            return file.read()
+
+    modules = read("modules.json")
+    if modules is None:
+        return {}
+    paths = ["config_sentence_transformers.json"]
+    for module in json.loads(modules):
+        if module["type"] in SENTENCE_TRANSFORMERS_SETTINGS:
+            paths.append("/".join(filter(None, [module.get("path", ""), SENTENCE_TRANSFORMERS_SETTINGS[module["type"]]])))
+    files = {"modules.json": modules} | {path: read(path) for path in paths}
+    return {path: text for path, text in files.items() if text is not None}
+
+
+def load_bert_source(name_or_path: str, **hub_kwargs) -> BertSource:
+    """Load a BERT-architecture checkpoint (a local folder or a Hub id; a sentence-transformers checkpoint whose
+    first module is a BERT model too). Anything else raises a ValueError naming what is supported."""
+    files = _sentence_transformers_files(name_or_path, **hub_kwargs)
+    subfolder = ""
+    if files:
+        modules = json.loads(files["modules.json"])
+        first = modules[0]
+        if first["type"] != "sentence_transformers.models.Transformer":
+            raise ValueError(
+                f"{name_or_path} is a sentence-transformers model whose first module is {first['type']}; "
+                "only a sentence_transformers.models.Transformer module holding a BERT model can be converted"
+            )
+        subfolder = first.get("path", "")
+    config = AutoConfig.from_pretrained(name_or_path, subfolder=subfolder, **hub_kwargs)
+    if config.model_type not in SUPPORTED_MODEL_TYPES or not isinstance(config, BertConfig):
+        raise ValueError(
+            f"{name_or_path} is a {config.model_type!r} model; only BERT-architecture checkpoints can be converted "
+            f"(model_type one of {SUPPORTED_MODEL_TYPES}, e.g. google-bert/bert-base-uncased or "
+            "sentence-transformers/all-MiniLM-L6-v2)"
+        )
+    if getattr(config, "position_embedding_type", "absolute") != "absolute":
+        raise ValueError(
+            f"{name_or_path} uses position_embedding_type={config.position_embedding_type!r}; Fastformer has "
+            "learned absolute positions, so only 'absolute' converts"
+        )
+    model = BertModel.from_pretrained(name_or_path, subfolder=subfolder, add_pooling_layer=False, **hub_kwargs)
+    source = BertSource(name_or_path, model.eval(), sentence_transformers=files)
+    if files:
+        source.pooler_type = _sentence_transformers_pooler(name_or_path, files, modules)
+    return source
+
+
+def _sentence_transformers_pooler(name_or_path, files, modules) -> str:
+    pooling = [module for module in modules if module["type"] == "sentence_transformers.models.Pooling"]
+    if not pooling:
+        return "cls"
+    settings = json.loads(files.get("/".join(filter(None, [pooling[0].get("path", ""), "config.json"])), "{}"))
+    chosen = [mode for flag, mode in SENTENCE_TRANSFORMERS_POOLING.items() if settings.get(flag)]
+    unsupported = [flag for flag, value in settings.items() if flag.startswith("pooling_mode_") and value]
+    unsupported = [flag for flag in unsupported if flag not in SENTENCE_TRANSFORMERS_POOLING]
+    if len(chosen) != 1 or unsupported:
+        raise ValueError(
+            f"{name_or_path} pools with {sorted(flag for flag, value in settings.items() if value is True)}; "
+            f"a converted model pools with exactly one of {sorted(SENTENCE_TRANSFORMERS_POOLING)}"
+        )
+    return chosen[0]
+
+
+def fastformer_config(
+    bert_config: BertConfig,
+    *,
+    pooler_type: str = "cls",
+    max_position_embeddings: int | None = None,
+    task: str = "encoder",
+    **overrides,
+) -> FastformerConfig:
+    """The Fastformer config of the same sizes as `bert_config`: no parameter sharing, the product
+    interaction, no query residual; the special ids of a BERT tokenizer for generation (`task="seq2seq"`)."""
+    if task not in TASKS:
+        raise ValueError(f"`task` must be one of {TASKS}, got {task!r}")
+    positions = max_position_embeddings or bert_config.max_position_embeddings
+    if positions < bert_config.max_position_embeddings:
+        raise ValueError(
+            f"max_position_embeddings={positions} is below the source's {bert_config.max_position_embeddings}; "
+            "a converted model keeps every learned position"
+        )
+    settings = dict(
+        vocab_size=bert_config.vocab_size,
+        hidden_size=bert_config.hidden_size,
+        num_hidden_layers=bert_config.num_hidden_layers,
+        num_attention_heads=bert_config.num_attention_heads,
+        intermediate_size=bert_config.intermediate_size,
+        hidden_act=bert_config.hidden_act,
+        hidden_dropout_prob=bert_config.hidden_dropout_prob,
+        max_position_embeddings=positions,
+        layer_norm_eps=bert_config.layer_norm_eps,
+        initializer_range=bert_config.initializer_range,
+        pad_token_id=bert_config.pad_token_id,
+        share_query_value=False,
+        share_layers=False,
+        share_heads=False,
+        interaction="product",
+        query_residual=False,
+        pooler_type=pooler_type,
+    )
+    if task == "seq2seq":  # BERT's WordPiece specials: [CLS] starts a sequence, [SEP] ends it
+        settings.update(bos_token_id=101, decoder_start_token_id=101, eos_token_id=102)
+    settings.update(overrides)
+    return FastformerConfig(**settings)
+
+
+def extend_positions(positions: torch.Tensor, length: int) -> torch.Tensor:
+    """`length` position rows from the learned (P, hidden) ones: row i is row i mod P (Longformer's copying)."""
+    index = torch.arange(length, device=positions.device) % positions.shape[0]
+    return positions[index]
+
+
+@torch.no_grad()
+def copy_bert_weights(bert: BertModel, embeddings, layers) -> None:
+    """Copy BERT's shared weights into Fastformer `embeddings` and encoder or decoder `layers`, and set the
+    Fastformer-only parameters to their starting values (module docstring)."""
+    source = bert.embeddings
+    embeddings.word_embeddings.weight.copy_(source.word_embeddings.weight)
+    segment_zero = source.token_type_embeddings.weight[0]
+    positions = source.position_embeddings.weight + segment_zero
+    embeddings.position_embeddings.weight.copy_(extend_positions(positions, embeddings.position_embeddings.num_embeddings))
+    embeddings.layer_norm.load_state_dict(source.LayerNorm.state_dict())
+    if len(layers) != len(bert.encoder.layer):
+        raise ValueError(f"{len(layers)} Fastformer layers cannot take the source's {len(bert.encoder.layer)}")
+    for bert_layer, layer in zip(bert.encoder.layer, layers):
+        attention = layer.attention
+        for name in ("query", "key", "value"):
+            getattr(attention, name).load_state_dict(getattr(bert_layer.attention.self, name).state_dict())
+        attention.transform.weight.copy_(torch.eye(attention.transform.in_features))
+        attention.transform.bias.zero_()
+        attention.query_weight.zero_()
+        attention.key_weight.zero_()
+        _copy_sublayer_output(bert_layer.attention.output, layer.attention_output)
+        layer.feed_forward.intermediate.load_state_dict(bert_layer.intermediate.dense.state_dict())
+        _copy_sublayer_output(bert_layer.output, layer.feed_forward.output)
+
+
+def _copy_sublayer_output(bert_output, output) -> None:
+    output.dense.load_state_dict(bert_output.dense.state_dict())
+    output.layer_norm.load_state_dict(bert_output.LayerNorm.state_dict())
+
+
+def convert_bert(
+    bert: BertModel,
+    *,
+    pooler_type: str = "cls",
+    max_position_embeddings: int | None = None,
+    task: str = "encoder",
+    **config_overrides,
+) -> FastformerModel | FastformerForConditionalGeneration:
+    """A `FastformerModel` (`task="encoder"`) or `FastformerForConditionalGeneration` (`task="seq2seq"`) holding
+    `bert`'s weights. In the encoder-decoder, as BERT2BERT (Rothe et al., arXiv:1907.12461), both the encoder and
+    the decoder start from `bert` (the decoder's causal attention and feed-forward from BERT's layers, its
+    embeddings and the LM head tied to BERT's word embeddings); the cross-attention starts from the usual random
+    initialization."""
+    config = fastformer_config(
+        bert.config, pooler_type=pooler_type, max_position_embeddings=max_position_embeddings, task=task,
+        **config_overrides,
+    )
+    if task == "encoder":
+        model = FastformerModel(config)
+        copy_bert_weights(bert, model.embeddings, model.layers)
+    else:
+        model = FastformerForConditionalGeneration(config)
+        copy_bert_weights(bert, model.fastformer.embeddings, model.fastformer.layers)
+        copy_bert_weights(bert, model.decoder.embeddings, model.decoder.layers)
+    return model.to(bert.dtype).eval()
+
+
+def copy_encoder_layers(encoder: FastformerModel, decoder_layers) -> None:
+    """After the encoder's attention transfer: the decoder's self-attention and feed-forward take the trained
+    encoder layers' weights (the causal attention has the same parameters). Cross-attention stays as it is."""
+    with torch.no_grad():
+        for layer, decoder_layer in zip(encoder.layers, decoder_layers):
+            for name in ("attention", "attention_output", "feed_forward"):
+                getattr(decoder_layer, name).load_state_dict(getattr(layer, name).state_dict())
+
+
+__all__ = [
+    "SUPPORTED_MODEL_TYPES",
+    "BertSource",
+    "convert_bert",
+    "copy_bert_weights",
+    "copy_encoder_layers",
+    "extend_positions",
+    "fastformer_config",
+    "load_bert_source",
+]

@@ -1,0 +1,177 @@
+"""Attention transfer: a Fastformer converted from BERT (`fastformer.conversion`) learns its additive attention
+from the BERT it came from (the teacher), on unlabeled text, in two stages (as LoLCATs, arXiv:2410.10254):
+
+1. "layerwise": every student layer's attention sub-layer (`FastformerLayer.attention_sublayer`: the additive
+   attention with its projections, W_r, w_q, w_k, and the output dense layer) gets the teacher's input of that
+   layer and learns to reproduce the teacher's attention sub-layer output (`BertLayer.attention`). Only those
+   parameters train; the embeddings, the feed-forward blocks and every LayerNorm keep the teacher's values. The
+   layers learn independently, all from one teacher pass.
+2. "end_to_end": the whole student (all but the embeddings) runs on its own and learns to reproduce the
+   teacher's hidden state after every layer.
+
+Both stages minimize the mean over layers of the unexplained variance, sum ||s_i - t_i||^2 / sum ||t_i - mean t||^2
+over the real tokens i of a batch (0: exact, 1: no better than the teacher's mean vector), which weighs the
+layers alike. Neither model uses dropout during the transfer (the targets are deterministic).
+
+`transfer_attention` runs a stage on `transformers.Trainer` (so `accelerate launch` scales it out; progress bar,
+checkpoints, `resume_from_checkpoint` and seeds as for any training). `transfer_errors` measures both errors per
+layer on held-out text, and `embedding_cosine` the agreement of the pooled sentence embeddings.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import BertModel, Trainer, TrainingArguments
+from transformers.modeling_outputs import ModelOutput
+
+from .modeling_fastformer import FastformerModel
+
+STAGES = ("layerwise", "end_to_end")
+
+
+@dataclass
+class TransferOutput(ModelOutput):
+    """loss: the mean of `layer_errors`; layer_errors: (num_layers,) unexplained variance per layer."""
+
+    loss: torch.Tensor | None = None
+    layer_errors: torch.Tensor | None = None
+
+
+def _squared_errors(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(sum ||s - t||^2, sum ||t - mean t||^2) over the real tokens (mask (B, N) true) of (B, N, C) tensors."""
+    real = mask.to(torch.bool)
+    student, teacher = student[real].float(), teacher[real].float()  # (tokens, C)
+    residual = (student - teacher).square().sum()
+    total = (teacher - teacher.mean(dim=0)).square().sum()
+    return residual, total
+
+
+def teacher_targets(teacher: BertModel, input_ids, attention_mask) -> tuple[tuple[torch.Tensor, ...], list]:
+    """The teacher's hidden states (embeddings, then after every layer) and every layer's attention sub-layer
+    output, without gradients."""
+    attention_outputs = []
+    hooks = [
+        layer.attention.register_forward_hook(lambda module, args, output: attention_outputs.append(output[0]))
+        for layer in teacher.encoder.layer
+    ]
+    try:
+        with torch.no_grad():
+            hidden_states = teacher(
+                input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True
+            ).hidden_states
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return hidden_states, attention_outputs
+
+
+class AttentionTransfer(nn.Module):
+    """The student and the (frozen) teacher of one transfer stage; `forward` returns the stage's loss.
+
+    Only the parameters the stage trains require gradients (module docstring). Both models stay in eval mode
+    (no dropout) even while the Trainer trains this module.
+    """
+
+    def __init__(self, student: FastformerModel, teacher: BertModel, stage: str):
+        super().__init__()
+        if stage not in STAGES:
+            raise ValueError(f"`stage` must be one of {STAGES}, got {stage!r}")
+        if student.config.num_hidden_layers != teacher.config.num_hidden_layers or student.config.share_layers:
+            raise ValueError("the student needs one unshared layer per teacher layer (fastformer.conversion makes it)")
+        self.student, self.teacher, self.stage = student, teacher, stage
+        teacher.requires_grad_(False)
+        if stage == "layerwise":
+            student.requires_grad_(False)
+            for layer in student.layers:
+                layer.attention.requires_grad_(True)
+                layer.attention_output.dense.requires_grad_(True)
+        else:
+            student.requires_grad_(True)
+            student.embeddings.requires_grad_(False)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.student.eval()
+        self.teacher.eval()
+        return self
+
+    def forward(self, input_ids, attention_mask=None, **kwargs) -> TransferOutput:
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        hidden_states, attention_outputs = teacher_targets(self.teacher, input_ids, attention_mask)
+        if self.stage == "layerwise":
+            pairs = [
+                (layer.attention_sublayer(layer_input, attention_mask)[0], target)
+                for layer, layer_input, target in zip(self.student.layers, hidden_states, attention_outputs)
+            ]
+        else:
+            student_states = self.student(
+                input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True
+            ).hidden_states
+            pairs = list(zip(student_states[1:], hidden_states[1:]))
+        errors = []
+        for student_output, target in pairs:
+            residual, total = _squared_errors(student_output, target, attention_mask)
+            errors.append(residual / total.clamp(min=torch.finfo(total.dtype).tiny))
+        layer_errors = torch.stack(errors)
+        return TransferOutput(loss=layer_errors.mean(), layer_errors=layer_errors.detach())
+
+
+def transfer_attention(
+    student: FastformerModel,
+    teacher: BertModel,
+    stage: str,
+    train_dataset,
+    args: TrainingArguments,
+    data_collator=None,
+    resume_from_checkpoint: str | bool | None = None,
+):
+    """Run one transfer stage with `transformers.Trainer`; `student` is trained in place. Returns the Trainer's
+    `TrainOutput`. Checkpoints (in `args.output_dir`) hold the student and the teacher (the Trainer saves this
+    module's state dict), so `resume_from_checkpoint` continues a stage where it stopped."""
+    trainer = Trainer(
+        model=AttentionTransfer(student, teacher, stage),
+        args=args,
+        train_dataset=train_dataset,
+        data_collator=data_collator,
+    )
+    return trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+
+
+@torch.no_grad()
+def transfer_errors(student: FastformerModel, teacher: BertModel, batches) -> dict[str, list[float]]:
+    """Per layer, the unexplained variance of the student against the teacher over all `batches` (dicts with
+    input_ids and attention_mask): "attention" for the attention sub-layer given the teacher's input (what the
+    layerwise stage trains), "hidden" for the layer's output when the student runs on its own (end to end)."""
+    sums = {name: torch.zeros(2, student.config.num_hidden_layers) for name in ("attention", "hidden")}
+    was_training = student.training
+    student.eval()
+    for batch in batches:
+        input_ids, mask = batch["input_ids"], batch["attention_mask"]
+        hidden_states, attention_outputs = teacher_targets(teacher, input_ids, mask)
+        student_states = student(input_ids=input_ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        for index, layer in enumerate(student.layers):
+            attention = layer.attention_sublayer(hidden_states[index], mask)[0]
+            sums["attention"][:, index] += torch.stack(_squared_errors(attention, attention_outputs[index], mask))
+            sums["hidden"][:, index] += torch.stack(
+                _squared_errors(student_states[index + 1], hidden_states[index + 1], mask)
+            )
+    student.train(was_training)
+    return {name: (residual / total).tolist() for name, (residual, total) in sums.items()}
+
+
+@torch.no_grad()
+def embedding_cosine(student: FastformerModel, teacher: BertModel, batches) -> float:
+    """Mean cosine similarity of the student's sentence embedding (`pooler_output`) and the teacher's, pooled
+    from the teacher's last layer with the same pooler (mean or first token), over all `batches`."""
+    cosines = []
+    for batch in batches:
+        input_ids, mask = batch["input_ids"], batch["attention_mask"]
+        ours = student(input_ids=input_ids, attention_mask=mask).pooler_output
+        theirs = student.pooler(teacher(input_ids=input_ids, attention_mask=mask).last_hidden_state, mask)
+        cosines.append(nn.functional.cosine_similarity(ours.float(), theirs.float(), dim=-1))
+    return torch.cat(cosines).mean().item()
+
+
+__all__ = ["STAGES", "AttentionTransfer", "TransferOutput", "embedding_cosine", "transfer_attention", "transfer_errors"]
