@@ -1,13 +1,19 @@
 """Write the compact data subsets bundled in data/ from the full copies in ../shared/data.
 
 - 20newsgroups/{train,test}.jsonl: 120 / 30 documents per class (all 20 classes), text cut to 3000 characters;
-- news_headlines/{train,validation,test}.jsonl: 600 / 100 / 100 articles, document cut to 2000 characters.
+- news_headlines/{train,validation,test}.jsonl: 600 / 100 / 100 articles, document cut to 2000 characters;
+- 20newsgroups_fewshot/train.jsonl: 10 documents per class from the training documents not in the subset above
+  (a second, few-shot training split; test with 20newsgroups/test.jsonl);
+- distillation/train.jsonl.gz: unlabeled text for the attention transfer of a converted model: 4000 training
+  documents of 20 Newsgroups in none of the files above and every training article of news_headlines (never
+  a validation or test article), cut to 1500 characters, shuffled.
 
 Texts are cut at a word boundary; rows left empty are skipped. The same seed gives the same bytes.
 Usage: python scripts/make_data_subsets.py --shared-data ../shared/data [--output data] [--seed 0]
 """
 
 import argparse
+import gzip
 import json
 import random
 import re
@@ -18,6 +24,9 @@ NEWSGROUPS_PER_CLASS = {"train": 120, "test": 30}
 NEWSGROUPS_MAX_CHARS = 3000
 HEADLINES_ROWS = {"train": 600, "validation": 100, "test": 100}
 HEADLINES_MAX_CHARS = 2000
+FEWSHOT_PER_CLASS = 10
+DISTILLATION_NEWSGROUPS = 4000
+DISTILLATION_MAX_CHARS = 1500
 
 
 def truncate_at_word(text, max_chars):
@@ -36,9 +45,9 @@ def read_jsonl(path):
 
 def write_jsonl(path, rows):
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows).encode("utf-8")
+    # gzip without a timestamp, so the same rows give the same bytes
+    path.write_bytes(gzip.compress(text, mtime=0) if path.suffix == ".gz" else text)
     print(f"{path}: {len(rows)} rows")
 
 
@@ -71,6 +80,37 @@ def headlines_subset(path, k, seed):
     return sample(rows, k, random.Random(seed), str(path))
 
 
+def unused_newsgroups(path, used_texts, max_chars):
+    """The training documents of `path` whose (cut) text is in none of `used_texts`, cut to `max_chars`."""
+    rows = []
+    for row in read_jsonl(path):
+        text = truncate_at_word(row["text"], NEWSGROUPS_MAX_CHARS)
+        if text.strip() and text not in used_texts:
+            rows.append({"text": truncate_at_word(row["text"], max_chars), "label": row["label"]})
+    return rows
+
+
+def fewshot_subset(rows, per_class, seed):
+    by_label = defaultdict(list)
+    for row in rows:
+        by_label[row["label"]].append(row)
+    rng = random.Random(seed)
+    chosen = [row for label in sorted(by_label) for row in sample(by_label[label], per_class, rng, label)]
+    rng.shuffle(chosen)
+    return chosen
+
+
+def distillation_texts(newsgroups, headlines_path, seed):
+    rng = random.Random(seed)
+    texts = [row["text"] for row in sample(newsgroups, DISTILLATION_NEWSGROUPS, rng, "20newsgroups for distillation")]
+    for row in read_jsonl(headlines_path):
+        document = truncate_at_word(row["document"], DISTILLATION_MAX_CHARS)
+        if document.strip():
+            texts.append(document)
+    rng.shuffle(texts)
+    return [{"text": text} for text in texts]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -86,6 +126,17 @@ def main():
     for split, k in HEADLINES_ROWS.items():
         rows = headlines_subset(args.shared_data / "news_headlines" / f"{split}.jsonl", k, args.seed)
         write_jsonl(args.output / "news_headlines" / f"{split}.jsonl", rows)
+
+    subset = {row["text"] for row in read_jsonl(args.output / "20newsgroups" / "train.jsonl")}
+    unused = unused_newsgroups(args.shared_data / "20newsgroups" / "train.jsonl", subset, NEWSGROUPS_MAX_CHARS)
+    fewshot = fewshot_subset(unused, FEWSHOT_PER_CLASS, args.seed)
+    write_jsonl(args.output / "20newsgroups_fewshot" / "train.jsonl", fewshot)
+    taken = subset | {row["text"] for row in fewshot}
+    rest = [
+        {"text": truncate_at_word(row["text"], DISTILLATION_MAX_CHARS)} for row in unused if row["text"] not in taken
+    ]
+    headlines = args.shared_data / "news_headlines" / "train.jsonl"
+    write_jsonl(args.output / "distillation" / "train.jsonl.gz", distillation_texts(rest, headlines, args.seed))
 
 
 if __name__ == "__main__":

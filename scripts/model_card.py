@@ -145,3 +145,57 @@ def _cell(value, decimals=None):
     if decimals is not None and isinstance(value, float):
         value = round(value, decimals)
     return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+CONVERSION_TEMPLATE_PATH = TEMPLATE_PATH.with_name("converted.md")
+
+
+def write_conversion_card(output_dir, *, model, settings: dict, base_model=None, license=None) -> ModelCard:
+    """Writes `output_dir`/README.md, the card of a Fastformer converted from BERT by
+    scripts/convert_bert_to_fastformer.py. `settings` is what the script records in conversion.json;
+    `base_model` the source's Hub id (the source itself when it is one); `license` the source's."""
+    source = settings["source"]
+    base_model = base_model or (None if Path(source).exists() else source)
+    sentence_transformers = (Path(output_dir) / "modules.json").exists()
+    seq2seq = model.config.is_encoder_decoder
+    tags = ["fastformer", "additive-attention", "converted-from-bert"]
+    if sentence_transformers:
+        tags.append("sentence-transformers")
+    card_data = ModelCardData(
+        language="en",
+        license=license,
+        library_name="sentence-transformers" if sentence_transformers else "transformers",
+        pipeline_tag="text2text-generation" if seq2seq else "sentence-similarity" if sentence_transformers
+        else "feature-extraction",
+        tags=tags,
+        base_model=base_model,
+        datasets=None,
+    )
+    distillation = settings.get("distillation") or {}
+    stages = []
+    if distillation:
+        after = [("conversion alone", distillation["before"])]
+        after += [(name, stage["after"]) for name, stage in distillation["stages"].items()]
+        stages = [
+            (name, {
+                "attention": ", ".join(f"{error:.3f}" for error in errors["attention"]),
+                "hidden": ", ".join(f"{error:.3f}" for error in errors["hidden"]),
+                "cosine": f"{errors['embedding_cosine']:.3f}",
+            })
+            for name, errors in after
+        ]
+    card = ModelCard.from_template(
+        card_data,
+        template_path=CONVERSION_TEMPLATE_PATH,
+        model_name=Path(output_dir).resolve().name,
+        source=base_model or source,
+        config=model.config,
+        model_class=type(model).__name__,
+        auto_class="AutoModelForSeq2SeqLM" if seq2seq else "AutoModel",
+        sentence_transformers=sentence_transformers,
+        settings=settings,
+        stages=stages,
+        num_parameters=f"{model.num_parameters():,}",
+    )
+    card.save(Path(output_dir) / "README.md")
+    return card

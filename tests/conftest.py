@@ -7,6 +7,9 @@ A module that needs other model defaults overrides `tiny_config` once, at module
         return functools.partial(tiny_config, vocab_size=61, initializer_range=0.2)
 """
 
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -126,3 +129,24 @@ def hide_fastformer():
             raise AssertionError(f"fastformer is importable from {fastformer.__file__}")
         """
     )
+
+
+@pytest.fixture(scope="session")
+def fresh_python(repo_root):
+    """fresh_python(script, cwd) runs `script` in a new interpreter in `cwd` and returns its stdout: offline,
+    with the repo root on PYTHONPATH on purpose, so that only `hide_fastformer` (when the script starts with it)
+    keeps the package out."""
+
+    def run(script, cwd):
+        env = dict(os.environ)
+        env["HF_HUB_OFFLINE"] = "1"
+        env["HF_MODULES_CACHE"] = str(cwd / "hf_modules")  # where remote code is copied and imported from
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), env.get("PYTHONPATH")]))
+        process = subprocess.run(
+            [sys.executable, "-c", script], cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+            text=True, timeout=600,
+        )
+        assert process.returncode == 0, f"fresh interpreter failed:\n{process.stdout}\n{process.stderr}"
+        return process.stdout
+
+    return run

@@ -7,9 +7,6 @@ registered classes.
 
 import functools
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,26 +111,6 @@ def tiny_config(tiny_config, tokenizer_fields):
     return functools.partial(tiny_config, **tokenizer_fields, intermediate_size=64, max_position_embeddings=2048)
 
 
-def run_fresh_python(script, cwd, repo_root):
-    """Runs `script` in a new interpreter in `cwd`, offline, with the repo root on PYTHONPATH on purpose: only
-    `hide_fastformer` (when the script starts with it) keeps the package out."""
-    env = dict(os.environ)
-    env["HF_HUB_OFFLINE"] = "1"
-    env["HF_MODULES_CACHE"] = str(cwd / "hf_modules")  # where remote code is copied and imported from
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), env.get("PYTHONPATH")]))
-    process = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert process.returncode == 0, f"fresh interpreter failed:\n{process.stdout}\n{process.stderr}"
-    return process.stdout
-
-
 def remote_load(remote_results, folder, auto_name):
     """What the fresh interpreter saw loading `folder` with `auto_name` as remote code."""
     loaded = remote_results[f"{folder}/{auto_name}"]
@@ -193,17 +170,17 @@ def checkpoints(tmp_path_factory, tiny_config, tokenizer):
 
 
 @pytest.fixture(scope="module")
-def remote_results(checkpoints, hide_fastformer, repo_root):
-    run_fresh_python(hide_fastformer + REMOTE_CODE_SCRIPT, checkpoints.path, repo_root)
+def remote_results(checkpoints, hide_fastformer, fresh_python):
+    fresh_python(hide_fastformer + REMOTE_CODE_SCRIPT, checkpoints.path)
     return torch.load(checkpoints.path / "remote_results.pt")
 
 
-def test_fresh_interpreter_imports_fastformer_unless_hidden(tmp_path, hide_fastformer, repo_root):
+def test_fresh_interpreter_imports_fastformer_unless_hidden(tmp_path, hide_fastformer, fresh_python, repo_root):
     # the control for hide_fastformer: without it the same interpreter setup finds this repo's package
     find = "import importlib.util; print(importlib.util.find_spec('fastformer').origin)"
-    stdout = run_fresh_python(find, tmp_path, repo_root)
+    stdout = fresh_python(find, tmp_path)
     assert Path(stdout.strip()).parent == repo_root / "fastformer"
-    run_fresh_python(hide_fastformer, tmp_path, repo_root)
+    fresh_python(hide_fastformer, tmp_path)
 
 
 @pytest.mark.parametrize("folder", CHECKPOINT_CLASSES)

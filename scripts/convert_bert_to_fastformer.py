@@ -1,0 +1,248 @@
+"""Turn a pretrained BERT checkpoint into a pretrained Fastformer: map the shared weights, extend the positions,
+transfer the attention from the BERT teacher on unlabeled text, and save a Hub-ready folder.
+
+    python scripts/convert_bert_to_fastformer.py --model_name_or_path sentence-transformers/all-MiniLM-L6-v2 \\
+        --output_dir runs/minilm-fastformer --max_position_embeddings 4096 --distill_file data/distillation/train.jsonl.gz
+
+The source is a local folder or Hub id of a BERT-architecture model (model_type bert), or a sentence-transformers
+model whose first module is one (its pooling and normalization carry over, and the output folder is a
+sentence-transformers model too). `--task seq2seq` writes a FastformerForConditionalGeneration whose encoder and
+decoder both start from the source (BERT2BERT). Without `--distill_file` only the weights are mapped (the
+attention then differs from the teacher's: see docs/PRETRAINED.md). The distillation runs on Trainer (two stages,
+`fastformer.distillation`), so `accelerate launch` scales it out and a rerun of the same command resumes it from
+its last checkpoint (`OUTPUT_DIR/distillation/`, deleted once the folder is saved).
+"""
+
+import json
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import datasets
+import torch
+from huggingface_hub import ModelCard
+from huggingface_hub.errors import HfHubHTTPError
+from transformers import AutoTokenizer, DataCollatorWithPadding, SchedulerType, TrainingArguments, set_seed
+from transformers.trainer_utils import get_last_checkpoint
+
+from common import fail, hyperparameters, parse_args, setup_logging
+from fastformer.conversion import TASKS, convert_bert, copy_encoder_layers, load_bert_source
+from fastformer.distillation import STAGES, embedding_cosine, transfer_attention, transfer_errors
+from model_card import write_conversion_card
+
+logger = logging.getLogger(__name__)
+DISTILLATION_DIR = "distillation"  # inside --output_dir while the transfer runs
+
+
+@dataclass
+class ConversionArguments:
+    model_name_or_path: str = field(
+        metadata={"help": "The BERT checkpoint to convert: a local folder or a Hub id (also sentence-transformers)."}
+    )
+    task: str = field(
+        default="encoder",
+        metadata={"help": "encoder: a FastformerModel; seq2seq: an encoder-decoder warm-started from the source.",
+                  "choices": list(TASKS)},
+    )
+    max_position_embeddings: int | None = field(
+        default=None, metadata={"help": "Positions of the converted model (default: the source's); more repeat them."}
+    )
+    base_model: str | None = field(
+        default=None, metadata={"help": "The source's Hub id, for the model card, when --model_name_or_path is a local copy."}
+    )
+    cache_dir: str | None = field(default=None, metadata={"help": "Where to cache Hub downloads."})
+    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the checkpoint."})
+    token: str | None = field(default=None, metadata={"help": "Hub token (default: the cached login)."})
+
+
+@dataclass
+class DistillationArguments:
+    distill_file: str | None = field(
+        default=None, metadata={"help": "Unlabeled text (json/jsonl, optionally .gz, or txt) for the attention transfer."}
+    )
+    text_column: str = field(default="text", metadata={"help": "The text column of --distill_file."})
+    max_seq_length: int = field(default=256, metadata={"help": "Distillation texts are truncated to this many tokens."})
+    validation_split_percentage: int = field(
+        default=2, metadata={"help": "Held-out share of --distill_file on which the per-layer errors are reported."}
+    )
+    max_eval_samples: int | None = field(default=128, metadata={"help": "Keep at most N held-out texts."})
+    end_to_end_steps: int = field(default=350, metadata={"help": "Steps of the end-to-end stage (0: skip it)."})
+    end_to_end_learning_rate: float = field(
+        default=3e-4, metadata={"help": "Learning rate of the end-to-end stage (--learning_rate: the layerwise one)."}
+    )
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+
+
+@dataclass
+class DistillationTrainingArguments(TrainingArguments):
+    """TrainingArguments with this script's defaults (steps sized so that all-MiniLM-L6-v2 converts in under 30
+    minutes on 2 CPU cores); `--max_steps` and `--learning_rate` are the layerwise stage's."""
+
+    max_steps: int = field(default=500, metadata={"help": "Steps of the layerwise stage."})
+    learning_rate: float = field(default=3e-3, metadata={"help": "Learning rate of the layerwise stage."})
+    per_device_train_batch_size: int = field(default=16, metadata={"help": "Batch size per device."})
+    lr_scheduler_type: SchedulerType | str = field(default="cosine", metadata={"help": "Learning rate schedule."})
+    warmup_steps: float = field(default=0.1, metadata={"help": "Warm-up steps, or a fraction (< 1) of the steps."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
+    logging_steps: float = field(default=50, metadata={"help": "Log the loss every N steps."})
+    save_steps: float = field(default=100, metadata={"help": "Checkpoint every N steps (to resume)."})
+    save_total_limit: int | None = field(default=1, metadata={"help": "Checkpoints kept per stage."})
+    report_to: None | str | list[str] = field(default="none", metadata={"help": "Where to report the logs."})
+
+
+ARGUMENTS = (ConversionArguments, DistillationArguments, DistillationTrainingArguments)
+
+
+def check_output_dir(output_dir: Path, training_args) -> None:
+    """A finished folder is never overwritten without --overwrite_output_dir; a folder holding an unfinished
+    distillation is resumed."""
+    if not output_dir.exists() or not any(output_dir.iterdir()):
+        return
+    if (output_dir / DISTILLATION_DIR).exists() and not (output_dir / "config.json").exists():
+        return
+    if not getattr(training_args, "overwrite_output_dir", False):
+        fail(f"--output_dir {output_dir} already holds files: pass --overwrite_output_dir to replace them")
+
+
+def load_texts(distill_args, tokenizer, training_args, seed: int):
+    suffixes = [suffix for suffix in Path(distill_args.distill_file).suffixes if suffix != ".gz"]
+    loader = {".txt": "text", ".json": "json", ".jsonl": "json"}.get(suffixes[-1] if suffixes else "")
+    if loader is None:
+        fail(f"--distill_file {distill_args.distill_file}: use a .json, .jsonl or .txt file (optionally .gz)")
+    raw = datasets.load_dataset(loader, data_files=distill_args.distill_file, split="train")
+    column = "text" if loader == "text" else distill_args.text_column
+    if column not in raw.column_names:
+        fail(f"--text_column {column!r} is not a column of --distill_file; it has {raw.column_names}")
+    raw = raw.filter(lambda row: bool(row[column] and row[column].strip()))
+    held_out = max(1, len(raw) * distill_args.validation_split_percentage // 100)
+    splits = raw.train_test_split(test_size=held_out, seed=seed, shuffle=True)
+
+    def tokenize(batch):
+        return tokenizer(batch[column], truncation=True, max_length=distill_args.max_seq_length)
+
+    with training_args.main_process_first(desc="tokenizing the distillation texts"):
+        tokenized = splits.map(
+            tokenize, batched=True, remove_columns=raw.column_names, num_proc=distill_args.preprocessing_num_workers
+        )
+    evaluation = tokenized["test"].select(range(min(len(tokenized["test"]), distill_args.max_eval_samples or held_out)))
+    return tokenized["train"], evaluation
+
+
+def batches(dataset, tokenizer, size: int):
+    collate = DataCollatorWithPadding(tokenizer)
+    return [collate([dataset[index] for index in range(start, min(start + size, len(dataset)))])
+            for start in range(0, len(dataset), size)]
+
+
+def measure(student, teacher, held_out) -> dict:
+    errors = transfer_errors(student, teacher, held_out)
+    return {**errors, "embedding_cosine": embedding_cosine(student, teacher, held_out)}
+
+
+def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir: Path) -> dict:
+    """Both transfer stages on --distill_file; the per-layer errors on the held-out texts before and after each."""
+    train, held_out = load_texts(distill_args, tokenizer, training_args, training_args.seed)
+    evaluation = batches(held_out, tokenizer, training_args.per_device_eval_batch_size)
+    report = {"train_texts": len(train), "held_out_texts": len(held_out), "stages": {}}
+    report["before"] = measure(encoder, teacher, evaluation)
+    logger.info(f"Before the transfer: {report['before']}")
+    settings = {
+        "layerwise": dict(max_steps=training_args.max_steps, learning_rate=training_args.learning_rate),
+        "end_to_end": dict(max_steps=distill_args.end_to_end_steps, learning_rate=distill_args.end_to_end_learning_rate),
+    }
+    collator = DataCollatorWithPadding(tokenizer)
+    for stage in STAGES:
+        if settings[stage]["max_steps"] <= 0:
+            continue
+        stage_dir = output_dir / DISTILLATION_DIR / stage
+        stage_args = replace(training_args, output_dir=str(stage_dir), **settings[stage])
+        last = get_last_checkpoint(str(stage_dir)) if stage_dir.is_dir() else None
+        if last is not None:
+            logger.info(f"Resuming the {stage} stage from {last}")
+        started = time.perf_counter()
+        result = transfer_attention(encoder, teacher, stage, train, stage_args, collator, resume_from_checkpoint=last)
+        report["stages"][stage] = {
+            **settings[stage],
+            "train_loss": result.training_loss,
+            "seconds": round(time.perf_counter() - started, 1),
+            "after": measure(encoder, teacher, evaluation),
+        }
+        logger.info(f"After the {stage} stage: {report['stages'][stage]['after']}")
+    return report
+
+
+def save_sentence_transformers_files(source, output_dir: Path) -> None:
+    """A sentence-transformers source stays one: its module list, pooling and settings next to the weights
+    (load it with `SentenceTransformer(output_dir, trust_remote_code=True)`)."""
+    for path, text in source.sentence_transformers.items():
+        target = output_dir / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+
+
+def main(args: list[str] | None = None):
+    conversion_args, distill_args, training_args = parse_args(ARGUMENTS, args)
+    setup_logging(training_args)
+    output_dir = Path(training_args.output_dir)
+    check_output_dir(output_dir, training_args)
+    set_seed(training_args.seed)
+    hub = dict(cache_dir=conversion_args.cache_dir, revision=conversion_args.model_revision, token=conversion_args.token)
+    try:
+        source = load_bert_source(conversion_args.model_name_or_path, **hub)
+        model = convert_bert(
+            source.model,
+            pooler_type=source.pooler_type,
+            max_position_embeddings=conversion_args.max_position_embeddings,
+            task=conversion_args.task,
+        )
+    except (ValueError, OSError) as error:
+        fail(str(error))
+    tokenizer = AutoTokenizer.from_pretrained(conversion_args.model_name_or_path, **hub)
+    tokenizer.model_max_length = model.config.max_position_embeddings
+
+    encoder = model if conversion_args.task == "encoder" else model.get_encoder()
+    report = None
+    if distill_args.distill_file:
+        report = distill(encoder.float(), source.model.float(), tokenizer, distill_args, training_args, output_dir)
+        if conversion_args.task == "seq2seq":
+            copy_encoder_layers(encoder, model.get_decoder().layers)
+
+    if training_args.should_save:
+        model.save_pretrained(output_dir)
+        tokenizer.save_pretrained(output_dir)
+        if source.sentence_transformers and conversion_args.task == "encoder":
+            save_sentence_transformers_files(source, output_dir)
+        settings = {
+            "source": conversion_args.model_name_or_path,
+            "task": conversion_args.task,
+            "max_position_embeddings": model.config.max_position_embeddings,
+            "source_max_position_embeddings": source.model.config.max_position_embeddings,
+            "distill_file": distill_args.distill_file,
+            "max_seq_length": distill_args.max_seq_length if distill_args.distill_file else None,
+            "hyperparameters": hyperparameters(training_args) if distill_args.distill_file else None,
+            "distillation": report,
+        }
+        (output_dir / "conversion.json").write_text(json.dumps(settings, indent=2) + "\n")
+        write_conversion_card(
+            output_dir, model=model, settings=settings, base_model=conversion_args.base_model,
+            license=source_license(source.name_or_path),
+        )
+        shutil.rmtree(output_dir / DISTILLATION_DIR, ignore_errors=True)
+        logger.info(f"Saved the converted model in {output_dir}")
+
+
+def source_license(name_or_path: str) -> str | None:
+    """The license the source's model card declares; None if it has no card (or none that can be read)."""
+    path = Path(name_or_path) / "README.md"
+    try:
+        card = ModelCard.load(path if path.exists() else name_or_path)
+    except (OSError, ValueError, HfHubHTTPError):
+        return None
+    return card.data.license
+
+
+if __name__ == "__main__":
+    torch.set_float32_matmul_precision("high")
+    main()

@@ -1,0 +1,301 @@
+"""BERT checkpoints converted to Fastformer (fastformer.conversion, scripts/convert_bert_to_fastformer.py) and the
+attention transfer from the BERT teacher (fastformer.distillation), on tiny random BERTs built here."""
+
+import json
+
+import datasets
+import pytest
+import torch
+from transformers import (
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+    BartConfig,
+    BartModel,
+    BertConfig,
+    BertModel,
+    DataCollatorWithPadding,
+    TrainingArguments,
+)
+
+import convert_bert_to_fastformer
+from fastformer import FastformerForConditionalGeneration, FastformerModel
+from fastformer.conversion import convert_bert, extend_positions, load_bert_source
+from fastformer.distillation import AttentionTransfer, embedding_cosine, transfer_attention, transfer_errors
+
+POSITIONS = 24  # the tiny teacher's learned positions
+TEXTS = [
+    "the shuttle launch was delayed by a day because of the weather",
+    "a new graphics card renders the scene twice as fast",
+    "the hockey team won its third game in a row",
+    "doctors recommend a short walk after every meal",
+    "the encryption key was published by mistake",
+    "prices of used cars rose again this spring",
+    "the motorcycle needs new brakes before the race",
+    "believers gathered for the evening service",
+]
+
+
+@pytest.fixture(scope="module")
+def bert(tokenizer):
+    """A tiny random BERT with the bundled tokenizer's vocabulary, both token types used in training, and
+    weights larger than BERT's initializer so that every term of the mapping matters."""
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+        max_position_embeddings=POSITIONS, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )
+    model = BertModel(config, add_pooling_layer=False).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    return model
+
+
+@pytest.fixture(scope="module")
+def bert_folder(bert, tokenizer, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    bert.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def batch(tokenizer):
+    return tokenizer(TEXTS[:4], padding=True, return_tensors="pt")
+
+
+def test_shared_weights_map_exactly(bert, batch):
+    """Single-segment embeddings equal BERT's (segment 0 folded into the positions); every layer's Q/K/V,
+    attention output dense + LayerNorm and feed-forward block compute what BERT's do."""
+    model = convert_bert(bert)
+    length = batch["input_ids"].shape[1]
+    positions = torch.arange(length).expand(len(batch["input_ids"]), -1)
+    with torch.no_grad():
+        expected = bert.embeddings(input_ids=batch["input_ids"], token_type_ids=torch.zeros_like(batch["input_ids"]))
+        torch.testing.assert_close(model.embeddings(batch["input_ids"], positions), expected)
+        x = torch.randn(2, 5, bert.config.hidden_size)
+        for bert_layer, layer in zip(bert.encoder.layer, model.layers, strict=True):
+            for name in ("query", "key", "value"):
+                torch.testing.assert_close(getattr(layer.attention, name)(x), getattr(bert_layer.attention.self, name)(x))
+            residual = torch.randn_like(x)
+            torch.testing.assert_close(layer.attention_output(x, residual), bert_layer.attention.output(x, residual))
+            expected = bert_layer.output(bert_layer.intermediate(x), x)
+            torch.testing.assert_close(layer.feed_forward(x), expected)
+
+
+def test_new_parameters_start_as_documented(bert):
+    model = convert_bert(bert)
+    config = model.config
+    assert (config.share_layers, config.share_query_value, config.query_residual) == (False, False, False)
+    for layer in model.layers:
+        torch.testing.assert_close(layer.attention.transform.weight, torch.eye(config.hidden_size))
+        assert not layer.attention.transform.bias.any()
+        assert not layer.attention.query_weight.any() and not layer.attention.key_weight.any()
+
+
+def test_position_extension_keeps_the_learned_positions(bert):
+    model = convert_bert(bert, max_position_embeddings=2 * POSITIONS + 5)
+    learned = bert.embeddings.position_embeddings.weight + bert.embeddings.token_type_embeddings.weight[0]
+    extended = model.embeddings.position_embeddings.weight
+    assert extended.shape[0] == 2 * POSITIONS + 5
+    torch.testing.assert_close(extended[:POSITIONS], learned)
+    torch.testing.assert_close(extended[POSITIONS : 2 * POSITIONS], learned)  # then repeated, as Longformer
+    torch.testing.assert_close(extended[2 * POSITIONS :], learned[:5])
+    torch.testing.assert_close(extend_positions(learned, 3), learned[:3])
+    with pytest.raises(ValueError, match="below the source's"):
+        convert_bert(bert, max_position_embeddings=POSITIONS - 1)
+
+
+def test_long_inputs_run_past_the_source_positions(bert, tokenizer):
+    model = convert_bert(bert, max_position_embeddings=4 * POSITIONS)
+    ids = tokenizer(" ".join(TEXTS), return_tensors="pt")["input_ids"][:, : 3 * POSITIONS]
+    assert ids.shape[1] > POSITIONS
+    with torch.no_grad():
+        assert torch.isfinite(model(ids).last_hidden_state).all()
+
+
+def test_non_bert_sources_are_refused_by_name(tmp_path):
+    BartModel(BartConfig(vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                         decoder_attention_heads=2, encoder_ffn_dim=8, decoder_ffn_dim=8)).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"is a 'bart' model; only BERT-architecture checkpoints .*\('bert',\)"):
+        load_bert_source(str(tmp_path))
+
+
+def test_seq2seq_conversion_starts_encoder_and_decoder_from_bert(bert, tokenizer):
+    model = convert_bert(bert, task="seq2seq")
+    assert isinstance(model, FastformerForConditionalGeneration)
+    encoder = convert_bert(bert)
+    for part in (model.fastformer, model.decoder):
+        for name, tensor in encoder.embeddings.state_dict().items():
+            torch.testing.assert_close(part.embeddings.state_dict()[name], tensor)
+        for layer, decoder_layer in zip(encoder.layers, part.layers, strict=True):
+            for name in ("attention", "attention_output", "feed_forward"):
+                for key, tensor in getattr(layer, name).state_dict().items():
+                    torch.testing.assert_close(getattr(decoder_layer, name).state_dict()[key], tensor, msg=key)
+    assert model.lm_head.weight.data_ptr() == model.fastformer.embeddings.word_embeddings.weight.data_ptr()
+    article = tokenizer(TEXTS[:2], padding=True, return_tensors="pt")
+    generated = model.generate(**article, max_new_tokens=4, num_beams=2)
+    assert generated.shape[0] == 2 and generated[0, 0] == tokenizer.cls_token_id
+
+
+def dataset_of(tokenizer, texts):
+    return datasets.Dataset.from_dict(dict(tokenizer(texts, truncation=True, max_length=POSITIONS)))
+
+
+def held_out(tokenizer):
+    return [tokenizer(TEXTS[4:], padding=True, return_tensors="pt")]
+
+
+def transfer_args(tmp_path, **overrides):
+    settings = dict(
+        output_dir=str(tmp_path), max_steps=12, per_device_train_batch_size=4, learning_rate=1e-2,
+        lr_scheduler_type="constant", save_strategy="no", report_to="none", seed=0, disable_tqdm=True,
+        use_cpu=True,
+    )
+    return TrainingArguments(**{**settings, **overrides})
+
+
+@pytest.mark.parametrize("stage", ["layerwise", "end_to_end"])
+def test_transfer_lowers_the_per_layer_error(bert, tokenizer, tmp_path, stage):
+    student = convert_bert(bert, pooler_type="mean")
+    evaluation = held_out(tokenizer)
+    before = transfer_errors(student, bert, evaluation)
+    cosine_before = embedding_cosine(student, bert, evaluation)
+    frozen = {name: tensor.clone() for name, tensor in student.state_dict().items()}
+    teacher = {name: tensor.clone() for name, tensor in bert.state_dict().items()}
+    transfer_attention(
+        student, bert, stage, dataset_of(tokenizer, TEXTS[:4] * 4), transfer_args(tmp_path),
+        DataCollatorWithPadding(tokenizer),
+    )
+    after = transfer_errors(student, bert, evaluation)
+    measured = "attention" if stage == "layerwise" else "hidden"
+    for layer, (error_before, error_after) in enumerate(zip(before[measured], after[measured], strict=True)):
+        assert error_after < error_before, (stage, layer, before, after)
+    assert embedding_cosine(student, bert, evaluation) > cosine_before
+    # the teacher never changes; the layerwise stage trains only the attention sub-layers
+    for name, tensor in bert.state_dict().items():
+        assert torch.equal(tensor, teacher[name]), name
+    changed = {name for name, tensor in student.state_dict().items() if not torch.equal(tensor, frozen[name])}
+    assert changed
+    if stage == "layerwise":
+        assert all(".attention." in name or ".attention_output.dense." in name for name in changed), changed
+    else:
+        assert not any(name.startswith("embeddings.") for name in changed), changed
+
+
+def test_transfer_stage_refuses_unknown_stages_and_shared_layers(bert, build):
+    with pytest.raises(ValueError, match="`stage` must be one of"):
+        AttentionTransfer(convert_bert(bert), bert, "attention")
+    with pytest.raises(ValueError, match="one unshared layer per teacher layer"):
+        AttentionTransfer(build(FastformerModel, share_layers=True), bert, "layerwise")
+
+
+def test_transfer_is_deterministic_and_resumes_where_it_stopped(bert, tokenizer, tmp_path):
+    data, collator = dataset_of(tokenizer, TEXTS * 2), DataCollatorWithPadding(tokenizer)
+
+    def run(folder, resume=None):
+        torch.manual_seed(123)  # the resumed run must not depend on the global state either
+        student = convert_bert(bert)
+        args = transfer_args(folder, max_steps=4, save_strategy="steps", save_steps=2, lr_scheduler_type="linear")
+        transfer_attention(student, bert, "layerwise", data, args, collator, resume_from_checkpoint=resume)
+        return student.state_dict()
+
+    whole = run(tmp_path / "whole")
+    again = run(tmp_path / "again")
+    resumed = run(tmp_path / "resumed", resume=str(tmp_path / "whole" / "checkpoint-2"))
+    for name, tensor in whole.items():
+        assert torch.equal(again[name], tensor), name
+        torch.testing.assert_close(resumed[name], tensor, msg=name)
+    assert any(not torch.equal(tensor, convert_bert(bert).state_dict()[name]) for name, tensor in whole.items())
+
+
+@pytest.fixture(scope="module")
+def converted(bert_folder, repo_root, tmp_path_factory):
+    """The script's folder for the tiny BERT: positions extended, a few steps of both transfer stages."""
+    texts = tmp_path_factory.mktemp("texts") / "texts.jsonl"
+    texts.write_text("".join(json.dumps({"body": text}) + "\n" for text in TEXTS * 3))
+    output = tmp_path_factory.mktemp("converted") / "tiny-fastformer"
+    convert_bert_to_fastformer.main([
+        "--model_name_or_path", str(bert_folder), "--output_dir", str(output),
+        "--max_position_embeddings", str(2 * POSITIONS), "--distill_file", str(texts), "--text_column", "body",
+        "--max_seq_length", str(POSITIONS), "--max_steps", "3", "--end_to_end_steps", "2", "--save_steps", "2",
+        "--per_device_train_batch_size", "4", "--validation_split_percentage", "20", "--use_cpu", "--disable_tqdm", "true",
+    ])
+    return output
+
+
+def test_converted_folder_is_a_hub_ready_checkpoint(converted, bert):
+    names = {path.name for path in converted.iterdir()}
+    assert {"config.json", "model.safetensors", "modeling_fastformer.py", "tokenizer.json", "README.md",
+            "conversion.json"} <= names
+    assert "distillation" not in names  # the transfer's checkpoints are gone once the folder is saved
+    settings = json.loads((converted / "conversion.json").read_text())
+    report = settings["distillation"]
+    assert [stage["max_steps"] for stage in report["stages"].values()] == [3, 2]
+    assert len(report["before"]["attention"]) == bert.config.num_hidden_layers
+    card = (converted / "README.md").read_text()
+    assert "converted-from-bert" in card and "Attention transfer" in card and "| end_to_end | 2 |" in card
+    config = json.loads((converted / "config.json").read_text())
+    assert config["max_position_embeddings"] == 2 * POSITIONS and config["query_residual"] is False
+
+
+@pytest.mark.parametrize("auto_class", [AutoModel, AutoModelForSequenceClassification, AutoModelForMaskedLM,
+                                        AutoModelForSeq2SeqLM])
+def test_converted_folder_loads_with_every_auto_class(converted, auto_class):
+    model = auto_class.from_pretrained(converted)
+    encoder = model.fastformer if hasattr(model, "fastformer") else model
+    saved = FastformerModel.from_pretrained(converted)
+    torch.testing.assert_close(encoder.layers[0].attention.query_weight, saved.layers[0].attention.query_weight)
+
+
+def test_converted_folder_loads_as_hub_code_without_the_package(converted, hide_fastformer, fresh_python):
+    script = hide_fastformer + (
+        "from transformers import AutoModel, AutoTokenizer\n"
+        f"model = AutoModel.from_pretrained({str(converted)!r}, trust_remote_code=True)\n"
+        f"tokenizer = AutoTokenizer.from_pretrained({str(converted)!r})\n"
+        "batch = tokenizer(['a long text ' * 20], return_tensors='pt')\n"
+        "print(type(model).__module__, tuple(model(**batch).last_hidden_state.shape))\n"
+    )
+    stdout = fresh_python(script, converted.parent)
+    assert stdout.split()[0].startswith("transformers_modules.") and "(1, 42, 32)" in stdout
+
+
+def test_script_refuses_to_overwrite_a_converted_folder(converted, bert_folder):
+    with pytest.raises(SystemExit, match="already holds files: pass --overwrite_output_dir"):
+        convert_bert_to_fastformer.main(["--model_name_or_path", str(bert_folder), "--output_dir", str(converted)])
+
+
+def test_script_names_the_supported_sources(tmp_path):
+    source = tmp_path / "bart"
+    BartModel(BartConfig(vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                         decoder_attention_heads=2, encoder_ffn_dim=8, decoder_ffn_dim=8)).save_pretrained(source)
+    with pytest.raises(SystemExit, match="only BERT-architecture checkpoints can be converted"):
+        convert_bert_to_fastformer.main(["--model_name_or_path", str(source), "--output_dir", str(tmp_path / "out")])
+
+
+def test_sentence_transformers_model_stays_one(bert_folder, tmp_path):
+    """A sentence-transformers source (mean pooling, normalization) converts into a folder that
+    SentenceTransformer loads as Hub code, with the same pooling and normalization."""
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    modules = sentence_transformers.models
+    source = sentence_transformers.SentenceTransformer(modules=[
+        modules.Transformer(str(bert_folder), max_seq_length=POSITIONS),
+        modules.Pooling(32, pooling_mode="mean"),
+        modules.Normalize(),
+    ])
+    source.save(str(tmp_path / "source"))
+    loaded = load_bert_source(str(tmp_path / "source"))
+    assert loaded.pooler_type == "mean"
+    output = tmp_path / "converted"
+    convert_bert_to_fastformer.main(["--model_name_or_path", str(tmp_path / "source"), "--output_dir", str(output)])
+
+    model = sentence_transformers.SentenceTransformer(str(output), trust_remote_code=True, device="cpu")
+    embeddings = model.encode(TEXTS[:3], convert_to_tensor=True)
+    fastformer = FastformerModel.from_pretrained(output)
+    batch = model.tokenize(TEXTS[:3])
+    with torch.no_grad():
+        pooled = fastformer(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).pooler_output
+    torch.testing.assert_close(embeddings, torch.nn.functional.normalize(pooled, dim=-1), rtol=1e-4, atol=1e-5)
+    assert "sentence-transformers" in (output / "README.md").read_text()
