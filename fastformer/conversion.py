@@ -78,7 +78,8 @@ def _sentence_transformers_files(name_or_path: str, **hub_kwargs) -> dict[str, s
     paths = ["config_sentence_transformers.json"]
     for module in json.loads(modules):
         if module["type"] in SENTENCE_TRANSFORMERS_SETTINGS:
-            paths.append("/".join(filter(None, [module.get("path", ""), SENTENCE_TRANSFORMERS_SETTINGS[module["type"]]])))
+            folder, name = module.get("path", ""), SENTENCE_TRANSFORMERS_SETTINGS[module["type"]]
+            paths.append(f"{folder}/{name}" if folder else name)
     files = {"modules.json": modules} | {path: read(path) for path in paths}
     return {path: text for path, text in files.items() if text is not None}
 
@@ -189,7 +190,8 @@ def copy_bert_weights(bert: BertModel, embeddings, layers) -> None:
     embeddings.word_embeddings.weight.copy_(source.word_embeddings.weight)
     segment_zero = source.token_type_embeddings.weight[0]
     positions = source.position_embeddings.weight + segment_zero
-    embeddings.position_embeddings.weight.copy_(extend_positions(positions, embeddings.position_embeddings.num_embeddings))
+    length = embeddings.position_embeddings.num_embeddings
+    embeddings.position_embeddings.weight.copy_(extend_positions(positions, length))
     embeddings.layer_norm.load_state_dict(source.LayerNorm.state_dict())
     if len(layers) != len(bert.encoder.layer):
         raise ValueError(f"{len(layers)} Fastformer layers cannot take the source's {len(bert.encoder.layer)}")

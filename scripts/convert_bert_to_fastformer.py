@@ -2,7 +2,8 @@
 transfer the attention from the BERT teacher on unlabeled text, and save a Hub-ready folder.
 
     python scripts/convert_bert_to_fastformer.py --model_name_or_path sentence-transformers/all-MiniLM-L6-v2 \\
-        --output_dir runs/minilm-fastformer --max_position_embeddings 4096 --distill_file data/distillation/train.jsonl.gz
+        --output_dir runs/minilm-fastformer --max_position_embeddings 8192 \\
+        --distill_file data/distillation/train.jsonl.gz
 
 The source is a local folder or Hub id of a BERT-architecture model (model_type bert), or a sentence-transformers
 model whose first module is one (its pooling and normalization carry over, and the output folder is a
@@ -50,7 +51,11 @@ class ConversionArguments:
         default=None, metadata={"help": "Positions of the converted model (default: the source's); more repeat them."}
     )
     base_model: str | None = field(
-        default=None, metadata={"help": "The source's Hub id, for the model card, when --model_name_or_path is a local copy."}
+        default=None,
+        metadata={"help": "The source's Hub id, for the model card, when --model_name_or_path is a local copy."},
+    )
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Replace what --output_dir holds (a finished folder is kept otherwise)."}
     )
     cache_dir: str | None = field(default=None, metadata={"help": "Where to cache Hub downloads."})
     model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the checkpoint."})
@@ -60,7 +65,8 @@ class ConversionArguments:
 @dataclass
 class DistillationArguments:
     distill_file: str | None = field(
-        default=None, metadata={"help": "Unlabeled text (json/jsonl, optionally .gz, or txt) for the attention transfer."}
+        default=None,
+        metadata={"help": "Unlabeled text (json/jsonl, optionally .gz, or txt) for the attention transfer."},
     )
     text_column: str = field(default="text", metadata={"help": "The text column of --distill_file."})
     max_seq_length: int = field(default=256, metadata={"help": "Distillation texts are truncated to this many tokens."})
@@ -95,14 +101,14 @@ class DistillationTrainingArguments(TrainingArguments):
 ARGUMENTS = (ConversionArguments, DistillationArguments, DistillationTrainingArguments)
 
 
-def check_output_dir(output_dir: Path, training_args) -> None:
+def check_output_dir(output_dir: Path, overwrite: bool) -> None:
     """A finished folder is never overwritten without --overwrite_output_dir; a folder holding an unfinished
     distillation is resumed."""
     if not output_dir.exists() or not any(output_dir.iterdir()):
         return
     if (output_dir / DISTILLATION_DIR).exists() and not (output_dir / "config.json").exists():
         return
-    if not getattr(training_args, "overwrite_output_dir", False):
+    if not overwrite:
         fail(f"--output_dir {output_dir} already holds files: pass --overwrite_output_dir to replace them")
 
 
@@ -150,7 +156,9 @@ def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir
     logger.info(f"Before the transfer: {report['before']}")
     settings = {
         "layerwise": dict(max_steps=training_args.max_steps, learning_rate=training_args.learning_rate),
-        "end_to_end": dict(max_steps=distill_args.end_to_end_steps, learning_rate=distill_args.end_to_end_learning_rate),
+        "end_to_end": dict(
+            max_steps=distill_args.end_to_end_steps, learning_rate=distill_args.end_to_end_learning_rate
+        ),
     }
     collator = DataCollatorWithPadding(tokenizer)
     for stage in STAGES:
@@ -186,9 +194,11 @@ def main(args: list[str] | None = None):
     conversion_args, distill_args, training_args = parse_args(ARGUMENTS, args)
     setup_logging(training_args)
     output_dir = Path(training_args.output_dir)
-    check_output_dir(output_dir, training_args)
+    check_output_dir(output_dir, conversion_args.overwrite_output_dir)
     set_seed(training_args.seed)
-    hub = dict(cache_dir=conversion_args.cache_dir, revision=conversion_args.model_revision, token=conversion_args.token)
+    hub = dict(
+        cache_dir=conversion_args.cache_dir, revision=conversion_args.model_revision, token=conversion_args.token
+    )
     try:
         source = load_bert_source(conversion_args.model_name_or_path, **hub)
         model = convert_bert(

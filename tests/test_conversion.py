@@ -3,6 +3,7 @@ attention transfer from the BERT teacher (fastformer.distillation), on tiny rand
 
 import json
 
+import convert_bert_to_fastformer
 import datasets
 import pytest
 import torch
@@ -19,7 +20,6 @@ from transformers import (
     TrainingArguments,
 )
 
-import convert_bert_to_fastformer
 from fastformer import FastformerForConditionalGeneration, FastformerModel
 from fastformer.conversion import convert_bert, extend_positions, load_bert_source
 from fastformer.distillation import AttentionTransfer, embedding_cosine, transfer_attention, transfer_errors
@@ -78,7 +78,8 @@ def test_shared_weights_map_exactly(bert, batch):
         x = torch.randn(2, 5, bert.config.hidden_size)
         for bert_layer, layer in zip(bert.encoder.layer, model.layers, strict=True):
             for name in ("query", "key", "value"):
-                torch.testing.assert_close(getattr(layer.attention, name)(x), getattr(bert_layer.attention.self, name)(x))
+                expected = getattr(bert_layer.attention.self, name)(x)
+                torch.testing.assert_close(getattr(layer.attention, name)(x), expected)
             residual = torch.randn_like(x)
             torch.testing.assert_close(layer.attention_output(x, residual), bert_layer.attention.output(x, residual))
             expected = bert_layer.output(bert_layer.intermediate(x), x)
@@ -221,7 +222,8 @@ def converted(bert_folder, repo_root, tmp_path_factory):
         "--model_name_or_path", str(bert_folder), "--output_dir", str(output),
         "--max_position_embeddings", str(2 * POSITIONS), "--distill_file", str(texts), "--text_column", "body",
         "--max_seq_length", str(POSITIONS), "--max_steps", "3", "--end_to_end_steps", "2", "--save_steps", "2",
-        "--per_device_train_batch_size", "4", "--validation_split_percentage", "20", "--use_cpu", "--disable_tqdm", "true",
+        "--per_device_train_batch_size", "4", "--validation_split_percentage", "20", "--use_cpu",
+        "--disable_tqdm", "true",
     ])
     return output
 
