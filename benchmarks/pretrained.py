@@ -14,9 +14,9 @@ is rewritten after every run (a part run alone keeps the others' results):
 - finetune: scripts/run_classification.py under one recipe for every row (--max_seq_length, batch 32, 20
   warm-up steps, 3 epochs on the 2,400 texts or 10 on the few-shot split, --seeds), on two training splits
   with the same 600 test texts: the README main job's 2,400 texts and the few-shot split (10 texts per class).
-  Rows: the teacher as a BERT classifier, the converted Fastformer, a Fastformer of the same size from scratch, the paper-size Fastformer from scratch. The learning
-  rate is the only per-row setting: --pretrained-lr for the pretrained rows, --scratch-lr (the README main job's)
-  for the rows from scratch.
+  Rows: the teacher as a BERT classifier, the converted Fastformer, a Fastformer of the same size from scratch,
+  the paper-size Fastformer from scratch. The learning rate is the only per-row setting: --pretrained-lr for the
+  pretrained rows, --scratch-lr (the README main job's) for the rows from scratch.
 - long: forward time and peak memory at 512 / 2,048 / 8,192 tokens, converted model vs teacher (its positions
   extended the same way), batch 1; and the accuracy of the fine-tuned converted model (first seed, 2,400-text
   split) on the 20 Newsgroups test documents longer than 512 tokens (../shared/data, uncut), read whole vs
