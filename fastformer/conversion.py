@@ -40,8 +40,9 @@ from .modeling_fastformer import FastformerForConditionalGeneration, FastformerM
 
 SUPPORTED_MODEL_TYPES = ("bert",)
 TASKS = ("encoder", "seq2seq")
-# sentence-transformers' Pooling flags -> the Fastformer pooler that computes the same vector
-SENTENCE_TRANSFORMERS_POOLING = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls"}
+# sentence-transformers' pooling modes (6.x names; before 6.0 the flags pooling_mode_<name>) -> the Fastformer
+# pooler that computes the same vector
+SENTENCE_TRANSFORMERS_POOLING = {"mean": "mean", "mean_tokens": "mean", "cls": "cls", "cls_token": "cls"}
 
 
 @dataclass
@@ -54,11 +55,14 @@ class BertSource:
     sentence_transformers: dict = field(default_factory=dict)  # file name -> text of its files (modules.json, ...)
 
 
-# sentence-transformers module type -> its settings file, inside the module's folder
-SENTENCE_TRANSFORMERS_SETTINGS = {
-    "sentence_transformers.models.Transformer": "sentence_bert_config.json",
-    "sentence_transformers.models.Pooling": "config.json",
-}
+# sentence-transformers module class -> its settings file, inside the module's folder. modules.json names the class
+# by its import path, which moved between versions (sentence_transformers.models.Transformer before 6.0,
+# sentence_transformers.base.modules.transformer.Transformer since), so the class name alone identifies it.
+SENTENCE_TRANSFORMERS_SETTINGS = {"Transformer": "sentence_bert_config.json", "Pooling": "config.json"}
+
+
+def _module_class(module: dict) -> str:
+    return module["type"].rsplit(".", 1)[-1]
 
 
 def _sentence_transformers_files(name_or_path: str, **hub_kwargs) -> dict[str, str]:
@@ -77,8 +81,8 @@ def _sentence_transformers_files(name_or_path: str, **hub_kwargs) -> dict[str, s
         return {}
     paths = ["config_sentence_transformers.json"]
     for module in json.loads(modules):
-        if module["type"] in SENTENCE_TRANSFORMERS_SETTINGS:
-            folder, name = module.get("path", ""), SENTENCE_TRANSFORMERS_SETTINGS[module["type"]]
+        if _module_class(module) in SENTENCE_TRANSFORMERS_SETTINGS:
+            folder, name = module.get("path", ""), SENTENCE_TRANSFORMERS_SETTINGS[_module_class(module)]
             paths.append(f"{folder}/{name}" if folder else name)
     files = {"modules.json": modules} | {path: read(path) for path in paths}
     return {path: text for path, text in files.items() if text is not None}
@@ -92,10 +96,10 @@ def load_bert_source(name_or_path: str, **hub_kwargs) -> BertSource:
     if files:
         modules = json.loads(files["modules.json"])
         first = modules[0]
-        if first["type"] != "sentence_transformers.models.Transformer":
+        if _module_class(first) != "Transformer":
             raise ValueError(
                 f"{name_or_path} is a sentence-transformers model whose first module is {first['type']}; "
-                "only a sentence_transformers.models.Transformer module holding a BERT model can be converted"
+                "only a sentence-transformers Transformer module holding a BERT model can be converted"
             )
         subfolder = first.get("path", "")
     config = AutoConfig.from_pretrained(name_or_path, subfolder=subfolder, **hub_kwargs)
@@ -118,19 +122,23 @@ def load_bert_source(name_or_path: str, **hub_kwargs) -> BertSource:
 
 
 def _sentence_transformers_pooler(name_or_path, files, modules) -> str:
-    pooling = [module for module in modules if module["type"] == "sentence_transformers.models.Pooling"]
+    """The Fastformer pooler that computes the sentence-transformers Pooling module's vector."""
+    pooling = [module for module in modules if _module_class(module) == "Pooling"]
     if not pooling:
         return "cls"
-    settings = json.loads(files.get("/".join(filter(None, [pooling[0].get("path", ""), "config.json"])), "{}"))
-    chosen = [mode for flag, mode in SENTENCE_TRANSFORMERS_POOLING.items() if settings.get(flag)]
-    unsupported = [flag for flag, value in settings.items() if flag.startswith("pooling_mode_") and value]
-    unsupported = [flag for flag in unsupported if flag not in SENTENCE_TRANSFORMERS_POOLING]
-    if len(chosen) != 1 or unsupported:
+    folder = pooling[0].get("path", "")
+    settings = json.loads(files.get(f"{folder}/config.json" if folder else "config.json", "{}"))
+    if "pooling_mode" in settings:  # sentence-transformers 6: one mode by name
+        modes = [settings["pooling_mode"]]
+    else:  # before: one flag per mode
+        modes = [flag.removeprefix("pooling_mode_") for flag, value in settings.items()
+                 if flag.startswith("pooling_mode_") and value is True]
+    if len(modes) != 1 or modes[0] not in SENTENCE_TRANSFORMERS_POOLING:
         raise ValueError(
-            f"{name_or_path} pools with {sorted(flag for flag, value in settings.items() if value is True)}; "
-            f"a converted model pools with exactly one of {sorted(SENTENCE_TRANSFORMERS_POOLING)}"
+            f"{name_or_path} pools with {modes}; a converted model pools with exactly one of "
+            f"{sorted(SENTENCE_TRANSFORMERS_POOLING)}"
         )
-    return chosen[0]
+    return SENTENCE_TRANSFORMERS_POOLING[modes[0]]
 
 
 def fastformer_config(

@@ -7,6 +7,8 @@ import convert_bert_to_fastformer
 import datasets
 import pytest
 import torch
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 from transformers import (
     AutoModel,
     AutoModelForMaskedLM,
@@ -256,12 +258,12 @@ def test_converted_folder_loads_as_hub_code_without_the_package(converted, hide_
     script = hide_fastformer + (
         "from transformers import AutoModel, AutoTokenizer\n"
         f"model = AutoModel.from_pretrained({str(converted)!r}, trust_remote_code=True)\n"
-        f"tokenizer = AutoTokenizer.from_pretrained({str(converted)!r})\n"
-        "batch = tokenizer(['a long text ' * 20], return_tensors='pt')\n"
+        f"tokenizer = AutoTokenizer.from_pretrained({str(converted)!r}, trust_remote_code=True)\n"
+        "batch = tokenizer(['a long text ' * 10], return_tensors='pt')  # past the source's 24 positions\n"
         "print(type(model).__module__, tuple(model(**batch).last_hidden_state.shape))\n"
     )
-    stdout = fresh_python(script, converted.parent)
-    assert stdout.split()[0].startswith("transformers_modules.") and "(1, 42, 32)" in stdout
+    module, shape = fresh_python(script, converted.parent).strip().splitlines()[-1].split(" ", 1)
+    assert module.startswith("transformers_modules.") and shape == "(1, 32, 32)"
 
 
 def test_script_refuses_to_overwrite_a_converted_folder(converted, bert_folder):
@@ -280,12 +282,8 @@ def test_script_names_the_supported_sources(tmp_path):
 def test_sentence_transformers_model_stays_one(bert_folder, tmp_path):
     """A sentence-transformers source (mean pooling, normalization) converts into a folder that
     SentenceTransformer loads as Hub code, with the same pooling and normalization."""
-    sentence_transformers = pytest.importorskip("sentence_transformers")
-    modules = sentence_transformers.models
-    source = sentence_transformers.SentenceTransformer(modules=[
-        modules.Transformer(str(bert_folder), max_seq_length=POSITIONS),
-        modules.Pooling(32, pooling_mode="mean"),
-        modules.Normalize(),
+    source = SentenceTransformer(modules=[
+        Transformer(str(bert_folder), max_seq_length=POSITIONS), Pooling(32, pooling_mode="mean"), Normalize()
     ])
     source.save(str(tmp_path / "source"))
     loaded = load_bert_source(str(tmp_path / "source"))
@@ -293,7 +291,7 @@ def test_sentence_transformers_model_stays_one(bert_folder, tmp_path):
     output = tmp_path / "converted"
     convert_bert_to_fastformer.main(["--model_name_or_path", str(tmp_path / "source"), "--output_dir", str(output)])
 
-    model = sentence_transformers.SentenceTransformer(str(output), trust_remote_code=True, device="cpu")
+    model = SentenceTransformer(str(output), trust_remote_code=True, device="cpu")
     embeddings = model.encode(TEXTS[:3], convert_to_tensor=True)
     fastformer = FastformerModel.from_pretrained(output)
     batch = model.tokenize(TEXTS[:3])
@@ -301,3 +299,9 @@ def test_sentence_transformers_model_stays_one(bert_folder, tmp_path):
         pooled = fastformer(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).pooler_output
     torch.testing.assert_close(embeddings, torch.nn.functional.normalize(pooled, dim=-1), rtol=1e-4, atol=1e-5)
     assert "sentence-transformers" in (output / "README.md").read_text()
+
+
+def test_sentence_transformers_pooling_without_a_fastformer_pooler_is_refused(bert_folder, tmp_path):
+    SentenceTransformer(modules=[Transformer(str(bert_folder)), Pooling(32, pooling_mode="max")]).save(str(tmp_path))
+    with pytest.raises(ValueError, match=r"pools with \['max'\]; a converted model pools with exactly one of"):
+        load_bert_source(str(tmp_path))
