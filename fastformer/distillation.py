@@ -25,7 +25,7 @@ from torch import nn
 from transformers import BertModel, Trainer, TrainingArguments
 from transformers.modeling_outputs import ModelOutput
 
-from .modeling_fastformer import FastformerModel
+from .modeling_fastformer import FastformerModel, FastformerPooler
 
 STAGES = ("layerwise", "end_to_end")
 
@@ -163,13 +163,15 @@ def transfer_errors(student: FastformerModel, teacher: BertModel, batches) -> di
 
 @torch.no_grad()
 def embedding_cosine(student: FastformerModel, teacher: BertModel, batches) -> float:
-    """Mean cosine similarity of the student's sentence embedding (`pooler_output`) and the teacher's, pooled
-    from the teacher's last layer with the same pooler (mean or first token), over all `batches`."""
+    """Mean cosine similarity of the student's sentence embedding and the teacher's, both pooled from the last
+    layer by the student's pooler (`config.pooler_type`: mean or first token; an encoder without a pooler, as
+    in an encoder-decoder, gets that of its config), over all `batches`."""
+    pooler = student.pooler if student.pooler is not None else FastformerPooler(student.config)
     cosines = []
     for batch in batches:
         input_ids, mask = batch["input_ids"], batch["attention_mask"]
-        ours = student(input_ids=input_ids, attention_mask=mask).pooler_output
-        theirs = student.pooler(teacher(input_ids=input_ids, attention_mask=mask).last_hidden_state, mask)
+        ours = pooler(student(input_ids=input_ids, attention_mask=mask).last_hidden_state, mask)
+        theirs = pooler(teacher(input_ids=input_ids, attention_mask=mask).last_hidden_state, mask)
         cosines.append(nn.functional.cosine_similarity(ours.float(), theirs.float(), dim=-1))
     return torch.cat(cosines).mean().item()
 

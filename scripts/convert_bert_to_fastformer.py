@@ -153,7 +153,7 @@ def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir
     evaluation = batches(held_out, tokenizer, training_args.per_device_eval_batch_size)
     report = {"train_texts": len(train), "held_out_texts": len(held_out), "stages": {}}
     report["before"] = measure(encoder, teacher, evaluation)
-    logger.info(f"Before the transfer: {report['before']}")
+    print_errors("before the transfer", report["before"])
     settings = {
         "layerwise": dict(max_steps=training_args.max_steps, learning_rate=training_args.learning_rate),
         "end_to_end": dict(
@@ -177,8 +177,16 @@ def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir
             "seconds": round(time.perf_counter() - started, 1),
             "after": measure(encoder, teacher, evaluation),
         }
-        logger.info(f"After the {stage} stage: {report['stages'][stage]['after']}")
+        print_errors(f"after the {stage} stage", report["stages"][stage]["after"])
     return report
+
+
+def print_errors(when: str, measured: dict) -> None:
+    """The per-layer errors on the held-out texts, printed whatever the log level (as Trainer.log_metrics)."""
+    print(f"***** agreement with the teacher, {when} *****")
+    for name in ("attention", "hidden"):
+        print(f"  {name + ' error per layer':28} = {', '.join(f'{error:.4f}' for error in measured[name])}")
+    print(f"  {'embedding cosine':28} = {measured['embedding_cosine']:.4f}")
 
 
 def save_sentence_transformers_files(source, output_dir: Path) -> None:

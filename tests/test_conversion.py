@@ -305,3 +305,21 @@ def test_sentence_transformers_pooling_without_a_fastformer_pooler_is_refused(be
     SentenceTransformer(modules=[Transformer(str(bert_folder)), Pooling(32, pooling_mode="max")]).save(str(tmp_path))
     with pytest.raises(ValueError, match=r"pools with \['max'\]; a converted model pools with exactly one of"):
         load_bert_source(str(tmp_path))
+
+
+def test_script_seq2seq_decoder_starts_from_the_distilled_encoder(bert_folder, tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS * 2) + "\n")
+    output = tmp_path / "seq2seq"
+    convert_bert_to_fastformer.main([
+        "--model_name_or_path", str(bert_folder), "--output_dir", str(output), "--task", "seq2seq",
+        "--distill_file", str(texts), "--max_steps", "2", "--end_to_end_steps", "1", "--use_cpu",
+        "--disable_tqdm", "true",
+    ])
+    model = AutoModelForSeq2SeqLM.from_pretrained(output)
+    assert isinstance(model, FastformerForConditionalGeneration)
+    for layer, decoder_layer in zip(model.fastformer.layers, model.decoder.layers, strict=True):
+        for key, tensor in layer.attention.state_dict().items():
+            torch.testing.assert_close(decoder_layer.attention.state_dict()[key], tensor, msg=key)
+    assert not torch.equal(model.fastformer.layers[0].attention.query_weight, torch.zeros(4, 8))  # distilled
+    assert json.loads((output / "conversion.json").read_text())["task"] == "seq2seq"
