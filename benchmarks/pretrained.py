@@ -344,7 +344,35 @@ def report(runs: dict) -> str:
     for part in PARTS:
         if part in runs:
             lines += PART_REPORTS[part](runs[part])
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *goals(runs)]) + "\n"
+
+
+def goals(runs) -> list[str]:
+    """The issue's goals, each checked against the numbers above."""
+    lines = ["## Goals", "", "| goal | measured | met |", "|---|---|---|"]
+    newsgroups = runs.get("finetune", {}).get("splits", {}).get("newsgroups", {})
+    accuracy = {row.split(" (")[0]: np.mean([r["accuracy"] for r in results]) for row, results in newsgroups.items()}
+    if "teacher" in accuracy and "converted + distilled Fastformer" in accuracy:
+        ratio = accuracy["converted + distilled Fastformer"] / accuracy["teacher"]
+        lines.append(f"| converted reaches at least 97% of the teacher's fine-tuned accuracy (2,400 texts) | "
+                     f"{ratio:.1%} | {'yes' if ratio >= 0.97 else 'no'} |")
+        scratch = [value for row, value in accuracy.items() if "from scratch" in row]
+        if scratch:
+            margin = accuracy["converted + distilled Fastformer"] - max(scratch)
+            lines.append(f"| converted far above from scratch | {margin:+.3f} accuracy over the best from-scratch "
+                         f"row | {'yes' if margin > 0.05 else 'no'} |")
+    distillation = runs.get("conversion", {}).get("settings", {}).get("distillation")
+    if distillation:
+        minutes = sum(stage["seconds"] for stage in distillation["stages"].values()) / 60
+        lines.append(f"| distillation under 30 CPU-minutes (2 cores) | {minutes:.1f} min | "
+                     f"{'yes' if minutes < 30 else 'no'} |")
+    speed = {(row["model"], row["tokens"]): row for row in runs.get("long", {}).get("speed", [])}
+    if speed:
+        ratio = (speed[("teacher (BERT, positions extended)", 8192)]["forward_ms"]
+                 / speed[("converted Fastformer", 8192)]["forward_ms"])
+        lines.append(f"| at 8,192 tokens at least 5x faster than the teacher | {ratio:.1f}x | "
+                     f"{'yes' if ratio >= 5 else 'no'} |")
+    return [*lines, ""]
 
 
 def agreement_report(run) -> list[str]:
@@ -418,8 +446,10 @@ def main(argv=None):
     runs = json.loads(RUNS.read_text()) if RUNS.exists() else {}
     conversion_file = args.converted / "conversion.json"
     if conversion_file.exists():
-        runs["conversion"] = {"header": [f"- Command: see README (`{args.converted}`)"],
-                              "settings": json.loads(conversion_file.read_text())}
+        settings = json.loads(conversion_file.read_text())
+        header = [f"- Command: `{settings.get('command', 'the README conversion command')}`"
+                  + (f" ({settings['seconds'] / 60:.1f} min in all)" if "seconds" in settings else "")]
+        runs["conversion"] = {"header": header, "settings": settings}
     functions = {"agreement": agreement, "finetune": finetune, "long": long_inputs}
     for part in args.parts:
         start = time.perf_counter()

@@ -16,7 +16,9 @@ its last checkpoint (`OUTPUT_DIR/distillation/`, deleted once the folder is save
 
 import json
 import logging
+import shlex
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -199,6 +201,8 @@ def save_sentence_transformers_files(source, output_dir: Path) -> None:
 
 
 def main(args: list[str] | None = None):
+    started = time.perf_counter()
+    command = shlex.join(["python", sys.argv[0] if args is None else Path(__file__).name, *(args or sys.argv[1:])])
     conversion_args, distill_args, training_args = parse_args(ARGUMENTS, args)
     setup_logging(training_args)
     output_dir = Path(training_args.output_dir)
@@ -233,6 +237,8 @@ def main(args: list[str] | None = None):
         if source.sentence_transformers and conversion_args.task == "encoder":
             save_sentence_transformers_files(source, output_dir)
         settings = {
+            "command": command,
+            "seconds": round(time.perf_counter() - started, 1),
             "source": conversion_args.model_name_or_path,
             "task": conversion_args.task,
             "max_position_embeddings": model.config.max_position_embeddings,
