@@ -228,7 +228,7 @@ def long_models(converted: Path, teacher: str, length: int):
     state["embeddings.position_embeddings.weight"] = extend_positions(state["embeddings.position_embeddings.weight"],
                                                                       length)
     state.pop("embeddings.position_ids", None)
-    extended.load_state_dict(state, strict=False)
+    extended.load_state_dict(state)
     return {"converted Fastformer": fastformer, "teacher (BERT, positions extended)": extended.eval()}
 
 
