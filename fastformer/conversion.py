@@ -13,12 +13,17 @@ layer and its LayerNorm, and the feed-forward block with its LayerNorm. Only the
 | encoder.layer.i.intermediate.dense                   | layers.i.feed_forward.intermediate                 |
 | encoder.layer.i.output.{dense,LayerNorm}             | layers.i.feed_forward.output.{dense,layer_norm}    |
 
-Starting values of what BERT does not have: W_r (`attention.transform`) the identity with a zero bias, so the
-pooled values reach the output dense layer as BERT's attention context does; w_q and w_k zero, so both
-poolings start as plain means over the real tokens. The converted config has no parameter sharing and no query
-residual (`query_residual=False`: the residual adds W_q x_i, a term the teacher's attention output does not
-have; a measured choice, see docs/PRETRAINED.md). The token-type embedding of segment 0 is added to every
-position row, so a single-segment input embeds exactly as in BERT (Fastformer has no segments).
+Starting values of what BERT does not have: W_r (`attention.transform`) the identity with a zero bias, and w_q
+and w_k zero, so both poolings start as plain means over the real tokens. The untrained attention output of
+token i is then g * v_i (g: the global key), a rescaling of its own value rather than BERT's mix of the values:
+the attention transfer (`fastformer.distillation`) has to learn the rest. The converted config has no parameter
+sharing and no query residual (`query_residual=False`: the residual adds W_q x_i, a term the teacher's attention
+output does not have; a measured choice, see docs/PRETRAINED.md). The token-type embedding of segment 0 is added
+to every position row, so a single-segment input embeds exactly as in BERT (Fastformer has no segments).
+
+BERT's pooler (dense + tanh on [CLS]) and masked-LM head are not carried: the converted encoder pools with
+`pooler_type` ("cls", the first token's hidden state; or the sentence-transformers source's own pooling), and a
+task head starts fresh when the converted model is fine-tuned.
 
 Longer inputs than the source's P positions (`max_position_embeddings`): rows P, P+1, ... repeat rows 0, 1, ...
 (row i gets row i mod P), as Longformer (arXiv:2004.05150) extends RoBERTa's positions; the first P rows are
@@ -43,6 +48,12 @@ TASKS = ("encoder", "seq2seq")
 # sentence-transformers' pooling modes (6.x names; before 6.0 the flags pooling_mode_<name>) -> the Fastformer
 # pooler that computes the same vector
 SENTENCE_TRANSFORMERS_POOLING = {"mean": "mean", "mean_tokens": "mean", "cls": "cls", "cls_token": "cls"}
+# sentence-transformers module class -> its settings file, inside the module's folder (Normalize has none).
+# modules.json names the class by its import path, which moved between versions (sentence_transformers.models.
+# Transformer before 6.0, sentence_transformers.base.modules.transformer.Transformer since): the name identifies it.
+SENTENCE_TRANSFORMERS_SETTINGS = {
+    "Transformer": "sentence_bert_config.json", "Pooling": "config.json", "Normalize": None,
+}
 
 
 @dataclass
@@ -51,14 +62,10 @@ class BertSource:
 
     name_or_path: str
     model: BertModel
-    pooler_type: str = "cls"  # BERT's own pooler reads [CLS]; a sentence-transformers model says its own
+    pooler_type: str = "cls"  # the first token, as BERT's pooler (less its dense + tanh); or the source's pooling
+    subfolder: str = ""  # where a sentence-transformers source keeps the BERT model and its tokenizer
     sentence_transformers: dict = field(default_factory=dict)  # file name -> text of its files (modules.json, ...)
 
-
-# sentence-transformers module class -> its settings file, inside the module's folder. modules.json names the class
-# by its import path, which moved between versions (sentence_transformers.models.Transformer before 6.0,
-# sentence_transformers.base.modules.transformer.Transformer since), so the class name alone identifies it.
-SENTENCE_TRANSFORMERS_SETTINGS = {"Transformer": "sentence_bert_config.json", "Pooling": "config.json"}
 
 
 def _module_class(module: dict) -> str:
@@ -81,8 +88,9 @@ def _sentence_transformers_files(name_or_path: str, **hub_kwargs) -> dict[str, s
         return {}
     paths = ["config_sentence_transformers.json"]
     for module in json.loads(modules):
-        if _module_class(module) in SENTENCE_TRANSFORMERS_SETTINGS:
-            folder, name = module.get("path", ""), SENTENCE_TRANSFORMERS_SETTINGS[_module_class(module)]
+        name = SENTENCE_TRANSFORMERS_SETTINGS.get(_module_class(module))
+        if name is not None:
+            folder = module.get("path", "")
             paths.append(f"{folder}/{name}" if folder else name)
     files = {"modules.json": modules} | {path: read(path) for path in paths}
     return {path: text for path, text in files.items() if text is not None}
@@ -101,6 +109,12 @@ def load_bert_source(name_or_path: str, **hub_kwargs) -> BertSource:
                 f"{name_or_path} is a sentence-transformers model whose first module is {first['type']}; "
                 "only a sentence-transformers Transformer module holding a BERT model can be converted"
             )
+        others = [module["type"] for module in modules if _module_class(module) not in SENTENCE_TRANSFORMERS_SETTINGS]
+        if others:
+            raise ValueError(
+                f"{name_or_path} is a sentence-transformers model with the modules {others}, which a converted "
+                f"model cannot carry; the supported modules are {sorted(SENTENCE_TRANSFORMERS_SETTINGS)}"
+            )
         subfolder = first.get("path", "")
     config = AutoConfig.from_pretrained(name_or_path, subfolder=subfolder, **hub_kwargs)
     if config.model_type not in SUPPORTED_MODEL_TYPES or not isinstance(config, BertConfig):
@@ -115,7 +129,7 @@ def load_bert_source(name_or_path: str, **hub_kwargs) -> BertSource:
             "learned absolute positions, so only 'absolute' converts"
         )
     model = BertModel.from_pretrained(name_or_path, subfolder=subfolder, add_pooling_layer=False, **hub_kwargs)
-    source = BertSource(name_or_path, model.eval(), sentence_transformers=files)
+    source = BertSource(name_or_path, model.eval(), subfolder=subfolder, sentence_transformers=files)
     if files:
         source.pooler_type = _sentence_transformers_pooler(name_or_path, files, modules)
     return source
@@ -139,6 +153,24 @@ def _sentence_transformers_pooler(name_or_path, files, modules) -> str:
             f"{sorted(SENTENCE_TRANSFORMERS_POOLING)}"
         )
     return SENTENCE_TRANSFORMERS_POOLING[modes[0]]
+
+
+def sentence_transformers_files(source: BertSource, max_seq_length: int) -> dict[str, str]:
+    """The sentence-transformers files of the converted folder (path -> text): the source's modules and settings,
+    with the Transformer module at the folder's root (where the converted weights are) and its `max_seq_length`
+    raised to `max_seq_length` (the converted model's positions)."""
+    modules = json.loads(source.sentence_transformers["modules.json"])
+    files = {path: text for path, text in source.sentence_transformers.items() if path != "modules.json"}
+    transformer_settings = f"{source.subfolder}/sentence_bert_config.json" if source.subfolder else None
+    if transformer_settings in files:
+        files["sentence_bert_config.json"] = files.pop(transformer_settings)
+    modules[0]["path"] = ""
+    files["modules.json"] = json.dumps(modules, indent=2) + "\n"
+    if "sentence_bert_config.json" in files:
+        settings = json.loads(files["sentence_bert_config.json"])
+        settings["max_seq_length"] = max(settings.get("max_seq_length") or 0, max_seq_length)
+        files["sentence_bert_config.json"] = json.dumps(settings, indent=2) + "\n"
+    return files
 
 
 def fastformer_config(
@@ -178,7 +210,7 @@ def fastformer_config(
         query_residual=False,
         pooler_type=pooler_type,
     )
-    if task == "seq2seq":  # BERT's WordPiece specials: [CLS] starts a sequence, [SEP] ends it
+    if task == "seq2seq":  # bert-base-uncased's [CLS] starts, [SEP] ends a sequence; the script passes the tokenizer's
         settings.update(bos_token_id=101, decoder_start_token_id=101, eos_token_id=102)
     settings.update(overrides)
     return FastformerConfig(**settings)
@@ -194,6 +226,8 @@ def extend_positions(positions: torch.Tensor, length: int) -> torch.Tensor:
 def copy_bert_weights(bert: BertModel, embeddings, layers) -> None:
     """Copy BERT's shared weights into Fastformer `embeddings` and encoder or decoder `layers`, and set the
     Fastformer-only parameters to their starting values (module docstring)."""
+    if len(layers) != len(bert.encoder.layer):
+        raise ValueError(f"{len(layers)} Fastformer layers cannot take the source's {len(bert.encoder.layer)}")
     source = bert.embeddings
     embeddings.word_embeddings.weight.copy_(source.word_embeddings.weight)
     segment_zero = source.token_type_embeddings.weight[0]
@@ -201,8 +235,6 @@ def copy_bert_weights(bert: BertModel, embeddings, layers) -> None:
     length = embeddings.position_embeddings.num_embeddings
     embeddings.position_embeddings.weight.copy_(extend_positions(positions, length))
     embeddings.layer_norm.load_state_dict(source.LayerNorm.state_dict())
-    if len(layers) != len(bert.encoder.layer):
-        raise ValueError(f"{len(layers)} Fastformer layers cannot take the source's {len(bert.encoder.layer)}")
     for bert_layer, layer in zip(bert.encoder.layer, layers):
         attention = layer.attention
         for name in ("query", "key", "value"):
@@ -259,6 +291,7 @@ def copy_encoder_layers(encoder: FastformerModel, decoder_layers) -> None:
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
+    "TASKS",
     "BertSource",
     "convert_bert",
     "copy_bert_weights",
@@ -266,4 +299,5 @@ __all__ = [
     "extend_positions",
     "fastformer_config",
     "load_bert_source",
+    "sentence_transformers_files",
 ]

@@ -70,8 +70,11 @@ class AttentionTransfer(nn.Module):
     """The student and the (frozen) teacher of one transfer stage; `forward` returns the stage's loss.
 
     Only the parameters the stage trains require gradients (module docstring). Both models stay in eval mode
-    (no dropout) even while the Trainer trains this module.
+    (no dropout) even while the Trainer trains this module. Its `state_dict` (what Trainer checkpoints hold and
+    restores) is the student's only: the teacher never changes.
     """
+
+    accepts_loss_kwargs = False  # the loss is a mean over layers, not a sum to be divided by the token count
 
     def __init__(self, student: FastformerModel, teacher: BertModel, stage: str):
         super().__init__()
@@ -89,6 +92,17 @@ class AttentionTransfer(nn.Module):
         else:
             student.requires_grad_(True)
             student.embeddings.requires_grad_(False)
+
+    def state_dict(self, *args, **kwargs):
+        state = super().state_dict(*args, **kwargs)
+        for name in [name for name in state if name.startswith("teacher.")]:
+            del state[name]
+        return state
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        return self.student.load_state_dict(
+            {name.removeprefix("student."): tensor for name, tensor in state_dict.items()}, strict=strict, assign=assign
+        )
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -128,8 +142,8 @@ def transfer_attention(
     resume_from_checkpoint: str | bool | None = None,
 ):
     """Run one transfer stage with `transformers.Trainer`; `student` is trained in place. Returns the Trainer's
-    `TrainOutput`. Checkpoints (in `args.output_dir`) hold the student and the teacher (the Trainer saves this
-    module's state dict), so `resume_from_checkpoint` continues a stage where it stopped."""
+    `TrainOutput`. Checkpoints (in `args.output_dir`) hold the student, its optimizer and scheduler, so
+    `resume_from_checkpoint` continues a stage where it stopped. The teacher must be the same when resuming."""
     trainer = Trainer(
         model=AttentionTransfer(student, teacher, stage),
         args=args,
@@ -144,11 +158,12 @@ def transfer_errors(student: FastformerModel, teacher: BertModel, batches) -> di
     """Per layer, the unexplained variance of the student against the teacher over all `batches` (dicts with
     input_ids and attention_mask): "attention" for the attention sub-layer given the teacher's input (what the
     layerwise stage trains), "hidden" for the layer's output when the student runs on its own (end to end)."""
-    sums = {name: torch.zeros(2, student.config.num_hidden_layers) for name in ("attention", "hidden")}
+    device = student.device
+    sums = {name: torch.zeros(2, student.config.num_hidden_layers, device=device) for name in ("attention", "hidden")}
     was_training = student.training
     student.eval()
     for batch in batches:
-        input_ids, mask = batch["input_ids"], batch["attention_mask"]
+        input_ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
         hidden_states, attention_outputs = teacher_targets(teacher, input_ids, mask)
         student_states = student(input_ids=input_ids, attention_mask=mask, output_hidden_states=True).hidden_states
         for index, layer in enumerate(student.layers):
@@ -158,7 +173,7 @@ def transfer_errors(student: FastformerModel, teacher: BertModel, batches) -> di
                 _squared_errors(student_states[index + 1], hidden_states[index + 1], mask)
             )
     student.train(was_training)
-    return {name: (residual / total).tolist() for name, (residual, total) in sums.items()}
+    return {name: (residual / total).tolist() for name, (residual, total) in sums.items()}  # one sync, at the end
 
 
 @torch.no_grad()
@@ -167,12 +182,15 @@ def embedding_cosine(student: FastformerModel, teacher: BertModel, batches) -> f
     layer by the student's pooler (`config.pooler_type`: mean or first token; an encoder without a pooler, as
     in an encoder-decoder, gets that of its config), over all `batches`."""
     pooler = student.pooler if student.pooler is not None else FastformerPooler(student.config)
+    was_training = student.training
+    student.eval()
     cosines = []
     for batch in batches:
-        input_ids, mask = batch["input_ids"], batch["attention_mask"]
+        input_ids, mask = batch["input_ids"].to(student.device), batch["attention_mask"].to(student.device)
         ours = pooler(student(input_ids=input_ids, attention_mask=mask).last_hidden_state, mask)
         theirs = pooler(teacher(input_ids=input_ids, attention_mask=mask).last_hidden_state, mask)
         cosines.append(nn.functional.cosine_similarity(ours.float(), theirs.float(), dim=-1))
+    student.train(was_training)
     return torch.cat(cosines).mean().item()
 
 

@@ -31,7 +31,13 @@ from transformers import AutoTokenizer, DataCollatorWithPadding, SchedulerType, 
 from transformers.trainer_utils import get_last_checkpoint
 
 from common import fail, hyperparameters, parse_args, setup_logging
-from fastformer.conversion import TASKS, convert_bert, copy_encoder_layers, load_bert_source
+from fastformer.conversion import (
+    TASKS,
+    convert_bert,
+    copy_encoder_layers,
+    load_bert_source,
+    sentence_transformers_files,
+)
 from fastformer.distillation import STAGES, embedding_cosine, transfer_attention, transfer_errors
 from model_card import write_conversion_card
 
@@ -103,15 +109,30 @@ class DistillationTrainingArguments(TrainingArguments):
 ARGUMENTS = (ConversionArguments, DistillationArguments, DistillationTrainingArguments)
 
 
-def check_output_dir(output_dir: Path, overwrite: bool) -> None:
-    """A finished folder is never overwritten without --overwrite_output_dir; a folder holding an unfinished
-    distillation is resumed."""
-    if not output_dir.exists() or not any(output_dir.iterdir()):
-        return
-    if (output_dir / DISTILLATION_DIR).exists() and not (output_dir / "config.json").exists():
-        return
-    if not overwrite:
-        fail(f"--output_dir {output_dir} already holds files: pass --overwrite_output_dir to replace them")
+def prepare_output_dir(output_dir: Path, overwrite: bool, run: dict) -> None:
+    """A finished folder is never replaced without --overwrite_output_dir. An unfinished transfer of the same run
+    (`run`: source, task, positions, data, steps, seed) is resumed from its checkpoints; of another run it is
+    refused, or with --overwrite_output_dir deleted, as are the sentence-transformers files of a former run."""
+    work = output_dir / DISTILLATION_DIR
+    finished = (output_dir / "config.json").exists()
+    if finished and not overwrite:
+        fail(f"--output_dir {output_dir} already holds a converted model: pass --overwrite_output_dir to replace it")
+    recorded = work / "run.json"
+    if work.exists() and not overwrite:
+        former = json.loads(recorded.read_text()) if recorded.exists() else None
+        if former != run:
+            fail(
+                f"{work} holds the checkpoints of another conversion ({former}); pass --overwrite_output_dir to "
+                "start afresh, or the same arguments to resume it"
+            )
+    if overwrite:
+        shutil.rmtree(work, ignore_errors=True)
+        for path in ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"):
+            (output_dir / path).unlink(missing_ok=True)
+        for folder in output_dir.glob("*_Pooling"):
+            shutil.rmtree(folder)
+    work.mkdir(parents=True, exist_ok=True)
+    recorded.write_text(json.dumps(run, indent=2) + "\n")
 
 
 def load_texts(distill_args, tokenizer, training_args, seed: int):
@@ -191,10 +212,10 @@ def print_errors(when: str, measured: dict) -> None:
     print(f"  {'embedding cosine':28} = {measured['embedding_cosine']:.4f}")
 
 
-def save_sentence_transformers_files(source, output_dir: Path) -> None:
+def save_sentence_transformers_files(source, output_dir: Path, max_seq_length: int) -> None:
     """A sentence-transformers source stays one: its module list, pooling and settings next to the weights
     (load it with `SentenceTransformer(output_dir, trust_remote_code=True)`)."""
-    for path, text in source.sentence_transformers.items():
+    for path, text in sentence_transformers_files(source, max_seq_length).items():
         target = output_dir / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
@@ -206,36 +227,61 @@ def main(args: list[str] | None = None):
     conversion_args, distill_args, training_args = parse_args(ARGUMENTS, args)
     setup_logging(training_args)
     output_dir = Path(training_args.output_dir)
-    check_output_dir(output_dir, conversion_args.overwrite_output_dir)
     set_seed(training_args.seed)
     hub = dict(
         cache_dir=conversion_args.cache_dir, revision=conversion_args.model_revision, token=conversion_args.token
     )
     try:
         source = load_bert_source(conversion_args.model_name_or_path, **hub)
+    except (ValueError, OSError) as error:
+        fail(str(error))
+    tokenizer = AutoTokenizer.from_pretrained(conversion_args.model_name_or_path, subfolder=source.subfolder, **hub)
+    special_ids = {}
+    if conversion_args.task == "seq2seq":  # a BERT tokenizer's [CLS] starts a sequence and [SEP] ends it
+        special_ids = dict(bos_token_id=tokenizer.cls_token_id, decoder_start_token_id=tokenizer.cls_token_id,
+                           eos_token_id=tokenizer.sep_token_id)
+    try:
         model = convert_bert(
             source.model,
             pooler_type=source.pooler_type,
             max_position_embeddings=conversion_args.max_position_embeddings,
             task=conversion_args.task,
+            **special_ids,
         )
-    except (ValueError, OSError) as error:
+    except ValueError as error:
         fail(str(error))
-    tokenizer = AutoTokenizer.from_pretrained(conversion_args.model_name_or_path, **hub)
     tokenizer.model_max_length = model.config.max_position_embeddings
 
     encoder = model if conversion_args.task == "encoder" else model.get_encoder()
     report = None
     if distill_args.distill_file:
+        if distill_args.max_seq_length > source.model.config.max_position_embeddings:
+            fail(
+                f"--max_seq_length {distill_args.max_seq_length} is more than the teacher's "
+                f"{source.model.config.max_position_embeddings} positions, which it reads the texts with"
+            )
+        run = dict(
+            source=conversion_args.model_name_or_path, revision=conversion_args.model_revision,
+            task=conversion_args.task, max_position_embeddings=model.config.max_position_embeddings,
+            distill_file=str(distill_args.distill_file), text_column=distill_args.text_column,
+            max_seq_length=distill_args.max_seq_length, seed=training_args.seed,
+        )
+        if training_args.should_save:
+            prepare_output_dir(output_dir, conversion_args.overwrite_output_dir, run)
+        dtype = model.dtype
         report = distill(encoder.float(), source.model.float(), tokenizer, distill_args, training_args, output_dir)
         if conversion_args.task == "seq2seq":
             copy_encoder_layers(encoder, model.get_decoder().layers)
+        model.to(device="cpu", dtype=dtype)  # as the source: the transfer ran in float32, maybe on an accelerator
+    elif training_args.should_save:
+        prepare_output_dir(output_dir, conversion_args.overwrite_output_dir, {})
 
     if training_args.should_save:
         model.save_pretrained(output_dir)
         tokenizer.save_pretrained(output_dir)
-        if source.sentence_transformers and conversion_args.task == "encoder":
-            save_sentence_transformers_files(source, output_dir)
+        sentence_transformers = bool(source.sentence_transformers) and conversion_args.task == "encoder"
+        if sentence_transformers:
+            save_sentence_transformers_files(source, output_dir, model.config.max_position_embeddings)
         settings = {
             "command": command,
             "seconds": round(time.perf_counter() - started, 1),
@@ -251,17 +297,18 @@ def main(args: list[str] | None = None):
         (output_dir / "conversion.json").write_text(json.dumps(settings, indent=2) + "\n")
         write_conversion_card(
             output_dir, model=model, settings=settings, base_model=conversion_args.base_model,
-            license=source_license(source.name_or_path),
+            license=source_license(source.name_or_path, token=conversion_args.token),
+            sentence_transformers=sentence_transformers,
         )
         shutil.rmtree(output_dir / DISTILLATION_DIR, ignore_errors=True)
         logger.info(f"Saved the converted model in {output_dir}")
 
 
-def source_license(name_or_path: str) -> str | None:
+def source_license(name_or_path: str, token=None) -> str | None:
     """The license the source's model card declares; None if it has no card (or none that can be read)."""
     path = Path(name_or_path) / "README.md"
     try:
-        card = ModelCard.load(path if path.exists() else name_or_path)
+        card = ModelCard.load(path) if path.exists() else ModelCard.load(name_or_path, token=token)
     except (OSError, ValueError, HfHubHTTPError):
         return None
     return card.data.license

@@ -150,13 +150,15 @@ def _cell(value, decimals=None):
 CONVERSION_TEMPLATE_PATH = TEMPLATE_PATH.with_name("converted.md")
 
 
-def write_conversion_card(output_dir, *, model, settings: dict, base_model=None, license=None) -> ModelCard:
+def write_conversion_card(
+    output_dir, *, model, settings: dict, base_model=None, license=None, sentence_transformers=False
+) -> ModelCard:
     """Writes `output_dir`/README.md, the card of a Fastformer converted from BERT by
     scripts/convert_bert_to_fastformer.py. `settings` is what the script records in conversion.json;
-    `base_model` the source's Hub id (the source itself when it is one); `license` the source's."""
+    `base_model` the source's Hub id (the source itself when it is one); `license` the source's;
+    `sentence_transformers` whether the folder is a sentence-transformers model too."""
     source = settings["source"]
     base_model = base_model or (None if Path(source).exists() else source)
-    sentence_transformers = (Path(output_dir) / "modules.json").exists()
     seq2seq = model.config.is_encoder_decoder
     tags = ["fastformer", "additive-attention", "converted-from-bert"]
     if sentence_transformers:
