@@ -2,10 +2,11 @@
 
 Class chain: FastformerAttention -> FastformerLayer -> FastformerPreTrainedModel -> FastformerModel ->
 FastformerFor<Task>. The layer is BERT-style post-LN, as in the authors' code: additive attention (with the
-output transform W_r and, unless `config.query_residual` is False, the query residual) -> dense -> dropout -> add & LayerNorm -> feed-forward -> add &
-LayerNorm. The decoder (FastformerForConditionalGeneration, FastformerForCausalLM) uses the causal version of
-the attention, whose constant-size state FastformerCache carries during generation. This file imports the
-package only relatively, so a saved checkpoint carries it as Hub code.
+output transform W_r and, unless `config.query_residual` is False, the query residual) -> dense -> dropout ->
+add & LayerNorm -> feed-forward -> add & LayerNorm. The decoder (FastformerForConditionalGeneration,
+FastformerForCausalLM) uses the causal version of the attention, whose constant-size state FastformerCache
+carries during generation. This file imports the package only relatively, so a saved checkpoint carries it as
+Hub code.
 """
 
 import copy
