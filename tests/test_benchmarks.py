@@ -6,8 +6,10 @@ import sys
 from argparse import Namespace
 
 import pytest
+import torch
 
 import encoder  # benchmarks/encoder.py (setup.cfg puts benchmarks/ on pytest's pythonpath)
+import pretrained
 
 
 def test_predict_extrapolates_the_measured_growth():
@@ -54,3 +56,29 @@ def test_suite_runs_and_reports_every_target(repo_root, tmp_path):
     assert "`python " in performance and "suite.py" in performance  # the command that produced it
     assert performance.count("| not measured |") == 5  # the encoder targets are at 8192 and 16384 tokens
     assert "| decoding: Fastformer cache, largest / smallest (16..32 tokens) | 1.00 | == 1 | yes |" in performance
+
+
+def test_pretrained_knn_votes_by_majority_then_similarity():
+    index = torch.nn.functional.normalize(torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]]), dim=-1)
+    queries = torch.nn.functional.normalize(torch.tensor([[1.0, 0.05], [0.05, 1.0], [0.6, 0.5]]), dim=-1)
+    labels = ["a", "a", "b", "b"]
+    assert pretrained.knn_accuracy(index, labels, queries, ["a", "b", "a"], k=2) == 1.0
+    assert pretrained.knn_accuracy(index, labels, queries, ["a", "b", "b"], k=4) == pytest.approx(2 / 3)  # 2-2 tie
+
+
+def test_pretrained_report_checks_the_goals_against_the_numbers():
+    def runs_of(seconds):
+        return {"accuracy": 0.0, "f1_macro": 0.0, "train_seconds": seconds}
+
+    rows = {
+        "teacher (all-MiniLM-L6-v2 as a BERT classifier)": [{**runs_of(60), "accuracy": 0.80, "f1_macro": 0.8}],
+        "converted + distilled Fastformer": [{**runs_of(60), "accuracy": 0.78, "f1_macro": 0.7}],
+        "Fastformer, paper size, from scratch": [{**runs_of(20), "accuracy": 0.70, "f1_macro": 0.7}],
+    }
+    speed = [{"model": "converted Fastformer", "tokens": 8192, "forward_ms": 100.0, "peak_mb": 10.0},
+             {"model": "teacher (BERT, positions extended)", "tokens": 8192, "forward_ms": 450.0, "peak_mb": 90.0}]
+    lines = pretrained.goals({"finetune": {"splits": {"newsgroups": rows}}, "long": {"speed": speed}})
+    goal = "converted reaches at least 97% of the teacher's fine-tuned accuracy (2,400 texts)"
+    assert f"| {goal} | 97.5% | yes |" in lines
+    assert "| converted far above from scratch | +0.080 accuracy over the best from-scratch row | yes |" in lines
+    assert "| at 8,192 tokens at least 5x faster than the teacher | 4.5x | no |" in lines

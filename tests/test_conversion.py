@@ -3,7 +3,6 @@ attention transfer from the BERT teacher (fastformer.distillation), on tiny rand
 
 import json
 
-import convert_bert_to_fastformer
 import datasets
 import pytest
 import torch
@@ -22,6 +21,7 @@ from transformers import (
     TrainingArguments,
 )
 
+import convert_bert_to_fastformer
 from fastformer import FastformerForConditionalGeneration, FastformerModel
 from fastformer.conversion import convert_bert, extend_positions, load_bert_source
 from fastformer.distillation import AttentionTransfer, embedding_cosine, transfer_attention, transfer_errors
