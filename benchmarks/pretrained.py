@@ -69,6 +69,8 @@ def parse_args(argv=None):
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--splits", nargs="+", choices=list(SPLITS), default=list(SPLITS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--rows", nargs="+", choices=("teacher", "converted", "same-size", "paper-size"),
+                        default=["teacher", "converted", "same-size", "paper-size"], help="fine-tuning rows to run")
     parser.add_argument("--max-seq-length", type=int, default=128, help="fine-tuning and agreement texts")
     parser.add_argument("--pretrained-lr", type=float, default=1e-4)
     parser.add_argument("--scratch-lr", type=float, default=1e-3)
@@ -249,6 +251,8 @@ def finetune(args) -> dict:
     results = {}
     for split, train_file in ((split, SPLITS[split]) for split in args.splits):
         for row, flags in finetune_rows(args, teacher).items():
+            if not any(choice.replace("-", " ") in row for choice in args.rows):
+                continue
             for seed in args.seeds:
                 output = run_dir(args, split, row, seed)
                 if not (output / "eval_results.json").exists():
@@ -515,8 +519,14 @@ def main(argv=None):
         start = time.perf_counter()
         result = functions[part](args)
         result["header"] = run_lines(args.threads, time.perf_counter() - start)
-        if part == "finetune":  # a run of some splits keeps the others' results
-            result["splits"] = {**runs.get("finetune", {}).get("splits", {}), **result["splits"]}
+        if part == "finetune":  # a run of some splits, rows or seeds keeps the others' results
+            merged = runs.get("finetune", {}).get("splits", {})
+            for split, rows in result["splits"].items():
+                for row, results in rows.items():
+                    seeds = {r["seed"] for r in results}
+                    kept = [r for r in merged.get(split, {}).get(row, []) if r["seed"] not in seeds]
+                    merged.setdefault(split, {})[row] = sorted(kept + results, key=lambda r: r["seed"])
+            result["splits"] = merged
         runs[part] = result
         RUNS.write_text(json.dumps(runs, indent=2) + "\n")
         (DOCS / "PRETRAINED.md").write_text(report(runs))
