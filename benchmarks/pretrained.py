@@ -519,18 +519,27 @@ def main(argv=None):
         start = time.perf_counter()
         result = functions[part](args)
         result["header"] = run_lines(args.threads, time.perf_counter() - start)
-        if part == "finetune":  # a run of some splits, rows or seeds keeps the others' results
-            merged = runs.get("finetune", {}).get("splits", {})
-            for split, rows in result["splits"].items():
-                for row, results in rows.items():
-                    seeds = {r["seed"] for r in results}
-                    kept = [r for r in merged.get(split, {}).get(row, []) if r["seed"] not in seeds]
-                    merged.setdefault(split, {})[row] = sorted(kept + results, key=lambda r: r["seed"])
-            result["splits"] = merged
+        if RUNS.exists():  # another run may have added its part meanwhile
+            runs = {**json.loads(RUNS.read_text()), "conversion": runs.get("conversion")}
+        if part == "finetune":
+            result = merge_finetune(runs.get("finetune"), result)
         runs[part] = result
         RUNS.write_text(json.dumps(runs, indent=2) + "\n")
         (DOCS / "PRETRAINED.md").write_text(report(runs))
 
+
+def merge_finetune(former: dict | None, result: dict) -> dict:
+    """A run of some splits, rows or seeds keeps the other results of a former run, and lists both commands."""
+    if not former:
+        return result
+    merged = former["splits"]
+    for split, rows in result["splits"].items():
+        for row, results in rows.items():
+            seeds = {r["seed"] for r in results}
+            kept = [r for r in merged.get(split, {}).get(row, []) if r["seed"] not in seeds]
+            merged.setdefault(split, {})[row] = sorted(kept + results, key=lambda r: r["seed"])
+    commands = [line for line in former["header"] if line.startswith("- Command:")]
+    return {**result, "splits": merged, "header": [*commands, *result["header"]]}
 
 if __name__ == "__main__":
     main()
