@@ -456,14 +456,17 @@ def finetune_report(run) -> list[str]:
         f"One recipe for every row: {run['max_seq_length']} tokens, batch 32, 20 warm-up steps, linear decay, 3 epochs"
         " (2,400 texts) or 10 (few-shot),",
         f"evaluated on the 600 bundled test texts; learning rate {run['pretrained_lr']:g} for the pretrained rows and "
-        f"{run['scratch_lr']:g} (the README main job's) from scratch. Mean ± standard deviation over the seeds.", "",
+        f"{run['scratch_lr']:g} (the README main job's) from scratch. Mean ± standard deviation over the seeds.",
+        "Training minutes: wall clock on the 2 shared cores (runs that overlapped other jobs, such as the first",
+        "teacher runs, took longer).", "",
     ]
     for split, rows in run["splits"].items():
         title = {"newsgroups": "2,400 training texts (the README main job's data)",
                  "fewshot": "few-shot: 10 training texts per class (200)"}[split]
         lines += [f"### {title}", "", "| model | seeds | accuracy | macro-F1 | training minutes |",
                   "|---|---|---|---|---|"]
-        for row, results in rows.items():
+        order = ["teacher", "converted", "same size", "paper size"]  # as finetune_rows
+        for row, results in sorted(rows.items(), key=lambda item: [key in item[0] for key in order].index(True)):
             lines.append(
                 f"| {row} | {len(results)} | {mean_std([r['accuracy'] for r in results])} | "
                 f"{mean_std([r['f1_macro'] for r in results])} | "
