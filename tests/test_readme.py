@@ -94,7 +94,7 @@ def test_conversion_recipe_runs(repo_root, tmp_path, tokenizer):
         assert process.returncode == 0, process.stderr[-3000:]
 
     converted = tmp_path / "converted"
-    run(convert, "--model_name_or_path", str(bert), "--output_dir", str(converted), "--max_position_embeddings", "64",
+    run(convert, "--model_name_or_path", str(bert), "--output_dir", str(converted), "--max_position_embeddings", "128",
         "--max_steps", "2", "--end_to_end_steps", "1", "--max_seq_length", "16", "--max_eval_samples", "4")
     settings = json.loads((converted / "conversion.json").read_text())
     assert settings["distill_file"] == "data/distillation/train.jsonl.gz"
