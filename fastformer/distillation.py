@@ -95,7 +95,8 @@ class AttentionTransfer(nn.Module):
 
     def state_dict(self, *args, **kwargs):
         state = super().state_dict(*args, **kwargs)
-        for name in [name for name in state if name.startswith("teacher.")]:
+        teacher = kwargs.get("prefix", "") + "teacher."  # the prefix of a module that holds this one
+        for name in [name for name in state if name.startswith(teacher)]:
             del state[name]
         return state
 
@@ -144,13 +145,18 @@ def transfer_attention(
     """Run one transfer stage with `transformers.Trainer`; `student` is trained in place. Returns the Trainer's
     `TrainOutput`. Checkpoints (in `args.output_dir`) hold the student, its optimizer and scheduler, so
     `resume_from_checkpoint` continues a stage where it stopped. The teacher must be the same when resuming."""
+    trainable = {parameter: parameter.requires_grad for parameter in (*student.parameters(), *teacher.parameters())}
     trainer = Trainer(
         model=AttentionTransfer(student, teacher, stage),
         args=args,
         train_dataset=train_dataset,
         data_collator=data_collator,
     )
-    return trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    try:
+        return trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    finally:  # the stage froze what it does not train: give the models back as they came
+        for parameter, requires_grad in trainable.items():
+            parameter.requires_grad_(requires_grad)
 
 
 @torch.no_grad()

@@ -177,6 +177,8 @@ def test_transfer_lowers_the_per_layer_error(bert, tokenizer, tmp_path, stage):
     for layer, (error_before, error_after) in enumerate(zip(before[measured], after[measured], strict=True)):
         assert error_after < error_before, (stage, layer, before, after)
     assert embedding_cosine(student, bert, evaluation) > cosine_before
+    # both models come back trainable as they were
+    assert all(parameter.requires_grad for parameter in (*student.parameters(), *bert.parameters()))
     # the teacher never changes; the layerwise stage trains only the attention sub-layers
     for name, tensor in bert.state_dict().items():
         assert torch.equal(tensor, teacher[name]), name
