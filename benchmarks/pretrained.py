@@ -377,7 +377,7 @@ def report(runs: dict) -> str:
     lines += [
         "all-MiniLM-L6-v2 (BERT, 6 layers, hidden 384, Apache-2.0) converted by",
         "`scripts/convert_bert_to_fastformer.py` (weights mapped, attention transferred in two stages;",
-        "`fastformer/conversion.py`, `fastformer/distillation.py`),"
+        "`fastformer/conversion.py`, `fastformer/distillation.py`),",
         "measured by `benchmarks/pretrained.py`. Each section below says how it was run.", "",
     ]
     conversion = runs.get("conversion")
