@@ -44,6 +44,11 @@ from .configuration_fastformer import FastformerConfig
 from .modeling_fastformer import FastformerForConditionalGeneration, FastformerModel
 
 SUPPORTED_MODEL_TYPES = ("bert",)
+# config fields that BertConfig and FastformerConfig share, with one meaning: the converted model takes the source's
+SHARED_CONFIG_FIELDS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
+    "hidden_dropout_prob", "layer_norm_eps", "initializer_range", "pad_token_id",
+)
 TASKS = ("encoder", "seq2seq")
 # sentence-transformers' pooling modes (6.x names; before 6.0 the flags pooling_mode_<name>) -> the Fastformer
 # pooler that computes the same vector
@@ -191,18 +196,9 @@ def fastformer_config(
             f"max_position_embeddings={positions} is below the source's {bert_config.max_position_embeddings}; "
             "a converted model keeps every learned position"
         )
-    settings = dict(
-        vocab_size=bert_config.vocab_size,
-        hidden_size=bert_config.hidden_size,
-        num_hidden_layers=bert_config.num_hidden_layers,
-        num_attention_heads=bert_config.num_attention_heads,
-        intermediate_size=bert_config.intermediate_size,
-        hidden_act=bert_config.hidden_act,
-        hidden_dropout_prob=bert_config.hidden_dropout_prob,
+    settings = {name: getattr(bert_config, name) for name in SHARED_CONFIG_FIELDS}
+    settings.update(
         max_position_embeddings=positions,
-        layer_norm_eps=bert_config.layer_norm_eps,
-        initializer_range=bert_config.initializer_range,
-        pad_token_id=bert_config.pad_token_id,
         share_query_value=False,
         share_layers=False,
         share_heads=False,

@@ -111,7 +111,7 @@ ARGUMENTS = (ConversionArguments, DistillationArguments, DistillationTrainingArg
 
 def prepare_output_dir(output_dir: Path, overwrite: bool, run: dict) -> None:
     """A finished folder is never replaced without --overwrite_output_dir. An unfinished transfer of the same run
-    (`run`: source, task, positions, data, steps, seed) is resumed from its checkpoints; of another run it is
+    (`run`: source, task, positions, data, text length, seed) is resumed from its checkpoints; of another run it is
     refused, or with --overwrite_output_dir deleted, as are the sentence-transformers files of a former run."""
     work = output_dir / DISTILLATION_DIR
     finished = (output_dir / "config.json").exists()
