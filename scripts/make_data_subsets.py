@@ -1,7 +1,9 @@
 """Write the compact data subsets bundled in data/ from the full copies in ../shared/data.
 
 - 20newsgroups/{train,test}.jsonl: 120 / 30 documents per class (all 20 classes), text cut to 3000 characters;
-- news_headlines/{train,validation,test}.jsonl: 600 / 100 / 100 articles, document cut to 2000 characters;
+- news_headlines/{train,validation,test}.jsonl: the whole split (2924 / 365 / 366 articles), in the source's order,
+  each document cut to what the longest source length used (1024 tokens of the bundled bert-base-uncased
+  tokenizer, [CLS] and [SEP] included) reads;
 - 20newsgroups_fewshot/train.jsonl: 10 documents per class from the training documents not in the subset above
   (a second, few-shot training split; test with 20newsgroups/test.jsonl);
 - distillation/train.jsonl.gz: unlabeled text for the attention transfer of a converted model: 4000 training
@@ -20,10 +22,13 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from transformers import AutoTokenizer
+
 NEWSGROUPS_PER_CLASS = {"train": 120, "test": 30}
 NEWSGROUPS_MAX_CHARS = 3000
-HEADLINES_ROWS = {"train": 600, "validation": 100, "test": 100}
-HEADLINES_MAX_CHARS = 2000
+HEADLINES_SPLITS = ("train", "validation", "test")
+HEADLINES_MAX_TOKENS = 1024  # the longest --max_source_length of docs/RESULTS.md's summarization table
+TOKENIZER = Path(__file__).resolve().parents[1] / "data" / "tokenizers" / "bert-base-uncased"
 FEWSHOT_PER_CLASS = 10
 DISTILLATION_NEWSGROUPS = 4000
 DISTILLATION_MAX_CHARS = 1500
@@ -71,13 +76,23 @@ def newsgroups_subset(path, per_class, seed):
     return rows
 
 
-def headlines_subset(path, k, seed):
+def truncate_at_tokens(text, tokenizer, max_tokens):
+    """`text` cut, without splitting a word, to the words that `max_tokens` tokens (special tokens included) read."""
+    encoded = tokenizer(text, max_length=max_tokens, truncation=True, return_offsets_mapping=True)
+    if len(encoded["input_ids"]) < max_tokens:
+        return text
+    end = max(stop for _, stop in encoded["offset_mapping"])  # special tokens have (0, 0)
+    return truncate_at_word(text, end)
+
+
+def headlines_split(path, tokenizer):
+    """Every article of `path`, in order, cut to HEADLINES_MAX_TOKENS tokens; the `subtitle` field is dropped."""
     rows = []
     for row in read_jsonl(path):
-        document = truncate_at_word(row["document"], HEADLINES_MAX_CHARS)
+        document = truncate_at_tokens(row["document"], tokenizer, HEADLINES_MAX_TOKENS)
         if document.strip() and row["summary"].strip():
             rows.append({"id": row["id"], "document": document, "summary": row["summary"]})
-    return sample(rows, k, random.Random(seed), str(path))
+    return rows
 
 
 def unused_newsgroups(path, used_texts, max_chars):
@@ -123,8 +138,9 @@ def main():
     for split, per_class in NEWSGROUPS_PER_CLASS.items():
         rows = newsgroups_subset(args.shared_data / "20newsgroups" / f"{split}.jsonl", per_class, args.seed)
         write_jsonl(args.output / "20newsgroups" / f"{split}.jsonl", rows)
-    for split, k in HEADLINES_ROWS.items():
-        rows = headlines_subset(args.shared_data / "news_headlines" / f"{split}.jsonl", k, args.seed)
+    tokenizer = AutoTokenizer.from_pretrained(TOKENIZER)
+    for split in HEADLINES_SPLITS:
+        rows = headlines_split(args.shared_data / "news_headlines" / f"{split}.jsonl", tokenizer)
         write_jsonl(args.output / "news_headlines" / f"{split}.jsonl", rows)
 
     subset = {row["text"] for row in read_jsonl(args.output / "20newsgroups" / "train.jsonl")}
