@@ -88,8 +88,19 @@ class DataArguments:
 
 def parse_args(arguments: tuple[type, type, type], args: list[str] | None = None) -> tuple:
     """The command line (or `args`) as a script's (model, data, training) `arguments` dataclasses; a flag that
-    none of them has is an error."""
-    return HfArgumentParser(arguments).parse_args_into_dataclasses(args)
+    none of them has is an error. A single argument ending in .json is an argument file, as in the transformers
+    examples: one JSON object whose keys are the flags' names (relative paths in it are relative to the
+    working directory, as on the command line)."""
+    parser = HfArgumentParser(arguments)
+    args = sys.argv[1:] if args is None else args
+    if len(args) == 1 and args[0].endswith(".json"):
+        if not Path(args[0]).is_file():
+            fail(f"argument file {args[0]}: no such file")
+        try:
+            return parser.parse_json_file(args[0])
+        except ValueError as error:  # keys that are no flag of this script, or invalid JSON
+            fail(f"argument file {args[0]}: {error}")
+    return parser.parse_args_into_dataclasses(args)
 
 
 def setup_logging(training_args):

@@ -123,6 +123,9 @@ def write_model_card(
         num_parameters=f"{model.num_parameters():,}",
         num_parameters_without_embeddings=f"{model.num_parameters(exclude_embeddings=True):,}",
         labels=labels,
+        # an EncoderDecoderModel (BERT2BERT) keeps its encoder's settings in config.encoder
+        max_positions=getattr(config, "max_position_embeddings", None)
+        or getattr(getattr(config, "encoder", None), "max_position_embeddings", None),
         hyperparameters=[(name, _cell(value)) for name, value in hyperparameters.items()],
         results=[(_metric_label(key), _cell(value, decimals=4)) for key, value in metrics.items()],
     )

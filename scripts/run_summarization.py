@@ -20,6 +20,7 @@ from rouge_score import rouge_scorer, scoring
 from transformers import (
     AutoModelForSeq2SeqLM,
     DataCollatorForSeq2Seq,
+    EarlyStoppingCallback,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
     set_seed,
@@ -73,6 +74,21 @@ class DataTrainingArguments(DataArguments):
         metadata={
             "help": "Beams for generate in evaluation and prediction (default: --generation_num_beams, else the "
             "model's generation config)."
+        },
+    )
+    length_penalty: float | None = field(
+        default=None,
+        metadata={"help": "Beam search's length penalty (> 1 favours longer outputs); saved in the generation config."},
+    )
+    no_repeat_ngram_size: int | None = field(
+        default=None,
+        metadata={"help": "Never generate an n-gram of this size twice; saved in the generation config."},
+    )
+    early_stopping_patience: int | None = field(
+        default=None,
+        metadata={
+            "help": "Stop training after this many evaluations without improving --metric_for_best_model (needs "
+            "--load_best_model_at_end, which keeps the best checkpoint)."
         },
     )
     ignore_pad_token_for_loss: bool = field(
@@ -145,6 +161,15 @@ def main():
     for name in ("decoder_start_token_id", "eos_token_id"):
         if getattr(model.config, name, None) is None:
             fail(f"the model config has no {name}: set it with --config_overrides {name}=ID")
+    # the decoding flags go into the generation config, so the saved model generates as it was evaluated
+    decoding = {"num_beams": data_args.num_beams, "length_penalty": data_args.length_penalty,
+                "no_repeat_ngram_size": data_args.no_repeat_ngram_size}  # fmt: skip
+    model.generation_config.update(**{name: value for name, value in decoding.items() if value is not None})
+    callbacks = []
+    if data_args.early_stopping_patience is not None:
+        if not training_args.load_best_model_at_end:
+            fail("--early_stopping_patience needs --load_best_model_at_end (and --metric_for_best_model)")
+        callbacks.append(EarlyStoppingCallback(early_stopping_patience=data_args.early_stopping_patience))
 
     preprocess = {
         split: partial(
@@ -178,6 +203,7 @@ def main():
             tokenizer, model=model, label_pad_token_id=label_pad_token_id(tokenizer, data_args)
         ),
         compute_metrics=compute_metrics if training_args.predict_with_generate else None,
+        callbacks=callbacks,
     )
 
     eval_metrics = train_and_evaluate(trainer, prepared)

@@ -21,17 +21,14 @@ TITLES = {
     "classification": "Classification: Fastformer vs a Transformer of the same size",
     "interaction": "RQ2: the interaction function",
     "sharing": "RQ3: parameter sharing",
-    "summarization": "Summarization: Fastformer encoder-decoder vs a Transformer (BART) of the same size",
 }
-CLASSIFICATION = [("accuracy", "eval_accuracy", 100), ("macro-F1", "eval_f1_macro", 100)]
-SUMMARIZATION = [("ROUGE-1", "eval_rouge1", 1), ("ROUGE-2", "eval_rouge2", 1), ("ROUGE-L", "eval_rougeL", 1),
-                 ("generated length", "eval_gen_len", 1)]  # fmt: skip
+CLASSIFICATION = [("accuracy", "accuracy", 100), ("macro-F1", "f1_macro", 100)]  # test_* and eval_* metrics
 
 
 def load_results(runs: Path, tags: dict[str, str]) -> dict[str, dict[tuple[str, str, str], list[dict]]]:
     """Per table, its stored runs (those on the table's data tag) by `key`, in seed order."""
     grouped = {}
-    for path in sorted(runs.glob("*/*/seed*/quality_result.json")):
+    for path in sorted(runs.glob("*/*/*/quality_result.json")):
         result = json.loads(path.read_text())
         stored_as = (result["model_type"], result["overrides"], result.get("extra", ""))
         grouped.setdefault(result["data"], {}).setdefault(stored_as, []).append(result)
@@ -47,6 +44,23 @@ def key(row) -> tuple[str, str, str]:
     return model_type, overrides, " ".join(extra[0]) if extra else ""
 
 
+def setting(run) -> str:
+    return f"lr {run['learning_rate']}, warm-up {run['warmup_steps']}"
+
+
+def grid(runs) -> dict[str, dict]:
+    """The first seed's run of each tuning setting."""
+    first = min(run["seed"] for run in runs)
+    return {setting(run): run for run in runs if run["seed"] == first}
+
+
+def best(runs) -> tuple[str, list[dict]]:
+    """The setting with the best validation accuracy (first seed), and its runs over all seeds."""
+    tried = grid(runs)
+    chosen = max(tried, key=lambda name: tried[name]["metrics"]["eval_accuracy"])
+    return chosen, [run for run in runs if setting(run) == chosen]
+
+
 def mean_std(values, digits=2) -> str:
     if len(values) == 1:
         return f"{values[0]:.{digits}f}"
@@ -54,35 +68,48 @@ def mean_std(values, digits=2) -> str:
 
 
 def table(name, rows, results) -> list[str]:
-    columns = SUMMARIZATION if name == "summarization" else CLASSIFICATION
+    columns = CLASSIFICATION
     lines = [
-        "| model | " + " | ".join(title for title, _, _ in columns) + " | parameters | training s per run | seeds |",
-        "|---" * (len(columns) + 4) + "|",
-    ]
+        "| model | " + " | ".join(f"test {title}" for title, _, _ in columns)
+        + " | chosen on validation | parameters | training s per run | seeds |",
+        "|---" * (len(columns) + 5) + "|",
+    ]  # fmt: skip
     for row in rows:
         label, runs = row[0], results.get(key(row))
         if not runs:
-            lines.append(f"| {label} | " + " | ".join("not run" for _ in columns) + " | | | 0 |")
+            lines.append(f"| {label} | " + " | ".join("not run" for _ in columns) + " | | | | 0 |")
             continue
-        cells = [mean_std([run["metrics"][metric] * scale for run in runs]) for _, metric, scale in columns]
+        chosen, runs = best(runs)
+        cells = [mean_std([run["metrics"][f"test_{metric}"] * scale for run in runs]) for _, metric, scale in columns]
         seconds = mean_std([run["train_seconds"] for run in runs], digits=0)
         lines.append(
-            f"| {label} | " + " | ".join(cells) + f" | {runs[0]['parameters'] / 1e6:.2f}M | {seconds} | {len(runs)} |"
-        )
+            f"| {label} | " + " | ".join(cells)
+            + f" | {chosen} | {runs[0]['parameters'] / 1e6:.2f}M | {seconds} | {len(runs)} |"
+        )  # fmt: skip
+    tried = {row[0]: grid(results[key(row)]) for row in rows if results.get(key(row))}
+    settings = list(dict.fromkeys(name for found in tried.values() for name in found))
+    lines += ["", "Tuning grid: validation accuracy (first seed) of each setting.", "",
+              "| model | " + " | ".join(settings) + " |", "|---" * (len(settings) + 1) + "|"]  # fmt: skip
+    for label, found in tried.items():
+        cells = [f"{100 * found[name]['metrics']['eval_accuracy']:.2f}" if name in found else "" for name in settings]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
 
 
 def plot_curves(name, rows, results, folder: Path) -> str | None:
-    """The evaluation metric after each epoch, mean over seeds, one line per model; the file name, or None."""
-    title, metric, scale = (SUMMARIZATION if name == "summarization" else CLASSIFICATION)[0]
+    """Validation accuracy after each epoch for the chosen setting, mean over seeds, one line per model; the file
+    name, or None."""
+    title, metric, scale = CLASSIFICATION[0]
     figure, axis = plt.subplots(figsize=(6, 4))
     plotted = False
     for row in rows:
         label, runs = row[0], results.get(key(row))
         if not runs:
             continue
+        _, runs = best(runs)
         curves = [
-            [(entry["epoch"], entry[metric] * scale) for entry in run["curve"] if metric in entry] for run in runs
+            [(entry["epoch"], entry[f"eval_{metric}"] * scale) for entry in run["curve"] if f"eval_{metric}" in entry]
+            for run in runs
         ]
         epochs = [epoch for epoch, _ in curves[0]]
         means = [statistics.fmean(curve[i][1] for curve in curves) for i in range(len(epochs))]
@@ -91,7 +118,7 @@ def plot_curves(name, rows, results, folder: Path) -> str | None:
     if not plotted:
         plt.close(figure)
         return None
-    axis.set(xlabel="epoch", ylabel=title, title=TITLES[name].split(":")[0] + f": {title} (mean over seeds)")
+    axis.set(xlabel="epoch", ylabel=f"validation {title}", title=TITLES[name].split(":")[0] + " (mean over seeds)")
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize=8)
     figure.tight_layout()
@@ -102,12 +129,87 @@ def plot_curves(name, rows, results, folder: Path) -> str | None:
 
 
 def commands(results, rows) -> list[str]:
-    """The script command of each model's first seed, as it ran (the output folder and seed vary)."""
-    found = [results[key(row)][0] for row in rows if key(row) in results]
+    """The script command of each model's chosen setting, first seed, as it ran (the output folder and seed vary)."""
+    found = [best(results[key(row)])[1][0] for row in rows if key(row) in results]
     return [f"    {run['command'].replace(str(REPO) + '/', '')}" for run in found]
 
 
-def write_report(runs: Path, destination: Path, tables: dict):
+SUMMARIZATION_COLUMNS = [("ROUGE-1", "rouge1"), ("ROUGE-2", "rouge2"), ("ROUGE-L", "rougeL"),
+                         ("ROUGE-Lsum", "rougeLsum")]  # fmt: skip
+EXAMPLES = 5  # test articles shown with their reference and generated headlines
+
+
+def chosen_text(row: dict) -> str:
+    chosen = row["chosen"]
+    if "k" in chosen:
+        return f"k = {chosen['k']} words"
+    beams = chosen["num_beams"]
+    decoding = "greedy" if beams == 1 else f"{beams} beams, length penalty {chosen['length_penalty']:g}"
+    repeat = f", no repeated {chosen['no_repeat_ngram_size']}-grams" if chosen.get("no_repeat_ngram_size") else ""
+    return f"lr {chosen['learning_rate']:g}; {decoding}{repeat}"
+
+
+def summarization_section(results: dict, data: Path) -> list[str]:
+    """docs/RESULTS.md's summarization section from benchmarks/quality/summarization.py's results.json."""
+    from summarization import ROWS  # noqa: PLC0415  (the rows, in order, with their labels)
+
+    test = [json.loads(line) for line in (data / "test.jsonl").read_text().splitlines() if line.strip()]
+    references = [row["summary"] for row in test]
+    reference_words = statistics.fmean(len(text.split()) for text in references)
+    lines = [
+        "## Summarization: news articles -> headlines, warm-started and from scratch",
+        "",
+        "| model | " + " | ".join(title for title, _ in SUMMARIZATION_COLUMNS)
+        + " | words | training min | ms per summary | chosen on validation |",
+        "|---" * (len(SUMMARIZATION_COLUMNS) + 5) + "|",
+    ]
+    for name, settings in ROWS.items():
+        label, row = settings["label"], results.get(name)
+        if row is None:
+            lines.append(f"| {label} | " + " | ".join("not run yet" for _ in SUMMARIZATION_COLUMNS) + " | | | | |")
+            continue
+        cells = [f"{row['test'][metric]:.2f}" for _, metric in SUMMARIZATION_COLUMNS]
+        minutes = f"{row['train_seconds'] / 60:.1f}" if "train_seconds" in row else "-"
+        decode = f"{row['decode_ms']:.0f}" if "decode_ms" in row else "-"
+        lines.append(f"| {label} | " + " | ".join(cells)
+                     + f" | {row['test']['words']:.1f} | {minutes} | {decode} | {chosen_text(row)} |")  # fmt: skip
+    lines += ["", f"The reference headlines have {reference_words:.1f} words on average.", ""]
+
+    tuned = {ROWS[name]["family"]: row["tuning"] for name, row in results.items() if "tuning" in row}
+    if tuned:
+        lines += [
+            "Tuning on the validation split (ROUGE-1; learning rates at the proxy settings, decodings with the best",
+            "proxy model):", "", "| model family | setting | validation ROUGE-1 |", "|---|---|---|",
+        ]  # fmt: skip
+        for family, tuning in tuned.items():
+            for rate, value in tuning["learning_rates"].items():
+                lines.append(f"| {family} | learning rate {rate} | {value:.2f} |")
+            for setting, value in tuning["decoding"].items():
+                lines.append(f"| {family} | {setting.replace('-', ', ')} | {value:.2f} |")
+        lines.append("")
+
+    curves = {name: row["validation_curve"] for name, row in results.items() if "validation_curve" in row}
+    fastformers = [name for name in ROWS if name.startswith("fastformer") and name in curves]
+    best = max(fastformers, key=lambda name: max(value for _, value in curves[name]), default=None)
+    columns = [(name, ROWS[name]["label"]) for name in (best, "bert2bert-512") if name in results]
+    if columns:
+        lines += [
+            f"The first {EXAMPLES} test articles (their first 40 words), the reference headline and the generated",
+            "ones (the Fastformer row with the best validation ROUGE-1, and BERT2BERT):", "",
+        ]  # fmt: skip
+        for index, article in enumerate(test[:EXAMPLES]):
+            words = article["document"].split()
+            lines += [f"{index + 1}. *{' '.join(words[:40])}{' ...' if len(words) > 40 else ''}*", "",
+                      f"   - reference: {references[index]}"]  # fmt: skip
+            lines += [f"   - {label}: {results[name]['predictions'][index]}" for name, label in columns]
+            lines.append("")
+    lines += ["Command (every row; finished steps are read back from runs/quality/headlines):", "",
+              "    python benchmarks/quality/summarization.py", "", "which ran, per row:", ""]  # fmt: skip
+    lines += [f"    {results[name]['command']}" for name in ROWS if name in results and "command" in results[name]]
+    return lines + [""]
+
+
+def write_report(runs: Path, destination: Path, tables: dict, headlines_data: Path = REPO / "data" / "news_headlines"):
     record = runs / "tables.json"
     tags = json.loads(record.read_text()) if record.exists() else {}
     by_table = load_results(runs, tags)
@@ -117,34 +219,37 @@ def write_report(runs: Path, destination: Path, tables: dict):
     lines = [
         "# The paper's findings at small scale, on real data",
         "",
-        "Generated by `benchmarks/quality/run.py` (one command per table, below) from the runs in `runs/quality`;",
-        "`python benchmarks/quality/results_report.py` regenerates this file. Everything trained from scratch on",
-        "this machine's 2 CPU cores (Intel Xeon, 2 threads, 24 GB, no GPU), torch 2.13 CPU, transformers 5.24.",
-        "Mean +- standard deviation over the seeds; training s is the Trainer's train_runtime (evaluation",
-        "after every epoch included). Every run's numbers, learning curve and command: results_runs.json.",
+        "Generated by `benchmarks/quality/run.py` (classification, one command per table) and",
+        "`benchmarks/quality/summarization.py` (summarization) from the runs in `runs/quality`;",
+        "`python benchmarks/quality/results_report.py` regenerates this file. Measured on this machine's 2 CPU cores",
+        "(2 threads, 24 GB, no GPU), torch 2.13 CPU, transformers 5.24. Every run's numbers, learning curve and",
+        "command: results_runs.json (classification) and results_summarization.json.",
         "",
-        "Settings, the paper's scaled to what 2 CPU cores finish: classification on 20 Newsgroups (11,293 training /",
-        "7,528 test documents in ../shared/data; each table states the random subset it used), max length 512,",
-        "hidden 128 (paper: 256), 8 heads of 16 (paper: 16 of 16), feed-forward 512, 2 layers, dropout 0.2, AdamW",
-        "lr 1e-3 (paper: Adam 1e-3), batch 32 (paper: 64), 3 epochs, 20 warm-up steps. Fastformer is the paper's",
-        "final model unless the row says otherwise (product interaction, query-value and layer-wise sharing,",
-        "additive pooling); the Transformer is transformers' BERT with SDPA attention, same width, depth, heads",
-        "and hidden dropout, no dropout on its attention weights (with it, CPU SDPA falls back to an unfused kernel",
-        "that is 5x slower). Summarization on news_headlines (2,924 training / 365 validation articles),",
-        "article -> headline, source 256 / target 32 tokens, hidden 128, 8 heads, 2 encoder + 2",
-        "decoder layers, no layer sharing, dropout 0.1, lr 5e-4, batch 16, 5 epochs, greedy decoding; BART has the",
-        "same sizes (d_model 128, 8 heads, feed-forward 512, 2 + 2 layers, dropout 0.1).",
+        "Classification, the paper's setting scaled to what 2 CPU cores finish: 20 Newsgroups (11,293 training /",
+        "7,528 test documents in ../shared/data; each table states the random subsets it used), max length 512,",
+        "hidden 128 (paper: 256), 8 heads of 16 (paper: 16 of 16), feed-forward 512, 2 layers, dropout 0.2, AdamW,",
+        "batch 32 (paper: 64), 3 epochs, trained from scratch. Every model is tuned the same way: a grid of learning",
+        "rate x warm-up steps (the paper's lr 1e-3 and 3e-4; 20 or 100 warm-up steps) with the first seed, scored on",
+        "a validation split of other training documents; the best setting then runs with two more seeds, and the",
+        "table reports its test scores (mean +- standard deviation over the 3 seeds; training s is the Trainer's",
+        "train_runtime, evaluation after every epoch included). Fastformer is the paper's final model unless the row",
+        "says otherwise (product interaction, query-value and layer-wise sharing, additive pooling); the Transformer",
+        "is transformers' BERT with SDPA attention, same width, depth, heads and hidden dropout, no dropout on its",
+        "attention weights (with it, CPU SDPA falls back to an unfused kernel that is 5x slower).",
         "",
     ]
     for name, rows in tables.items():
         results = by_table.get(name, {})
         if not any(key(row) in results for row in rows):
+            command = f"python benchmarks/quality/run.py {name} --data ../shared/data/20newsgroups"
+            lines += [f"## {TITLES[name]}", "", f"Not run yet with the tuning protocol above: `{command}` runs it.", ""]
             continue
-        source, train, evaluation = tags[name].rsplit("-", 2)
+        source, train, validation, test = tags[name].rsplit("-", 3)
         lines += [
             f"## {TITLES[name]}",
             "",
-            f"Data: {int(train):,} training and {int(evaluation):,} evaluation examples of {source}, drawn at random.",
+            f"Data: {int(train):,} training, {int(validation):,} validation (other training documents) and "
+            f"{int(test):,} test examples of {source}, drawn at random.",
             "",
             *table(name, rows, results),
             "",
@@ -152,17 +257,20 @@ def write_report(runs: Path, destination: Path, tables: dict):
         picture = plot_curves(name, rows, results, destination.parent)
         if picture:
             lines += [f"![learning curves]({picture})", ""]
-        data = "news_headlines" if name == "summarization" else "20newsgroups"
         lines += [
             "Command:",
             "",
-            f"    python benchmarks/quality/run.py {name} --data ../shared/data/{data}",
+            f"    python benchmarks/quality/run.py {name} --data ../shared/data/20newsgroups",
             "",
-            "which ran, per model (first seed):",
+            "which ran, per model (chosen setting, first seed):",
             "",
             *commands(results, rows),
             "",
         ]
+    headlines = runs / "headlines" / "results.json"  # benchmarks/quality/summarization.py
+    if headlines.exists():
+        (destination.parent / "results_summarization.json").write_text(headlines.read_text())
+        lines += summarization_section(json.loads(headlines.read_text()), headlines_data)
     if destination.exists() and READING in destination.read_text():
         text = destination.read_text()
         lines.append(text[text.index(READING) :].rstrip("\n"))

@@ -1,0 +1,184 @@
+"""The warm-started summarization recipe: configs/summarization/news_headlines.json as run_summarization.py reads
+it, a converted seq2seq checkpoint trained by it (tiny random BERT, 2 steps), and the benchmark behind
+docs/RESULTS.md's summarization table (benchmarks/quality/summarization.py) at toy size."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, BertConfig, BertModel
+
+import run_summarization
+from common import parse_args
+from fastformer.conversion import convert_bert
+
+RECIPE = Path("configs/summarization/news_headlines.json")
+PATH_KEYS = ("model_name_or_path", "output_dir", "train_file", "validation_file", "test_file")
+OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module")
+def recipe(repo_root):
+    return json.loads((repo_root / RECIPE).read_text())
+
+
+@pytest.fixture(scope="module")
+def bert(tokenizer):
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+        max_position_embeddings=64,
+    )  # fmt: skip
+    return BertModel(config, add_pooling_layer=False).eval()
+
+
+@pytest.fixture(scope="module")
+def converted(bert, tokenizer, tmp_path_factory):
+    """A seq2seq Fastformer converted from the tiny BERT (weights copied, no attention transfer), saved."""
+    folder = tmp_path_factory.mktemp("converted-seq2seq")
+    convert_bert(bert, max_position_embeddings=128, task="seq2seq").save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_argument_file_parses_with_the_script_parser(repo_root, recipe, monkeypatch):
+    monkeypatch.chdir(repo_root)
+    model_args, data_args, training_args = parse_args(run_summarization.ARGUMENTS, [str(RECIPE)])
+    assert model_args.model_name_or_path == recipe["model_name_or_path"]
+    assert (data_args.max_source_length, data_args.num_beams) == (recipe["max_source_length"], recipe["num_beams"])
+    assert training_args.learning_rate == recipe["learning_rate"] and training_args.predict_with_generate
+    assert training_args.load_best_model_at_end and training_args.metric_for_best_model == "rouge1"
+
+
+def test_argument_file_paths_are_relative_to_the_repository_and_exist(repo_root, recipe):
+    for key in PATH_KEYS:
+        assert not Path(recipe[key]).is_absolute() and ".." not in Path(recipe[key]).parts, key
+    for key in ("train_file", "validation_file", "test_file"):
+        assert (repo_root / recipe[key]).is_file(), key
+    # the model is the folder that the README's conversion command writes, just before it runs the recipe
+    readme = (repo_root / "README.md").read_text()
+    conversion = next(line for line in readme.splitlines() if "--task seq2seq" in line and "convert_bert" in line)
+    assert f"--output_dir {recipe['model_name_or_path']} " in conversion
+    assert readme.index(conversion) < readme.index(f"python scripts/run_summarization.py {RECIPE}")
+    config = repo_root / recipe["model_name_or_path"] / "config.json"
+    if config.exists():  # once that command has run
+        assert json.loads(config.read_text())["is_encoder_decoder"]
+
+
+def test_argument_file_holds_what_the_benchmark_chose_on_validation(repo_root, recipe):
+    """The recipe is docs/RESULTS.md's warm-started Fastformer row at source 512: its learning rate and decoding
+    are the ones benchmarks/quality/summarization.py chose for that row on the validation split."""
+    row = json.loads((repo_root / "docs" / "results_summarization.json").read_text())["fastformer-512"]
+    assert recipe["max_source_length"] == 512
+    assert {key: recipe[key] for key in row["chosen"]} == row["chosen"]
+
+
+def test_argument_file_with_an_unknown_key_or_no_file_is_refused(tmp_path):
+    (tmp_path / "bad.json").write_text(json.dumps({"output_dir": "x", "learning_rat": 0.1}))
+    for path, message in [(tmp_path / "bad.json", "learning_rat"), (tmp_path / "none.json", "no such file")]:
+        with pytest.raises(SystemExit, match=message):
+            parse_args(run_summarization.ARGUMENTS, [str(path)])
+
+
+def test_seq2seq_conversion_decoder_weights_equal_the_source(bert):
+    model = convert_bert(bert, task="seq2seq")
+    for bert_layer, layer in zip(bert.encoder.layer, model.decoder.layers, strict=True):
+        source = bert_layer.attention.self
+        for projection in ("query", "key", "value"):
+            torch.testing.assert_close(getattr(layer.attention, projection).weight, getattr(source, projection).weight)
+        torch.testing.assert_close(layer.attention_output.dense.weight, bert_layer.attention.output.dense.weight)
+        torch.testing.assert_close(layer.feed_forward.intermediate.weight, bert_layer.intermediate.dense.weight)
+        torch.testing.assert_close(layer.feed_forward.output.dense.weight, bert_layer.output.dense.weight)
+        torch.testing.assert_close(layer.feed_forward.output.layer_norm.weight, bert_layer.output.LayerNorm.weight)
+    word_embeddings = bert.embeddings.word_embeddings.weight
+    torch.testing.assert_close(model.decoder.embeddings.word_embeddings.weight, word_embeddings)
+    torch.testing.assert_close(model.lm_head.weight, word_embeddings)
+    source = bert.embeddings  # segment 0's type embedding is folded into the position rows
+    positions = source.position_embeddings.weight + source.token_type_embeddings.weight[0]
+    torch.testing.assert_close(model.decoder.embeddings.position_embeddings.weight, positions)
+
+
+def test_recipe_trains_a_converted_checkpoint_and_generates(repo_root, recipe, converted, tmp_path):
+    """The argument file as it is, but for the tiny model, 8 articles and 2 steps (1 epoch of batch 4)."""
+    settings = {
+        **recipe, "model_name_or_path": str(converted), "output_dir": str(tmp_path / "run"),
+        "max_train_samples": 8, "max_eval_samples": 4, "max_predict_samples": 4, "per_device_train_batch_size": 4,
+        "max_source_length": 64, "num_train_epochs": 1,
+    }  # fmt: skip
+    arguments = tmp_path / "recipe.json"
+    arguments.write_text(json.dumps(settings))
+    process = subprocess.run(
+        [sys.executable, run_summarization.__file__, str(arguments)], cwd=repo_root, env=OFFLINE,
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert process.returncode == 0, process.stderr[-3000:]
+    output = tmp_path / "run"
+    state = json.loads((output / "trainer_state.json").read_text())
+    assert state["global_step"] == 2 and state["best_metric"] is not None
+    assert len((output / "generated_predictions.txt").read_text().splitlines()) == 4
+    assert {"test_rouge1", "eval_rouge1", "eval_gen_len"} <= json.loads(
+        (output / "all_results.json").read_text()
+    ).keys()
+    model = AutoModelForSeq2SeqLM.from_pretrained(output)
+    # the decoding the recipe was evaluated with is saved with the model
+    for key in ("num_beams", "length_penalty", "no_repeat_ngram_size"):
+        assert getattr(model.generation_config, key) == recipe[key], key
+    assert not torch.equal(
+        model.decoder.layers[0].cross_attention.query.weight,
+        AutoModelForSeq2SeqLM.from_pretrained(converted).decoder.layers[0].cross_attention.query.weight,
+    )
+    generated = model.generate(torch.tensor([[101, 2023, 2003, 1037, 3231, 102]]), max_new_tokens=5)
+    assert generated.shape[0] == 1 and 1 < generated.shape[1] <= 6
+
+
+@pytest.mark.slow
+def test_benchmark_tunes_each_row_on_validation_and_scores_the_test_split(repo_root, recipe, converted, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, rows in (("train", 16), ("validation", 6), ("test", 6)):
+        lines = (repo_root / recipe[f"{split}_file"]).read_text().splitlines()[:rows]
+        (data / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "docs").mkdir()
+    settings = tmp_path / "recipe.json"
+    settings.write_text(json.dumps({**recipe, "model_name_or_path": str(converted)}))
+    command = [
+        sys.executable, str(repo_root / "benchmarks" / "quality" / "summarization.py"), "--rows", "lead",
+        "fastformer-512", "--recipe", str(settings), "--data", str(data), "--runs", str(tmp_path / "runs"),
+        "--results", str(tmp_path / "docs" / "RESULTS.md"),
+        "--extra", "--max_source_length", "48", "--per_device_train_batch_size", "8",
+    ]  # fmt: skip
+    process = subprocess.run(command, cwd=repo_root, env=OFFLINE, capture_output=True, text=True, timeout=900)
+    assert process.returncode == 0, process.stderr[-3000:]
+    results = json.loads((tmp_path / "runs" / "headlines" / "results.json").read_text())
+    lead, model = results["lead"], results["fastformer-512"]
+    assert 1 <= lead["chosen"]["k"] <= 40 and len(lead["predictions"]) == 6
+    assert lead["test"]["rouge1"] > 0  # the article's first words share some with its headline
+    assert set(model["tuning"]["learning_rates"]) == {"0.0001", "0.0003"} and len(model["tuning"]["decoding"]) == 8
+    assert model["chosen"]["learning_rate"] in (1e-4, 3e-4) and model["chosen"]["num_beams"] in (1, 4)
+    assert len(model["predictions"]) == 6 and model["decode_ms"] > 0 and model["train_seconds"] > 0
+    assert len(model["validation_curve"]) == 3  # evaluated after each of the recipe's 3 epochs
+    report = (tmp_path / "docs" / "RESULTS.md").read_text()
+    assert "| lead-k (first k words) |" in report
+    assert "| BERT2BERT (softmax), warm-started, source 512 | not run yet |" in report
+    first = json.loads((data / "test.jsonl").read_text().splitlines()[0])
+    assert f"   - reference: {first['summary']}" in report
+    trained = re.findall(r"\] (.+?): ", process.stdout)
+    assert len(trained) == 2 + 8 + 1  # two learning rates, eight decodings, the run itself; lead-k trains nothing
+    # a second call reads the stored runs back instead of training again
+    again = subprocess.run(command, cwd=repo_root, env=OFFLINE, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0 and not re.findall(r"\] (.+?): ", again.stdout)
+
+
+def test_early_stopping_needs_the_best_model_kept(repo_root, converted, tmp_path):
+    process = subprocess.run(
+        [sys.executable, run_summarization.__file__, "--model_name_or_path", str(converted), "--output_dir",
+         str(tmp_path), "--do_train", "--early_stopping_patience", "2", "--use_cpu", "--report_to", "none"],
+        cwd=repo_root, env=OFFLINE, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert process.returncode == 1
+    assert "--early_stopping_patience needs --load_best_model_at_end" in process.stderr.strip().splitlines()[-1]
