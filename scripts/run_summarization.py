@@ -100,7 +100,29 @@ class DataTrainingArguments(DataArguments):
             self.val_max_target_length = self.max_target_length
 
 
-ARGUMENTS = (ModelArguments, DataTrainingArguments, Seq2SeqTrainingArguments)
+@dataclass
+class SummarizationModelArguments(ModelArguments):
+    freeze_encoder: bool = field(
+        default=False,
+        metadata={
+            "help": "Train the decoder only (as the transformers legacy seq2seq examples' --freeze_encoder): the "
+            "encoder stays as loaded, except weights it shares with the decoder (tied word embeddings). For "
+            "an encoder-decoder warm-started from an encoder checkpoint: fine-tuning the encoder through the new, "
+            "random cross-attention collapses its token representations (docs/RESULTS.md)."
+        },
+    )
+
+
+ARGUMENTS = (SummarizationModelArguments, DataTrainingArguments, Seq2SeqTrainingArguments)
+
+
+def freeze_encoder(model) -> None:
+    """No gradient for the encoder's parameters, but for those the decoder or the LM head also uses."""
+    shared = {id(parameter) for parameter in model.get_decoder().parameters()}
+    shared |= {id(parameter) for parameter in model.get_output_embeddings().parameters()}
+    for parameter in model.get_encoder().parameters():
+        if id(parameter) not in shared:
+            parameter.requires_grad_(False)
 
 
 def label_pad_token_id(tokenizer, data_args) -> int:
@@ -127,12 +149,19 @@ class SummarizationTrainer(ModelCardTrainerMixin, Seq2SeqTrainer):
 
 
 def rouge(predictions: list[str], references: list[str]) -> dict[str, float]:
-    """ROUGE F-measures x 100, aggregated as the `evaluate` rouge metric does, without the Hub."""
+    """ROUGE F-measures x 100, aggregated as the `evaluate` rouge metric does, without the Hub; the bootstrap
+    resampling is seeded, so the same texts always give the same numbers."""
     scorer = rouge_scorer.RougeScorer(ROUGE_TYPES, use_stemmer=True)
     aggregator = scoring.BootstrapAggregator()
     for prediction, reference in zip(predictions, references):
         aggregator.add_scores(scorer.score(reference, prediction))
-    return {name: 100 * score.mid.fmeasure for name, score in aggregator.aggregate().items()}
+    state = np.random.get_state()  # the aggregator draws from numpy's global generator: leave it as it was
+    np.random.seed(0)
+    try:
+        aggregated = aggregator.aggregate()
+    finally:
+        np.random.set_state(state)
+    return {name: 100 * score.mid.fmeasure for name, score in aggregated.items()}
 
 
 def main():
@@ -165,6 +194,8 @@ def main():
     decoding = {"num_beams": data_args.num_beams, "length_penalty": data_args.length_penalty,
                 "no_repeat_ngram_size": data_args.no_repeat_ngram_size}  # fmt: skip
     model.generation_config.update(**{name: value for name, value in decoding.items() if value is not None})
+    if model_args.freeze_encoder:
+        freeze_encoder(model)
     callbacks = []
     if data_args.early_stopping_patience is not None:
         if not training_args.load_best_model_at_end:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, BertConfig, BertModel
@@ -128,10 +129,14 @@ def test_recipe_trains_a_converted_checkpoint_and_generates(repo_root, recipe, c
     # the decoding the recipe was evaluated with is saved with the model
     for key in ("num_beams", "length_penalty", "no_repeat_ngram_size"):
         assert getattr(model.generation_config, key) == recipe[key], key
-    assert not torch.equal(
-        model.decoder.layers[0].cross_attention.query.weight,
-        AutoModelForSeq2SeqLM.from_pretrained(converted).decoder.layers[0].cross_attention.query.weight,
-    )
+    start = AutoModelForSeq2SeqLM.from_pretrained(converted)
+    cross_attention = model.decoder.layers[0].cross_attention.query.weight
+    assert not torch.equal(cross_attention, start.decoder.layers[0].cross_attention.query.weight)
+    # --freeze_encoder: the encoder's layers are as converted; the word embeddings, shared with the decoder, train
+    assert recipe["freeze_encoder"]
+    for name, tensor in start.fastformer.layers.state_dict().items():
+        torch.testing.assert_close(model.fastformer.layers.state_dict()[name], tensor, msg=name)
+    assert not torch.equal(model.lm_head.weight, start.lm_head.weight)
     generated = model.generate(torch.tensor([[101, 2023, 2003, 1037, 3231, 102]]), max_new_tokens=5)
     assert generated.shape[0] == 1 and 1 < generated.shape[1] <= 6
 
@@ -182,3 +187,13 @@ def test_early_stopping_needs_the_best_model_kept(repo_root, converted, tmp_path
     )  # fmt: skip
     assert process.returncode == 1
     assert "--early_stopping_patience needs --load_best_model_at_end" in process.stderr.strip().splitlines()[-1]
+
+
+def test_rouge_is_deterministic_and_leaves_numpy_random_state_alone():
+    predictions, references = ["the cat sat on the mat", "a dog"], ["the cat sat", "dogs bark loudly"]
+    state = np.random.get_state()
+    first = run_summarization.rouge(predictions, references)
+    assert np.random.get_state()[1].tolist() == state[1].tolist()
+    assert run_summarization.rouge(predictions, references) == first
+    # unigram F1: 2/3 for the first pair (precision 3/6, recall 3/3), 0.4 for the second ("dogs" stems to "dog")
+    assert first["rouge1"] == pytest.approx(100 * (2 / 3 + 0.4) / 2)

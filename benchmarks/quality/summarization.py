@@ -40,7 +40,7 @@ from run_summarization import rouge  # noqa: E402  (the script's own ROUGE: roug
 RECIPE = REPO / "configs" / "summarization" / "news_headlines.json"
 DATA = REPO / "data" / "news_headlines"
 LEAD_WORDS = range(1, 41)
-LEARNING_RATES = (1e-4, 3e-4)
+LEARNING_RATES = (3e-4, 1e-3)
 PROXY = {"max_source_length": 256, "num_train_epochs": 2, "num_beams": 1, "length_penalty": None,
          "no_repeat_ngram_size": None}  # fmt: skip
 DECODING = [  # greedy search has no length penalty: 1.0 is neutral
@@ -55,7 +55,7 @@ BERT2BERT_DROPOUT = {"encoder_attention_probs_dropout_prob": 0.0, "decoder_atten
 SCRATCH_LEARNING_RATES = (3e-4, 1e-3)  # for the rows trained from scratch, which need larger steps
 # from scratch: the warm-started models' size (MiniLM: hidden 384, 12 heads, feed-forward 1,536, 6 + 6 layers), the
 # bundled bert-base-uncased tokenizer (MiniLM's vocabulary), until validation ROUGE-1 stops improving
-SCRATCH = {"model_name_or_path": None, "num_train_epochs": 30, "early_stopping_patience": 2}
+SCRATCH = {"model_name_or_path": None, "freeze_encoder": False, "num_train_epochs": 30, "early_stopping_patience": 2}
 FASTFORMER_SIZE = (
     "hidden_size=384,num_attention_heads=12,intermediate_size=1536,num_hidden_layers=6,num_decoder_layers=6,"
     "share_layers=false,max_position_embeddings=512"
