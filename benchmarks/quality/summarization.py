@@ -40,7 +40,7 @@ from run_summarization import rouge  # noqa: E402  (the script's own ROUGE: roug
 RECIPE = REPO / "configs" / "summarization" / "news_headlines.json"
 DATA = REPO / "data" / "news_headlines"
 LEAD_WORDS = range(1, 41)
-LEARNING_RATES = (3e-4, 1e-3)
+LEARNING_RATES = (3e-4, 1e-3, 3e-3)
 PROXY = {"max_source_length": 256, "num_train_epochs": 2, "num_beams": 1, "length_penalty": None,
          "no_repeat_ngram_size": None}  # fmt: skip
 DECODING = [  # greedy search has no length penalty: 1.0 is neutral
