@@ -15,6 +15,7 @@ autocast as the recipe) and reports, on 32 validation articles, every 20 steps:
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -24,6 +25,9 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, EncoderDecoderMod
 import fastformer  # noqa: F401  (registers Fastformer with the Auto classes)
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+from run_summarization import freeze_encoder  # noqa: E402  (what the recipe's --freeze_encoder does)
+
 DATA = REPO / "data" / "news_headlines"
 
 
@@ -76,10 +80,7 @@ def run(name: str, frozen: bool, args, tokenizer, train, validation) -> list[dic
     torch.manual_seed(0)
     model = load(name, args)
     if frozen:
-        shared = {id(parameter) for parameter in model.get_decoder().parameters()}
-        shared |= {id(parameter) for parameter in model.get_output_embeddings().parameters()}
-        for parameter in model.get_encoder().parameters():
-            parameter.requires_grad_(id(parameter) in shared)
+        freeze_encoder(model)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.learning_rate)
     held_out = batch(tokenizer, validation)
     curve = [{"step": 0, **measure(model, held_out)}]
