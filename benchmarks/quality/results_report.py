@@ -205,8 +205,8 @@ def summarization_section(results: dict, data: Path) -> list[str]:
 
     curves = {name: row["validation_curve"] for name, row in results.items() if "validation_curve" in row}
     fastformers = [name for name in ROWS if name.startswith("fastformer") and name in curves]
-    best = max(fastformers, key=lambda name: max(value for _, value in curves[name]), default=None)
-    columns = [(name, ROWS[name]["label"]) for name in (best, "bert2bert-512") if name in results]
+    shown = max(fastformers, key=lambda name: max(value for _, value in curves[name]), default=None)
+    columns = [(name, ROWS[name]["label"]) for name in (shown, "bert2bert-512") if name in results]
     if columns:
         lines += [
             f"The first {EXAMPLES} test articles (their first 40 words), the reference headline and the generated",

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from safetensors import safe_open
 
-from results_report import write_report
+from results_report import best, write_report
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts"
@@ -178,10 +178,10 @@ def train(args, data, label, model_type, overrides, seed, setting, extra=()) -> 
 def tuned(args, data, label, model_type, overrides, *extra) -> None:
     """The grid with the first seed, then the best setting by validation accuracy with the other seeds."""
     first, *others = args.seeds
-    grid = {setting: train(args, data, label, model_type, overrides, first, setting, *extra) for setting in args.grid}
-    best = max(grid, key=lambda setting: grid[setting]["metrics"]["eval_accuracy"])
+    grid = [train(args, data, label, model_type, overrides, first, setting, *extra) for setting in args.grid]
+    chosen = best(grid)[1][0]  # the report's choice, so the table shows the setting that got the seeds
     for seed in others:
-        train(args, data, label, model_type, overrides, seed, best, *extra)
+        train(args, data, label, model_type, overrides, seed, (chosen["learning_rate"], chosen["warmup_steps"]), *extra)
 
 
 def main():

@@ -153,7 +153,8 @@ def run_script(args, settings: dict, what: str) -> dict:
     print(f"[{time.strftime('%H:%M:%S')}] {what}: {' '.join(command[1:])}", flush=True)
     start = time.perf_counter()
     process = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
-    (folder / "log.txt").write_text(process.stdout + process.stderr) if folder.exists() else None
+    if folder.exists():
+        (folder / "log.txt").write_text(process.stdout + process.stderr)
     if process.returncode != 0:
         sys.exit(f"summarization.py: error: {what} failed:\n{process.stderr[-4000:]}")
     state = folder / "trainer_state.json"
