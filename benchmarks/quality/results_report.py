@@ -149,12 +149,22 @@ def chosen_text(row: dict) -> str:
     return f"lr {chosen['learning_rate']:g}; {decoding}{repeat}"
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def copied_key(headline: str) -> str:
+    """What two headlines share when one copies the other: the words, case aside."""
+    return " ".join(headline.lower().split())
+
+
 def summarization_section(results: dict, data: Path) -> list[str]:
     """docs/RESULTS.md's summarization section from benchmarks/quality/summarization.py's results.json."""
     from summarization import ROWS  # noqa: PLC0415  (the rows, in order, with their labels)
 
-    test = [json.loads(line) for line in (data / "test.jsonl").read_text().splitlines() if line.strip()]
+    test = read_jsonl(data / "test.jsonl")
     references = [row["summary"] for row in test]
+    training = {copied_key(row["summary"]) for row in read_jsonl(data / "train.jsonl")}
     reference_words = statistics.fmean(len(text.split()) for text in references)
     recipe = json.loads((REPO / "configs" / "summarization" / "news_headlines.json").read_text())
     lines = [
@@ -172,23 +182,27 @@ def summarization_section(results: dict, data: Path) -> list[str]:
         "mid, seeded) against the reference headlines as written; words: mean words per generated headline; training",
         "min: train_runtime without the per-epoch validation; ms per summary: the test split's prediction time",
         "(batch 32, the chosen decoding, generation and the loss forward) per article. lead-k: the article's first k",
-        "words, k chosen on the validation split.",
+        "words, k chosen on the validation split. copied: the share of generated headlines that are, word for word",
+        "(case aside), a headline of the training split.",
         "",
         "| model | " + " | ".join(title for title, _ in SUMMARIZATION_COLUMNS)
-        + " | words | training min | ms per summary | chosen on validation |",
-        "|---" * (len(SUMMARIZATION_COLUMNS) + 5) + "|",
+        + " | words | copied | training min | ms per summary | chosen on validation |",
+        "|---" * (len(SUMMARIZATION_COLUMNS) + 6) + "|",
     ]
     for name, settings in ROWS.items():
         label, row = settings["label"], results.get(name)
         if row is None:
-            lines.append(f"| {label} | " + " | ".join("not run yet" for _ in SUMMARIZATION_COLUMNS) + " | | | | |")
+            lines.append(f"| {label} | " + " | ".join("not run yet" for _ in SUMMARIZATION_COLUMNS) + " | | | | | |")
             continue
         cells = [f"{row['test'][metric]:.2f}" for _, metric in SUMMARIZATION_COLUMNS]
         minutes = f"{row['train_seconds'] / 60:.1f}" if "train_seconds" in row else "-"
         decode = f"{row['decode_ms']:.0f}" if "decode_ms" in row else "-"
-        lines.append(f"| {label} | " + " | ".join(cells)
-                     + f" | {row['test']['words']:.1f} | {minutes} | {decode} | {chosen_text(row)} |")  # fmt: skip
-    lines += ["", f"The reference headlines have {reference_words:.1f} words on average.", ""]
+        copied = statistics.fmean(copied_key(text) in training for text in row["predictions"])
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {row['test']['words']:.1f} | {copied:.0%} | {minutes}"
+                     f" | {decode} | {chosen_text(row)} |")  # fmt: skip
+    repeated = sum(copied_key(text) in training for text in references)
+    lines += ["", f"The reference headlines have {reference_words:.1f} words on average; {repeated} of the {len(test)} "
+              "are a training headline too.", ""]  # fmt: skip
 
     tuned = {ROWS[name]["family"]: row["tuning"] for name, row in results.items() if "tuning" in row}
     if tuned:

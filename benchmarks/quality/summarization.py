@@ -34,7 +34,7 @@ SCRIPTS = REPO / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 from run import TABLES  # noqa: E402
 
-from results_report import write_report  # noqa: E402
+from results_report import read_jsonl, write_report  # noqa: E402
 from run_summarization import rouge  # noqa: E402  (the script's own ROUGE: rouge_score, aggregated as evaluate)
 
 RECIPE = REPO / "configs" / "summarization" / "news_headlines.json"
@@ -101,10 +101,6 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     args.folder = args.runs / "headlines"
     return args
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def scores(predictions: list[str], references: list[str]) -> dict:
