@@ -123,8 +123,14 @@ def hub_kwargs(model_args) -> dict:
 
 
 def load_tokenizer(model_args):
+    flag = "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path"
     source = model_args.tokenizer_name or model_args.model_name_or_path or BUNDLED_TOKENIZER
-    return AutoTokenizer.from_pretrained(source, **hub_kwargs(model_args))
+    try:
+        return AutoTokenizer.from_pretrained(source, **hub_kwargs(model_args))
+    except (OSError, ValueError) as error:  # a folder not written yet is looked up on the Hub: say so by name
+        if Path(source).is_dir():
+            raise
+        fail(f"{flag} {source}: no such folder, and the Hub did not serve it ({str(error).splitlines()[0]})")
 
 
 def padding(data_args) -> str | bool:

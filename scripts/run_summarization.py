@@ -186,6 +186,11 @@ def main():
     tokenizer = load_tokenizer(model_args)
     max_length = max(data_args.max_source_length, data_args.max_target_length, training_args.generation_max_length)
     config = load_config(model_args, tokenizer, max_length)
+    encoder_config = getattr(config, "encoder", config)  # EncoderDecoderModel (BERT2BERT) nests its encoder's
+    positions = getattr(encoder_config, "max_position_embeddings", None)
+    if positions is not None and data_args.max_source_length > positions:
+        fail(f"--max_source_length {data_args.max_source_length} is longer than the model reads: "
+             f"{positions} positions (max_position_embeddings)")  # fmt: skip
     model = load_model(AutoModelForSeq2SeqLM, model_args, config)
     for name in ("decoder_start_token_id", "eos_token_id"):
         if getattr(model.config, name, None) is None:

@@ -12,11 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForSeq2SeqLM, BertConfig, BertModel
+from transformers import AutoModelForSeq2SeqLM, BertConfig, BertModel, EncoderDecoderConfig, EncoderDecoderModel
 
 import run_summarization
 from common import parse_args
 from fastformer.conversion import convert_bert
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "quality"))
+from results_report import copied_key, mean_words  # noqa: E402
 
 RECIPE = Path("configs/summarization/news_headlines.json")
 PATH_KEYS = ("model_name_or_path", "output_dir", "train_file", "validation_file", "test_file")
@@ -163,9 +166,13 @@ def test_benchmark_tunes_each_row_on_validation_and_scores_the_test_split(repo_r
     lead, model = results["lead"], results["fastformer-512"]
     assert 1 <= lead["chosen"]["k"] <= 40 and len(lead["predictions"]) == 6
     assert lead["test"]["rouge1"] > 0  # the article's first words share some with its headline
-    assert set(model["tuning"]["learning_rates"]) == {"0.0003", "0.001", "0.003"}
+    grid = [run["setting"] for run in model["tuning"]["training"]]
+    assert sorted((run["freeze_encoder"], run["learning_rate"]) for run in grid) == [
+        (False, 3e-5), (False, 1e-4), (False, 3e-4), (True, 3e-4), (True, 1e-3), (True, 3e-3)
+    ]  # fmt: skip
     assert len(model["tuning"]["decoding"]) == 8
-    assert model["chosen"]["learning_rate"] in (3e-4, 1e-3, 3e-3) and model["chosen"]["num_beams"] in (1, 4)
+    best = max(model["tuning"]["training"], key=lambda run: run["rouge1"])["setting"]
+    assert {key: model["chosen"][key] for key in best} == best and model["chosen"]["num_beams"] in (1, 4)
     assert len(model["predictions"]) == 6 and model["decode_ms"] > 0 and model["train_seconds"] > 0
     assert len(model["validation_curve"]) == 2  # evaluated after each epoch (2 here)
     report = (tmp_path / "docs" / "RESULTS.md").read_text()
@@ -174,10 +181,27 @@ def test_benchmark_tunes_each_row_on_validation_and_scores_the_test_split(repo_r
     first = json.loads((data / "test.jsonl").read_text().splitlines()[0])
     assert f"   - reference: {first['summary']}" in report
     trained = re.findall(r"\] (.+?): ", process.stdout)
-    assert len(trained) == 3 + 8 + 1  # three learning rates, eight decodings, the run; lead-k trains nothing
+    assert len(trained) == 6 + 8 + 1  # six training settings, eight decodings, the run; lead-k trains nothing
     # a second call reads the stored runs back instead of training again
     again = subprocess.run(command, cwd=repo_root, env=OFFLINE, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0 and not re.findall(r"\] (.+?): ", again.stdout)
+
+
+def test_freeze_encoder_fixes_all_of_a_bert2bert_encoder_and_nothing_of_its_decoder(bert):
+    """BERT2BERT (EncoderDecoderModel) shares no parameter between encoder and decoder: freezing fixes the whole
+    encoder, unlike the Fastformer's, whose word embeddings the decoder and LM head share."""
+    decoder_config = BertConfig(**{**bert.config.to_dict(), "is_decoder": True, "add_cross_attention": True})
+    model = EncoderDecoderModel(EncoderDecoderConfig.from_encoder_decoder_configs(bert.config, decoder_config))
+    run_summarization.freeze_encoder(model)
+    assert not any(parameter.requires_grad for parameter in model.encoder.parameters())
+    assert all(parameter.requires_grad for parameter in model.decoder.parameters())
+
+
+def test_headlines_count_as_copied_and_words_as_rouge_reads_them():
+    # the uncased tokenizer decodes "Russia's (Page 24)" as "russia ' s ( page 24 )": the same words for ROUGE
+    assert copied_key("russia ' s ( page 24 )") == copied_key("Russia's (Page 24)") == "russia s page 24"
+    assert copied_key("In Brief") != copied_key("In Brief today")
+    assert mean_words(["russia ' s ( page 24 )", "U.S. news"]) == (4 + 3) / 2
 
 
 def test_early_stopping_needs_the_best_model_kept(repo_root, converted, tmp_path):
@@ -188,6 +212,28 @@ def test_early_stopping_needs_the_best_model_kept(repo_root, converted, tmp_path
     )  # fmt: skip
     assert process.returncode == 1
     assert "--early_stopping_patience needs --load_best_model_at_end" in process.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--model_name_or_path", "runs/not-converted-yet"],
+         "--model_name_or_path runs/not-converted-yet: no such folder, and the Hub did not serve it"),
+        (["--model_name_or_path", "runs/quality/not-converted-yet"],
+         "--model_name_or_path runs/quality/not-converted-yet: no such folder, and the Hub did not serve it"),
+        (["--max_source_length", "256"], "--max_source_length 256 is longer than the model reads: 128 positions"),
+    ],
+)  # fmt: skip
+def test_a_missing_checkpoint_or_a_source_longer_than_the_positions_is_refused(
+    repo_root, converted, tmp_path, flags, message
+):
+    process = subprocess.run(
+        [sys.executable, run_summarization.__file__, "--model_name_or_path", str(converted), "--output_dir",
+         str(tmp_path), "--do_train", "--use_cpu", "--report_to", "none", *flags],
+        cwd=repo_root, env=OFFLINE, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert process.returncode == 1
+    assert message in process.stderr.strip().splitlines()[-1]
 
 
 def test_rouge_is_deterministic_and_leaves_numpy_random_state_alone():

