@@ -207,7 +207,8 @@ def test_headlines_count_as_copied_and_words_as_rouge_reads_them():
 def test_early_stopping_needs_the_best_model_kept(repo_root, converted, tmp_path):
     process = subprocess.run(
         [sys.executable, run_summarization.__file__, "--model_name_or_path", str(converted), "--output_dir",
-         str(tmp_path), "--do_train", "--early_stopping_patience", "2", "--use_cpu", "--report_to", "none"],
+         str(tmp_path), "--do_train", "--early_stopping_patience", "2", "--max_source_length", "64", "--use_cpu",
+         "--report_to", "none"],
         cwd=repo_root, env=OFFLINE, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert process.returncode == 1
