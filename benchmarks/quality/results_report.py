@@ -186,13 +186,15 @@ def summarization_section(results: dict, data: Path) -> list[str]:
 
     test = read_jsonl(data / "test.jsonl")
     references = [row["summary"] for row in test]
-    training = {copied_key(row["summary"]) for row in read_jsonl(data / "train.jsonl")}
+    train, validation = read_jsonl(data / "train.jsonl"), read_jsonl(data / "validation.jsonl")
+    training = {copied_key(row["summary"]) for row in train}
     reference_words = mean_words(references)
     recipe = json.loads((REPO / "configs" / "summarization" / "news_headlines.json").read_text())
     lines = [
         "## Summarization: news articles -> headlines, warm-started and from scratch",
         "",
-        f"Data: the bundled news_headlines split, {len(test):,} test articles (2,924 training, 365 validation; cut to",
+        f"Data: the bundled news_headlines split, {len(test):,} test articles ({len(train):,} training, "
+        f"{len(validation):,} validation; cut to",
         "1,024 tokens). Every trained row follows the recipe `configs/summarization/news_headlines.json` with its own",
         f"model: {recipe['num_train_epochs']} epochs of batch {recipe['per_device_train_batch_size']}, AdamW, linear "
         "decay after 10% warm-up, target 32 tokens, bf16 autocast",

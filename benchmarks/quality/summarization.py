@@ -42,8 +42,8 @@ RECIPE = REPO / "configs" / "summarization" / "news_headlines.json"
 DATA = REPO / "data" / "news_headlines"
 LEAD_WORDS = range(1, 41)
 # the warm-started rows: the encoder frozen (only the new cross-attention and the decoder learn) at the learning rates
-# of a freshly initialized part, or fine-tuned with them at the smaller ones of BERT fine-tuning (larger ones collapse
-# its token states: benchmarks/quality/encoder_collapse.py)
+# of a freshly initialized part, or fine-tuned with them at smaller ones (in development, 1e-4 and more collapsed the
+# encoder's token states within a few dozen steps: benchmarks/quality/encoder_collapse.py)
 WARM_GRID = [
     *({"freeze_encoder": True, "learning_rate": rate} for rate in (3e-4, 1e-3, 3e-3)),
     *({"freeze_encoder": False, "learning_rate": rate} for rate in (3e-5, 1e-4, 3e-4)),
@@ -221,6 +221,11 @@ def recipe(args, name: str) -> dict:
     return settings
 
 
+def scored(found: dict) -> dict:
+    """A tuning run as the results keep it: its setting and validation ROUGE-1."""
+    return {"setting": found["setting"], "rouge1": found["metrics"]["eval_rouge1"]}
+
+
 def tune(args, row: str) -> dict:
     """Steps 1 and 2 for the row's family: the training setting, then the decoding, on the validation split."""
     family = ROWS[row]["family"]
@@ -242,9 +247,6 @@ def tune(args, row: str) -> dict:
         }  # fmt: skip
         decoding[name] = {"setting": setting, **run_script(args, settings, f"{family}: decoding {name}")}
     best_decoding = max(decoding.values(), key=lambda found: found["metrics"]["eval_rouge1"])["setting"]
-    def scored(found: dict) -> dict:
-        return {"setting": found["setting"], "rouge1": found["metrics"]["eval_rouge1"]}
-
     return {
         "training": [scored(found) for found in runs.values()],
         "decoding": [scored(found) for found in decoding.values()],
