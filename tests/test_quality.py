@@ -5,8 +5,14 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import torch
+from transformers import AutoConfig, AutoModelForSequenceClassification
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "quality"))
+import baselines  # noqa: E402  (registers the Transformer baseline with the paper's pooling)
 
 
 def run_table(repo_root, table, tmp_path):
@@ -59,3 +65,32 @@ def test_a_table_tunes_each_model_on_validation_then_runs_the_best_setting_with_
     assert trained(run_table(repo_root, "interaction", tmp_path)) == []
     report = (tmp_path / "docs" / "RESULTS.md").read_text()
     assert "## RQ2" in report and report.rstrip().endswith("## Reading\n\nProduct wins here.")
+
+
+def test_the_transformer_baseline_with_the_papers_pooling_ignores_padding(tmp_path):
+    config = AutoConfig.for_model("bert_additive_pooling", vocab_size=50, hidden_size=16, num_attention_heads=2,
+                                  intermediate_size=32, num_hidden_layers=2, num_labels=3)  # fmt: skip
+    model = AutoModelForSequenceClassification.from_config(config).eval()
+    assert isinstance(model, baselines.BertAdditivePoolingForSequenceClassification) and model.bert.pooler is None
+    ids = torch.randint(1, 50, (2, 7))
+    padded = torch.cat([ids, torch.zeros(2, 3, dtype=torch.long)], dim=1)
+    mask = (padded != 0).long()
+    torch.testing.assert_close(model(padded, attention_mask=mask).logits, model(ids).logits)
+    loss = model(padded, attention_mask=torch.zeros_like(mask), labels=torch.tensor([0, 2])).loss
+    assert torch.isfinite(loss)
+    model.save_pretrained(tmp_path)
+    torch.testing.assert_close(AutoModelForSequenceClassification.from_pretrained(tmp_path)(ids).logits,
+                               model(ids).logits)  # fmt: skip
+
+
+def test_the_baseline_script_trains_it_with_run_classification(repo_root, tmp_path):
+    command = [
+        sys.executable, str(repo_root / "benchmarks" / "quality" / "baselines.py"), "--model_type",
+        "bert_additive_pooling", "--config_overrides", "hidden_size=16,num_attention_heads=2,intermediate_size=32,"
+        "num_hidden_layers=1", "--output_dir", str(tmp_path / "run"), "--do_train", "--do_eval", "--max_seq_length",
+        "32", "--max_train_samples", "16", "--max_eval_samples", "8", "--num_train_epochs", "1", "--report_to", "none",
+    ]  # fmt: skip
+    process = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=repo_root)
+    assert process.returncode == 0, process.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["model_type"] == "bert_additive_pooling"
+    assert "eval_accuracy" in json.loads((tmp_path / "run" / "all_results.json").read_text())
