@@ -9,6 +9,7 @@ import argparse
 import json
 import re
 import statistics
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -193,27 +194,28 @@ def summarization_section(results: dict, data: Path) -> list[str]:
     lines = [
         "## Summarization: news articles -> headlines, warm-started and from scratch",
         "",
-        f"Data: the bundled news_headlines split, {len(test):,} test articles ({len(train):,} training, "
-        f"{len(validation):,} validation; cut to",
-        "1,024 tokens). Every trained row follows the recipe `configs/summarization/news_headlines.json` with its own",
-        f"model: {recipe['num_train_epochs']} epochs of batch {recipe['per_device_train_batch_size']}, AdamW, linear "
-        "decay after 10% warm-up, target 32 tokens, bf16 autocast",
-        "on the CPU, validation ROUGE-1 after every epoch and the best epoch kept; the rows from scratch train for up",
-        f"to {SCRATCH['num_train_epochs']} epochs and stop when validation ROUGE-1 has not improved for "
-        f"{SCRATCH['early_stopping_patience']}. The",
-        f"training setting (at source {PROXY['max_source_length']} for {PROXY['num_train_epochs']} epochs: for the "
-        "warm-started rows the encoder frozen at lr",
-        f"{rates(True)} or fine-tuned at {rates(False)}; from scratch lr {rates(None)}) and the decoding (greedy or 4 "
-        "beams, length",
-        "penalty, no repeated 3-grams) are chosen on the validation split for each model family (tuning table below).",
-        "Freezing the encoder fixes the parameters that the decoder does not share: the Fastformer's word embeddings,",
-        "shared by its encoder, decoder and LM head, still learn; BERT2BERT's encoder shares nothing with its decoder.",
-        "Test scores: ROUGE F1 x 100 (rouge_score with stemming, bootstrap",
-        "mid, seeded) against the reference headlines as written; words: mean words per generated headline as ROUGE",
-        "counts them (runs of letters and digits); training min: train_runtime without the per-epoch validation; ms",
-        "per summary: the test split's prediction time (batch 32, the chosen decoding, generation and the loss",
-        "forward) per article. lead-k: the article's first k words, k chosen on the validation split. copied: the",
-        "share of generated headlines that are a headline of the training split, word for word as ROUGE reads them.",
+        *textwrap.wrap(
+            f"Data: the bundled news_headlines split, {len(test):,} test articles ({len(train):,} training, "
+            f"{len(validation):,} validation; cut to 1,024 tokens). Every trained row follows the recipe "
+            f"`configs/summarization/news_headlines.json` with its own model: {recipe['num_train_epochs']} epochs of "
+            f"batch {recipe['per_device_train_batch_size']}, AdamW, linear decay after 10% warm-up, target 32 tokens, "
+            "bf16 autocast on the CPU, validation ROUGE-1 after every epoch and the best epoch kept; the rows from "
+            f"scratch train for up to {SCRATCH['num_train_epochs']} epochs and stop when validation ROUGE-1 has not "
+            f"improved for {SCRATCH['early_stopping_patience']}. The training setting (at source "
+            f"{PROXY['max_source_length']} for {PROXY['num_train_epochs']} epochs: for the warm-started rows the "
+            f"encoder frozen at lr {rates(True)} or fine-tuned at {rates(False)}; from scratch lr {rates(None)}) and "
+            "the decoding (greedy or 4 beams, length penalty, no repeated 3-grams) are chosen on the validation split "
+            "for each model family (tuning table below). Freezing the encoder fixes the parameters that the decoder "
+            "does not share: the Fastformer's word embeddings, shared by its encoder, decoder and LM head, still "
+            "learn; BERT2BERT's encoder shares nothing with its decoder. Test scores: ROUGE F1 x 100 (rouge_score "
+            "with stemming, bootstrap mid, seeded) against the reference headlines as written; words: mean words per "
+            "generated headline as ROUGE counts them (runs of letters and digits); training min: train_runtime "
+            "without the per-epoch validation; ms per summary: the test split's prediction time (batch 32, the "
+            "chosen decoding, generation and the loss forward) per article. lead-k: the article's first k words, k "
+            "chosen on the validation split. copied: the share of generated headlines that are a headline of the "
+            "training split, word for word as ROUGE reads them.",
+            width=114,
+        ),
         "",
         "| model | " + " | ".join(title for title, _ in SUMMARIZATION_COLUMNS)
         + " | words | copied | training min | ms per summary | chosen on validation |",
