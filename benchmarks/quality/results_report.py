@@ -295,7 +295,9 @@ def write_report(runs: Path, destination: Path, tables: dict, headlines_data: Pa
         "train_runtime, evaluation after every epoch included). Fastformer is the paper's final model unless the row",
         "says otherwise (product interaction, query-value and layer-wise sharing, additive pooling); the Transformer",
         "is transformers' BERT with SDPA attention, same width, depth, heads and hidden dropout, no dropout on its",
-        "attention weights (with it, CPU SDPA falls back to an unfused kernel that is 5x slower).",
+        "attention weights (with it, CPU SDPA falls back to an unfused kernel that is 5x slower), classifying from",
+        "the paper's additive pooling (benchmarks/quality/baselines.py) or, as BertForSequenceClassification, from",
+        "[CLS].",
         "",
     ]
     for name, rows in tables.items():
