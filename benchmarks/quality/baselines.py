@@ -1,9 +1,9 @@
 """The Transformer baseline under the paper's pooling: BERT (softmax attention, transformers' BertModel) classifying
 from an additive-attention pooling of all its tokens, Fastformer's own pooler, instead of from the [CLS] token.
 
-The paper compares every model under the same pooling; transformers' BertForSequenceClassification classifies from
-[CLS], which at the classification table's size and budget has not learned to summarize the document (docs/RESULTS.md,
-Reading). With this model the two rows differ in their attention only.
+transformers' BertForSequenceClassification classifies from [CLS], which at the classification table's size and
+budget has not learned to summarize the document (docs/RESULTS.md, Reading); the paper's Fastformer pools all tokens.
+With this model the Transformer and Fastformer rows differ in their attention only.
 
 Run as scripts/run_classification.py, with this model type registered:
 
