@@ -224,6 +224,8 @@ def test_early_stopping_needs_the_best_model_kept(repo_root, converted, tmp_path
          "--model_name_or_path runs/quality/not-converted-yet: no such folder, and the Hub did not serve it"),
         (["--max_source_length", "256"], "--max_source_length 256 is longer than the model reads: 128 positions"),
     ],
+    # a name the Hub could hold (owner/name: OSError) and one it cannot (three parts: ValueError)
+    ids=["hub-shaped-name", "not-a-hub-name", "source-too-long"],
 )  # fmt: skip
 def test_a_missing_checkpoint_or_a_source_longer_than_the_positions_is_refused(
     repo_root, converted, tmp_path, flags, message
