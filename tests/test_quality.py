@@ -3,6 +3,7 @@ finished runs."""
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,9 @@ from transformers import AutoConfig, AutoModelForSequenceClassification
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "quality"))
 import baselines  # noqa: E402  (registers the Transformer baseline with the paper's pooling)
+from run import TABLES  # noqa: E402
+
+from results_report import write_report  # noqa: E402
 
 
 def run_table(repo_root, table, tmp_path):
@@ -42,7 +46,7 @@ def interaction(run):
 @pytest.mark.slow
 def test_a_table_tunes_each_model_on_validation_then_runs_the_best_setting_with_more_seeds(repo_root, tmp_path):
     log = run_table(repo_root, "interaction", tmp_path)
-    runs = json.loads((tmp_path / "docs" / "results_runs.json").read_text())
+    runs = json.loads((tmp_path / "docs" / "results_runs.json").read_text())["runs"]
     for model in ("product", "add", "concat"):
         done = [(rate, seed) for label, rate, seed in trained(log) if label == model]
         assert done[:2] == [("1e-3", "0"), ("3e-4", "0")] and len(done) == 3 and done[2][1] == "1"
@@ -65,6 +69,12 @@ def test_a_table_tunes_each_model_on_validation_then_runs_the_best_setting_with_
     assert trained(run_table(repo_root, "interaction", tmp_path)) == []
     report = (tmp_path / "docs" / "RESULTS.md").read_text()
     assert "## RQ2" in report and report.rstrip().endswith("## Reading\n\nProduct wins here.")
+
+    # a fresh clone has no runs, only what docs/ records: regenerating the report keeps every measured run
+    shutil.rmtree(tmp_path / "runs")
+    write_report(tmp_path / "runs", tmp_path / "docs" / "RESULTS.md", TABLES)
+    assert (tmp_path / "docs" / "RESULTS.md").read_text() == report
+    assert json.loads((tmp_path / "docs" / "results_runs.json").read_text())["runs"] == runs
 
 
 def test_the_transformer_baseline_with_the_papers_pooling_ignores_padding(tmp_path):

@@ -5,6 +5,7 @@ docs/RESULTS.md's summarization table (benchmarks/quality/summarization.py) at t
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,8 @@ from common import parse_args
 from fastformer.conversion import convert_bert
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "quality"))
+import summarization  # noqa: E402
+
 from results_report import copied_key, mean_words  # noqa: E402
 
 RECIPE = Path("configs/summarization/news_headlines.json")
@@ -154,12 +157,16 @@ def test_benchmark_tunes_each_row_on_validation_and_scores_the_test_split(repo_r
     (tmp_path / "docs").mkdir()
     settings = tmp_path / "recipe.json"
     settings.write_text(json.dumps({**recipe, "model_name_or_path": str(converted)}))
-    command = [
-        sys.executable, str(repo_root / "benchmarks" / "quality" / "summarization.py"), "--rows", "lead",
-        "fastformer-512", "--recipe", str(settings), "--data", str(data), "--runs", str(tmp_path / "runs"),
-        "--results", str(tmp_path / "docs" / "RESULTS.md"),
-        "--extra", "--max_source_length", "48", "--per_device_train_batch_size", "8", "--num_train_epochs", "2",
-    ]  # fmt: skip
+
+    def benchmark(*rows, recipe_file=settings):
+        return [
+            sys.executable, str(repo_root / "benchmarks" / "quality" / "summarization.py"), "--rows", *rows,
+            "--recipe", str(recipe_file), "--data", str(data), "--runs", str(tmp_path / "runs"),
+            "--results", str(tmp_path / "docs" / "RESULTS.md"),
+            "--extra", "--max_source_length", "48", "--per_device_train_batch_size", "8", "--num_train_epochs", "2",
+        ]  # fmt: skip
+
+    command = benchmark("lead", "fastformer-512")
     process = subprocess.run(command, cwd=repo_root, env=OFFLINE, capture_output=True, text=True, timeout=900)
     assert process.returncode == 0, process.stderr[-3000:]
     results = json.loads((tmp_path / "runs" / "headlines" / "results.json").read_text())
@@ -185,6 +192,23 @@ def test_benchmark_tunes_each_row_on_validation_and_scores_the_test_split(repo_r
     # a second call reads the stored runs back instead of training again
     again = subprocess.run(command, cwd=repo_root, env=OFFLINE, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0 and not re.findall(r"\] (.+?): ", again.stdout)
+
+    # a fresh clone: no runs, only docs/results_summarization.json; another row of the family reads the recorded
+    # tuning back (it trains only its own run), and the rows not asked for keep their recorded results
+    shutil.rmtree(tmp_path / "runs")
+    longer = subprocess.run(benchmark("fastformer-1024"), cwd=repo_root, env=OFFLINE, capture_output=True,
+                            text=True, timeout=900)  # fmt: skip
+    assert longer.returncode == 0, longer.stderr[-3000:]
+    assert re.findall(r"\] (.+?): ", longer.stdout) == ["Fastformer, warm-started, source 1,024"]
+    results = json.loads((tmp_path / "docs" / "results_summarization.json").read_text())
+    assert results["fastformer-1024"]["tuning"] == model["tuning"] and results["lead"] == lead
+    assert results["fastformer-512"]["test"] == model["test"]
+    # under another recipe the recorded tuning is not the family's any more: it would run again
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps({**recipe, "model_name_or_path": str(converted), "weight_decay": 0.0}))
+    for arguments, expected in ((settings, model["tuning"]), (changed, None)):
+        args = summarization.parse_args(benchmark("fastformer-1024", recipe_file=arguments)[2:])
+        assert summarization.stored_tuning(args, "fastformer-1024", results) == expected
 
 
 def test_freeze_encoder_fixes_all_of_a_bert2bert_encoder_and_nothing_of_its_decoder(bert):

@@ -27,17 +27,32 @@ TITLES = {
 CLASSIFICATION = [("accuracy", "accuracy", 100), ("macro-F1", "f1_macro", 100)]  # test_* and eval_* metrics
 
 
-def load_results(runs: Path, tags: dict[str, str]) -> dict[str, dict[tuple[str, str, str], list[dict]]]:
-    """Per table, its stored runs (those on the table's data tag) by `key`, in seed order."""
-    grouped = {}
+def run_identity(run: dict) -> tuple:
+    """What tells two stored classification runs apart: the data, the model and flags, the setting, the seed."""
+    return tuple(run[field] for field in ("data", "model_type", "overrides", "extra", "learning_rate",
+                                          "warmup_steps", "seed"))  # fmt: skip
+
+
+def load_results(runs: Path, record: Path) -> tuple[dict[str, str], dict[str, dict[tuple[str, str, str], list[dict]]]]:
+    """The data tag of each table, and per table its stored runs by `key`, in seed order: the runs that `record`
+    (the report's own record of every run, docs/results_runs.json) holds, updated by those stored in `runs`, so a
+    fresh clone regenerates the report without losing what was measured before."""
+    recorded = json.loads(record.read_text()) if record.exists() else {"tables": {}, "runs": []}
+    tables_file = runs / "tables.json"  # benchmarks/quality/run.py's TABLES_FILE
+    tags = {**recorded["tables"], **(json.loads(tables_file.read_text()) if tables_file.exists() else {})}
+    found = {run_identity(run): run for run in recorded["runs"]}
     for path in sorted(runs.glob("*/*/*/quality_result.json")):
         result = json.loads(path.read_text())
+        found[run_identity(result)] = result
+    grouped = {}
+    for result in found.values():
         stored_as = (result["model_type"], result["overrides"], result.get("extra", ""))
         grouped.setdefault(result["data"], {}).setdefault(stored_as, []).append(result)
-    return {
-        table: {found_key: sorted(found, key=lambda r: r["seed"]) for found_key, found in grouped.get(tag, {}).items()}
+    by_table = {
+        table: {found_key: sorted(runs_, key=lambda r: r["seed"]) for found_key, runs_ in grouped.get(tag, {}).items()}
         for table, tag in tags.items()
     }
+    return tags, by_table
 
 
 def key(row) -> tuple[str, str, str]:
@@ -269,13 +284,21 @@ def summarization_section(results: dict, data: Path) -> list[str]:
     return lines + [""]
 
 
+def summarization_results(runs: Path, docs: Path) -> dict:
+    """benchmarks/quality/summarization.py's results: those stored in `runs`, else the report's record of them
+    (docs/results_summarization.json), else none."""
+    for stored in (runs / "headlines" / "results.json", docs / "results_summarization.json"):
+        if stored.exists():
+            return json.loads(stored.read_text())
+    return {}
+
+
 def write_report(runs: Path, destination: Path, tables: dict, headlines_data: Path = REPO / "data" / "news_headlines"):
-    record = runs / "tables.json"
-    tags = json.loads(record.read_text()) if record.exists() else {}
-    by_table = load_results(runs, tags)
     raw = destination.parent / "results_runs.json"  # every run's numbers, curve and command, for the record
+    tags, by_table = load_results(runs, raw)
     unique = {id(run): run for found in by_table.values() for runs_ in found.values() for run in runs_}
-    raw.write_text(json.dumps(sorted(unique.values(), key=lambda r: (r["data"], r["command"])), indent=1) + "\n")
+    in_order = sorted(unique.values(), key=lambda r: (r["data"], r["command"]))
+    raw.write_text(json.dumps({"tables": tags, "runs": in_order}, indent=1) + "\n")
     lines = [
         "# The paper's findings at small scale, on real data",
         "",
@@ -329,10 +352,10 @@ def write_report(runs: Path, destination: Path, tables: dict, headlines_data: Pa
             *commands(results, rows),
             "",
         ]
-    headlines = runs / "headlines" / "results.json"  # benchmarks/quality/summarization.py
-    if headlines.exists():
-        (destination.parent / "results_summarization.json").write_text(headlines.read_text())
-        lines += summarization_section(json.loads(headlines.read_text()), headlines_data)
+    headlines = summarization_results(runs, destination.parent)  # benchmarks/quality/summarization.py
+    if headlines:
+        (destination.parent / "results_summarization.json").write_text(json.dumps(headlines, indent=1) + "\n")
+        lines += summarization_section(headlines, headlines_data)
     if destination.exists() and READING in destination.read_text():
         text = destination.read_text()
         lines.append(text[text.index(READING) :].rstrip("\n"))

@@ -17,9 +17,11 @@ its own model and the settings that the row changes, and gets the same tuning on
    smaller ones, the rows from scratch (SCRATCH_GRID) train everything at two;
 2. decoding: each of DECODING on the validation split, with the best model of step 1;
 3. the run itself with the best of both (validation after every epoch, the best epoch kept), then the test split.
-A model family (the warm-started Fastformer at 512 and 1,024 tokens) shares steps 1 and 2. ROUGE is scored here
+A model family (the warm-started Fastformer at 512 and 1,024 tokens) shares steps 1 and 2: a row whose family's
+tuning is recorded for another of its rows (under the current recipe) reads it back. ROUGE is scored here
 with rouge_score against the raw reference headlines, the same way for every row; finished steps are not
-repeated (their results are stored in RUNS/headlines, and copied to docs/results_summarization.json).
+repeated (their results are stored in RUNS/headlines, and copied to docs/results_summarization.json, which a fresh
+clone starts from: rows not asked for keep their recorded results).
 """
 
 import argparse
@@ -35,7 +37,7 @@ SCRIPTS = REPO / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 from run import TABLES  # noqa: E402
 
-from results_report import read_jsonl, write_report  # noqa: E402
+from results_report import read_jsonl, summarization_results, write_report  # noqa: E402
 from run_summarization import rouge  # noqa: E402  (the script's own ROUGE: rouge_score, aggregated as evaluate)
 
 RECIPE = REPO / "configs" / "summarization" / "news_headlines.json"
@@ -146,13 +148,18 @@ def flags(settings: dict) -> list[str]:
     return out
 
 
+def recorded_command(command: list[str]) -> str:
+    """A run's command as the results record it: `python` and paths relative to the repository."""
+    return " ".join(["python", *[part.replace(str(REPO) + "/", "") for part in command[1:]]])
+
+
 def run_script(args, settings: dict, what: str) -> dict:
     """scripts/run_summarization.py with `settings` (+ --extra); its all_results.json, trainer_state.json and
     test predictions. Stored: a finished run of the same command is read back, not repeated."""
     folder = Path(settings["output_dir"])
     done = folder / "benchmark_result.json"
     command = [sys.executable, str(SCRIPTS / "run_summarization.py"), *flags(settings), *args.extra]
-    recorded = " ".join(["python", *[part.replace(str(REPO) + "/", "") for part in command[1:]]])
+    recorded = recorded_command(command)
     if done.exists():
         stored = json.loads(done.read_text())
         if stored["command"] == recorded:
@@ -226,6 +233,24 @@ def scored(found: dict) -> dict:
     return {"setting": found["setting"], "rouge1": found["metrics"]["eval_rouge1"]}
 
 
+def final_settings(args, row: str, chosen: dict) -> dict:
+    """Step 3's settings: the recipe with the row's changes and the settings chosen on validation."""
+    return {**recipe(args, row), **chosen, "output_dir": str(args.folder / row)}
+
+
+def stored_tuning(args, row: str, results: dict) -> dict | None:
+    """The tuning of the row's family that `results` records for another row of it, if that row ran the current
+    recipe (its recorded command is the one the recipe gives it now); otherwise None."""
+    for name, stored in results.items():
+        if name == row or name not in ROWS or ROWS[name]["family"] != ROWS[row]["family"] or "tuning" not in stored:
+            continue
+        command = [sys.executable, str(SCRIPTS / "run_summarization.py"),
+                   *flags(final_settings(args, name, stored["chosen"])), *args.extra]  # fmt: skip
+        if recorded_command(command) == stored["command"]:
+            return stored["tuning"]
+    return None
+
+
 def tune(args, row: str) -> dict:
     """Steps 1 and 2 for the row's family: the training setting, then the decoding, on the validation split."""
     family = ROWS[row]["family"]
@@ -254,9 +279,11 @@ def tune(args, row: str) -> dict:
     }
 
 
-def train(args, row: str) -> dict:
-    tuning = tune(args, row)
-    settings = {**recipe(args, row), **tuning["chosen"], "output_dir": str(args.folder / row)}
+def train(args, row: str, results: dict) -> dict:
+    """The row's tuning (a family's is run once: recorded for another of its rows, it is read back), its run and
+    test scores."""
+    tuning = stored_tuning(args, row, results) or tune(args, row)
+    settings = final_settings(args, row, tuning["chosen"])
     result = run_script(args, settings, ROWS[row]["label"])
     predictions = result["predictions"]
     references = [found["summary"] for found in read_jsonl(args.data / "test.jsonl")]
@@ -281,9 +308,9 @@ def main():
     args = parse_args()
     args.folder.mkdir(parents=True, exist_ok=True)
     results_file = args.folder / "results.json"
-    results = json.loads(results_file.read_text()) if results_file.exists() else {}
+    results = summarization_results(args.runs, args.results.parent)  # what ran before, here or as docs/ records it
     for row in args.rows:
-        results[row] = {"label": ROWS[row]["label"], **(lead(args) if row == "lead" else train(args, row))}
+        results[row] = {"label": ROWS[row]["label"], **(lead(args) if row == "lead" else train(args, row, results))}
         results_file.write_text(json.dumps(results, indent=1) + "\n")
         print(f"{ROWS[row]['label']}: test {results[row]['test']}", flush=True)
     write_report(args.runs, args.results, TABLES, headlines_data=args.data)
