@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "qua
 import baselines  # noqa: E402  (registers the Transformer baseline with the paper's pooling)
 from run import TABLES  # noqa: E402
 
-from results_report import write_report  # noqa: E402
+from results_report import TABLES_FILE, stored_runs, summarization_results, write_report  # noqa: E402
 
 
 def run_table(repo_root, table, tmp_path):
@@ -75,6 +75,36 @@ def test_a_table_tunes_each_model_on_validation_then_runs_the_best_setting_with_
     write_report(tmp_path / "runs", tmp_path / "docs" / "RESULTS.md", TABLES)
     assert (tmp_path / "docs" / "RESULTS.md").read_text() == report
     assert json.loads((tmp_path / "docs" / "results_runs.json").read_text())["runs"] == runs
+
+
+def test_the_record_in_docs_is_the_base_and_local_runs_take_the_place_of_their_rows(tmp_path):
+    def run(model_type, seed, accuracy, data="news-10-5-5"):
+        return {"data": data, "model_type": model_type, "overrides": "", "extra": "", "learning_rate": "1e-3",
+                "warmup_steps": "20", "seed": seed, "metrics": {"eval_accuracy": accuracy},
+                "command": f"python run.py {model_type} {seed}"}  # fmt: skip
+
+    docs, runs = tmp_path / "docs", tmp_path / "runs"
+    docs.mkdir()
+    recorded = [run("bert", 0, 0.5), run("bert", 1, 0.6), run("fastformer", 0, 0.7), run("bert", 0, 0.1, "other")]
+    record = docs / "results_runs.json"
+    record.write_text(json.dumps({"tables": {"classification": "news-10-5-5", "sharing": "other"}, "runs": recorded}))
+    assert stored_runs(runs, record) == ({"classification": "news-10-5-5", "sharing": "other"},
+                                         sorted(recorded, key=lambda r: (r["data"], r["command"])))  # fmt: skip
+    # bert re-run here with one seed: its recorded seeds of that data are gone, the other rows and data stay
+    local = run("bert", 0, 0.9)
+    (runs / "news-10-5-5" / "bert-default" / "seed0").mkdir(parents=True)
+    (runs / "news-10-5-5" / "bert-default" / "seed0" / "quality_result.json").write_text(json.dumps(local))
+    (runs / TABLES_FILE).write_text(json.dumps({"sharing": "news-10-5-5"}))
+    tags, stored = stored_runs(runs, record)
+    assert tags == {"classification": "news-10-5-5", "sharing": "news-10-5-5"}
+    assert stored == [local, recorded[2], recorded[3]]  # by data, then command
+
+    summaries = {"lead": {"test": 1}, "bart-scratch": {"test": 2}}
+    (docs / "results_summarization.json").write_text(json.dumps(summaries))
+    assert summarization_results(runs, docs) == summaries
+    (runs / "headlines").mkdir()
+    (runs / "headlines" / "results.json").write_text(json.dumps({"lead": {"test": 3}}))
+    assert summarization_results(runs, docs) == {"lead": {"test": 3}, "bart-scratch": {"test": 2}}
 
 
 def test_the_transformer_baseline_with_the_papers_pooling_ignores_padding(tmp_path):

@@ -209,6 +209,11 @@ def test_benchmark_tunes_each_row_on_validation_and_scores_the_test_split(repo_r
     for arguments, expected in ((settings, model["tuning"]), (changed, None)):
         args = summarization.parse_args(benchmark("fastformer-1024", recipe_file=arguments)[2:])
         assert summarization.stored_tuning(args, "fastformer-1024", results) == expected
+    # nor is a tuning whose grid differs from the row's, nor one recorded for another family
+    args = summarization.parse_args(benchmark("fastformer-1024")[2:])
+    fewer = {"fastformer-512": {**model, "tuning": {**model["tuning"], "training": model["tuning"]["training"][1:]}}}
+    assert summarization.stored_tuning(args, "fastformer-1024", fewer) is None
+    assert summarization.stored_tuning(args, "fastformer-scratch", results) is None
 
 
 def test_freeze_encoder_fixes_all_of_a_bert2bert_encoder_and_nothing_of_its_decoder(bert):

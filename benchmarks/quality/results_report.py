@@ -1,8 +1,10 @@
-"""docs/RESULTS.md from the stored runs of benchmarks/quality/run.py: per table mean +- std over seeds, parameters,
-training time, learning-curve plots. A "## Reading" section already in the file (written by a person, after
+"""docs/RESULTS.md from the stored runs of benchmarks/quality/run.py and summarization.py: per table mean +- std over
+seeds, parameters, training time, learning-curve plots. The runs come from the report's own record of them
+(docs/results_runs.json, docs/results_summarization.json), where those stored in runs/quality take the place of
+the recorded ones of their table row. A "## Reading" section already in the file (written by a person, after
 looking at the numbers) is kept as it is.
 
-    python benchmarks/quality/results_report.py        # rewrite docs/RESULTS.md from runs/quality
+    python benchmarks/quality/results_report.py        # rewrite docs/RESULTS.md from docs/ and runs/quality
 """
 
 import argparse
@@ -25,34 +27,37 @@ TITLES = {
     "sharing": "RQ3: parameter sharing",
 }
 CLASSIFICATION = [("accuracy", "accuracy", 100), ("macro-F1", "f1_macro", 100)]  # test_* and eval_* metrics
+TABLES_FILE = "tables.json"  # in runs/quality: which data (tag) each table was last run on, for the report
 
 
-def run_identity(run: dict) -> tuple:
-    """What tells two stored classification runs apart: the data, the model and flags, the setting, the seed."""
-    return tuple(run[field] for field in ("data", "model_type", "overrides", "extra", "learning_rate",
-                                          "warmup_steps", "seed"))  # fmt: skip
+def run_group(run: dict) -> tuple[str, str, str, str]:
+    """The data and the table row (model type, overrides, extra flags) a stored classification run belongs to."""
+    return run["data"], run["model_type"], run["overrides"], run["extra"]
 
 
-def load_results(runs: Path, record: Path) -> tuple[dict[str, str], dict[str, dict[tuple[str, str, str], list[dict]]]]:
-    """The data tag of each table, and per table its stored runs by `key`, in seed order: the runs that `record`
-    (the report's own record of every run, docs/results_runs.json) holds, updated by those stored in `runs`, so a
-    fresh clone regenerates the report without losing what was measured before."""
+def stored_runs(runs: Path, record: Path) -> tuple[dict[str, str], list[dict]]:
+    """Each table's data tag and every stored run: what `record` (the report's record, docs/results_runs.json)
+    holds, where the runs stored in `runs` take the place of the recorded ones of their row and data (run.py runs a
+    row's grid and seeds together), so that a fresh clone regenerates the report without losing what was measured."""
     recorded = json.loads(record.read_text()) if record.exists() else {"tables": {}, "runs": []}
-    tables_file = runs / "tables.json"  # benchmarks/quality/run.py's TABLES_FILE
+    tables_file = runs / TABLES_FILE
     tags = {**recorded["tables"], **(json.loads(tables_file.read_text()) if tables_file.exists() else {})}
-    found = {run_identity(run): run for run in recorded["runs"]}
-    for path in sorted(runs.glob("*/*/*/quality_result.json")):
-        result = json.loads(path.read_text())
-        found[run_identity(result)] = result
+    local = [json.loads(path.read_text()) for path in runs.glob("*/*/*/quality_result.json")]
+    replaced = {run_group(run) for run in local}
+    kept = [run for run in recorded["runs"] if run_group(run) not in replaced]
+    return tags, sorted(kept + local, key=lambda run: (run["data"], run["command"]))
+
+
+def load_results(stored: list[dict], tags: dict[str, str]) -> dict[str, dict[tuple[str, str, str], list[dict]]]:
+    """Per table, its stored runs (those on the table's data tag) by `key`, in seed order."""
     grouped = {}
-    for result in found.values():
-        stored_as = (result["model_type"], result["overrides"], result.get("extra", ""))
-        grouped.setdefault(result["data"], {}).setdefault(stored_as, []).append(result)
-    by_table = {
-        table: {found_key: sorted(runs_, key=lambda r: r["seed"]) for found_key, runs_ in grouped.get(tag, {}).items()}
+    for result in stored:
+        data, *stored_as = run_group(result)
+        grouped.setdefault(data, {}).setdefault(tuple(stored_as), []).append(result)
+    return {
+        table: {found_key: sorted(found, key=lambda r: r["seed"]) for found_key, found in grouped.get(tag, {}).items()}
         for table, tag in tags.items()
     }
-    return tags, by_table
 
 
 def key(row) -> tuple[str, str, str]:
@@ -285,28 +290,28 @@ def summarization_section(results: dict, data: Path) -> list[str]:
 
 
 def summarization_results(runs: Path, docs: Path) -> dict:
-    """benchmarks/quality/summarization.py's results: those stored in `runs`, else the report's record of them
-    (docs/results_summarization.json), else none."""
-    for stored in (runs / "headlines" / "results.json", docs / "results_summarization.json"):
-        if stored.exists():
-            return json.loads(stored.read_text())
-    return {}
+    """benchmarks/quality/summarization.py's results by row: the report's record of them
+    (docs/results_summarization.json), where the rows stored in `runs` take the place of the recorded ones."""
+    found = {}
+    for stored in (docs / "results_summarization.json", runs / "headlines" / "results.json"):
+        found.update(json.loads(stored.read_text()) if stored.exists() else {})
+    return found
 
 
 def write_report(runs: Path, destination: Path, tables: dict, headlines_data: Path = REPO / "data" / "news_headlines"):
     raw = destination.parent / "results_runs.json"  # every run's numbers, curve and command, for the record
-    tags, by_table = load_results(runs, raw)
-    unique = {id(run): run for found in by_table.values() for runs_ in found.values() for run in runs_}
-    in_order = sorted(unique.values(), key=lambda r: (r["data"], r["command"]))
-    raw.write_text(json.dumps({"tables": tags, "runs": in_order}, indent=1) + "\n")
+    tags, stored = stored_runs(runs, raw)
+    by_table = load_results(stored, tags)
+    raw.write_text(json.dumps({"tables": tags, "runs": stored}, indent=1) + "\n")
     lines = [
         "# The paper's findings at small scale, on real data",
         "",
         "Generated by `benchmarks/quality/run.py` (classification, one command per table) and",
-        "`benchmarks/quality/summarization.py` (summarization) from the runs in `runs/quality`;",
-        "`python benchmarks/quality/results_report.py` regenerates this file. Measured on this machine's 2 CPU cores",
-        "(2 threads, 24 GB, no GPU), torch 2.13 CPU, transformers 5.24. Every run's numbers, learning curve and",
-        "command: results_runs.json (classification) and results_summarization.json.",
+        "`benchmarks/quality/summarization.py` (summarization) from their runs; `python",
+        "benchmarks/quality/results_report.py` regenerates this file. Every run's numbers, learning curve and command",
+        "are recorded in results_runs.json (classification) and results_summarization.json, which a fresh clone",
+        "regenerates from (runs stored in `runs/quality` take the place of the recorded ones of their table row).",
+        "Measured on this machine's 2 CPU cores (2 threads, 24 GB, no GPU), torch 2.13 CPU, transformers 5.24.",
         "",
         "Classification, the paper's setting scaled to what 2 CPU cores finish: 20 Newsgroups (11,293 training /",
         "7,528 test documents in ../shared/data; each table states the random subsets it used), max length 512,",

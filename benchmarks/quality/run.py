@@ -32,7 +32,7 @@ from pathlib import Path
 
 from safetensors import safe_open
 
-from results_report import best, write_report
+from results_report import TABLES_FILE, best, write_report
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts"
@@ -81,7 +81,6 @@ SAMPLES = {
 }
 # model types of benchmarks/quality/baselines.py, which registers them and runs scripts/run_classification.py
 BASELINES = {"bert_additive_pooling": Path(__file__).resolve().parent / "baselines.py"}
-TABLES_FILE = "tables.json"  # in --runs: which data (tag) each table was last run on, for the report
 
 
 def parse_args(argv=None):

@@ -150,6 +150,11 @@ def flags(settings: dict) -> list[str]:
     return out
 
 
+def script_command(args, settings: dict) -> list[str]:
+    """scripts/run_summarization.py with `settings` (+ --extra)."""
+    return [sys.executable, str(SCRIPTS / "run_summarization.py"), *flags(settings), *args.extra]
+
+
 def recorded_command(command: list[str]) -> str:
     """A run's command as the results record it: `python` and paths relative to the repository."""
     return " ".join(["python", *[part.replace(str(REPO) + "/", "") for part in command[1:]]])
@@ -160,7 +165,7 @@ def run_script(args, settings: dict, what: str) -> dict:
     test predictions. Stored: a finished run of the same command is read back, not repeated."""
     folder = Path(settings["output_dir"])
     done = folder / "benchmark_result.json"
-    command = [sys.executable, str(SCRIPTS / "run_summarization.py"), *flags(settings), *args.extra]
+    command = script_command(args, settings)
     recorded = recorded_command(command)
     if done.exists():
         stored = json.loads(done.read_text())
@@ -241,15 +246,20 @@ def final_settings(args, row: str, chosen: dict) -> dict:
 
 
 def stored_tuning(args, row: str, results: dict) -> dict | None:
-    """The tuning of the row's family that `results` records for another row of it, if that row ran the current
-    recipe (its recorded command is the one the recipe gives it now); otherwise None."""
-    for name, stored in results.items():
-        if name == row or name not in ROWS or ROWS[name]["family"] != ROWS[row]["family"] or "tuning" not in stored:
+    """The tuning of the row's family that `results` records for another row of it, if it is what the tuning would
+    run now: that row's recorded command is the one the current recipe gives it, and its training settings and
+    decodings are the row's grid and DECODING. Otherwise None."""
+    family = ROWS[row]["family"]
+    siblings = [name for name in results if name != row and name in ROWS and ROWS[name]["family"] == family]
+    for name in siblings:
+        stored = results[name]
+        tuning = stored.get("tuning")
+        if tuning is None:
             continue
-        command = [sys.executable, str(SCRIPTS / "run_summarization.py"),
-                   *flags(final_settings(args, name, stored["chosen"])), *args.extra]  # fmt: skip
-        if recorded_command(command) == stored["command"]:
-            return stored["tuning"]
+        command = recorded_command(script_command(args, final_settings(args, name, stored["chosen"])))
+        grids = ([run["setting"] for run in tuning["training"]], [run["setting"] for run in tuning["decoding"]])
+        if command == stored["command"] and grids == (ROWS[row]["grid"], DECODING):
+            return tuning
     return None
 
 
