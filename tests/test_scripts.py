@@ -473,3 +473,20 @@ def test_classification_regression_with_an_evaluate_metric(tmp_path, newsgroups)
     assert config["problem_type"] == "regression" and len(config["id2label"]) == 1
     predictions = [json.loads(line) for line in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
     assert len(predictions) == 3 and all(isinstance(row["prediction"], float) for row in predictions)
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_bf16_on_a_cpu_without_bf16_instructions_is_warned_about(native, monkeypatch, caplog, tmp_path):
+    from transformers import Seq2SeqTrainingArguments  # noqa: PLC0415
+
+    import common  # noqa: PLC0415
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: native)
+    for bf16 in (True, False):
+        caplog.clear()
+        common.warn_emulated_bf16(Seq2SeqTrainingArguments(output_dir=str(tmp_path), bf16=bf16, use_cpu=True))
+        warned = [record.message for record in caplog.records if record.levelname == "WARNING"]
+        assert warned == (["--bf16 on a CPU without AVX512-BF16 or AMX instructions: bf16 is emulated here and runs "
+                           "slower than float32 (about 2x a training step); leave --bf16 out (or set \"bf16\": false) "
+                           "on this machine"] if bf16 and not native else [])  # fmt: skip
