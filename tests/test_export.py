@@ -1,0 +1,136 @@
+"""fastformer/export.py and scripts/export_onnx.py: torch.export programs and ONNX files of the encoder heads, run
+at batch sizes and lengths the export did not trace, against the eager model (ONNX Runtime for the files)."""
+
+import json
+import subprocess
+import sys
+
+import export_onnx
+import numpy as np
+import onnxruntime
+import pytest
+import torch
+
+from fastformer import (
+    FastformerForConditionalGeneration,
+    FastformerForMaskedLM,
+    FastformerForSequenceClassification,
+    FastformerModel,
+)
+from fastformer.export import EXAMPLE_SHAPE, OUTPUT_NAMES, export_program
+from fastformer.export import export_onnx as export_onnx_file
+
+HEADS = [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM]
+NEW_SHAPES = [(3, 7), (1, 41)]  # (batch, length): neither is EXAMPLE_SHAPE
+assert EXAMPLE_SHAPE not in NEW_SHAPES
+
+
+def padded_inputs(vocab_size, batch, length, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(vocab_size, (batch, length), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, length // 2 :] = 0
+    return input_ids, attention_mask
+
+
+def exported(build, head, implementation, tmp_path):
+    model = build(head, attention_implementation=implementation)
+    path = export_onnx_file(model, tmp_path / "model.onnx")
+    return model, onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def assert_runs_like_the_model(model, session, max_difference=1e-4):
+    names = OUTPUT_NAMES[type(model).__name__]
+    assert [output.name for output in session.get_outputs()] == list(names)
+    for batch, length in NEW_SHAPES:
+        input_ids, attention_mask = padded_inputs(model.config.vocab_size, batch, length)
+        with torch.no_grad():
+            expected = model(input_ids=input_ids, attention_mask=attention_mask)
+        outputs = session.run(None, {"input_ids": input_ids.numpy(), "attention_mask": attention_mask.numpy()})
+        for name, value in zip(names, outputs, strict=True):
+            assert value.shape == tuple(expected[name].shape), name
+            np.testing.assert_allclose(value, expected[name].numpy(), rtol=0, atol=max_difference, err_msg=name)
+
+
+@pytest.mark.parametrize("head", HEADS, ids=lambda head: head.__name__)
+def test_onnx_runtime_runs_each_head_like_the_model_at_new_lengths(build, head, tmp_path):
+    assert_runs_like_the_model(*exported(build, head, "auto", tmp_path))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head", HEADS, ids=lambda head: head.__name__)
+def test_onnx_runtime_runs_the_plain_attention_like_the_model(build, head, tmp_path):
+    assert_runs_like_the_model(*exported(build, head, "plain", tmp_path))
+
+
+def test_padding_in_the_onnx_graph_does_not_change_the_real_tokens(build, tmp_path):
+    model, session = exported(build, FastformerModel, "auto", tmp_path)
+    input_ids, _ = padded_inputs(model.config.vocab_size, 1, 9)
+    alone = session.run(None, {"input_ids": input_ids.numpy(), "attention_mask": np.ones((1, 9), np.int64)})
+    padded_ids = torch.cat([input_ids, torch.zeros(1, 6, dtype=torch.long)], dim=1).numpy()
+    mask = np.array([[1] * 9 + [0] * 6], np.int64)
+    padded = session.run(None, {"input_ids": padded_ids, "attention_mask": mask})
+    np.testing.assert_allclose(padded[0][:, :9], alone[0], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(padded[1], alone[1], rtol=0, atol=1e-5)  # the pooled vector too
+    nothing = session.run(None, {"input_ids": padded_ids, "attention_mask": np.zeros_like(mask)})
+    assert all(np.isfinite(output).all() for output in nothing)  # an all-padding row gives finite numbers
+
+
+@pytest.mark.parametrize("implementation", ["plain", "collapsed"])
+def test_torch_export_program_runs_at_lengths_not_traced(build, implementation):
+    model = build(FastformerForSequenceClassification, attention_implementation=implementation)
+    program = export_program(model).module()
+    for batch, length in [*NEW_SHAPES, (2, model.config.max_position_embeddings)]:
+        input_ids, attention_mask = padded_inputs(model.config.vocab_size, batch, length)
+        with torch.no_grad():
+            expected = model(input_ids=input_ids, attention_mask=attention_mask).logits
+            found = program(input_ids=input_ids, attention_mask=attention_mask).logits
+        torch.testing.assert_close(found, expected, rtol=0, atol=1e-5)
+    assert model.config.attention_implementation == implementation  # restored after the export
+
+
+def test_export_refuses_what_it_cannot_export(build):
+    with pytest.raises(ValueError, match="Exporting FastformerForConditionalGeneration is not supported"):
+        export_program(build(FastformerForConditionalGeneration))
+    with pytest.raises(ValueError, match=r"Call model.eval\(\) before exporting"):
+        export_program(build(FastformerModel).train())
+
+
+def run_script(*flags):
+    return subprocess.run([sys.executable, export_onnx.__file__, *map(str, flags)], capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_script_exports_the_checkpoints_head_with_its_tokenizer(build, tokenizer, tmp_path):
+    model = build(FastformerForSequenceClassification, vocab_size=len(tokenizer))
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    process = run_script("--model_name_or_path", tmp_path / "model", "--output_dir", tmp_path / "onnx")
+    assert process.returncode == 0, process.stderr[-3000:]
+    check = json.loads((tmp_path / "onnx" / "onnx_check.json").read_text())
+    assert check["task"] == "text-classification" and check["attention_implementation"] == "collapsed"
+    assert 0 <= check["max_abs_difference"]["logits"] <= 1e-4
+    assert {"config.json", "tokenizer.json", "model.onnx"} <= {path.name for path in (tmp_path / "onnx").iterdir()}
+    session = onnxruntime.InferenceSession(str(tmp_path / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    batch = tokenizer(["A short text.", "A longer text, padded by the other one."], padding=True, return_tensors="np")
+    (logits,) = session.run(None, {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]})
+    with torch.no_grad():
+        expected = model(**tokenizer(["A short text.", "A longer text, padded by the other one."], padding=True,
+                                     return_tensors="pt")).logits  # fmt: skip
+    np.testing.assert_allclose(logits, expected.numpy(), rtol=0, atol=1e-4)
+
+    # a difference above --atol fails the export and leaves no model.onnx behind
+    failed = run_script("--model_name_or_path", tmp_path / "model", "--output_dir", tmp_path / "strict", "--atol", 0)
+    assert failed.returncode == 1 and "ONNX Runtime differs from PyTorch" in failed.stderr
+    assert not (tmp_path / "strict" / "model.onnx").exists()
+    assert not list((tmp_path / "strict").glob("*.partial"))
+
+
+def test_script_refuses_a_model_that_is_not_a_fastformer(tmp_path):
+    from transformers import BertConfig  # noqa: PLC0415
+
+    BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4).save_pretrained(tmp_path / "bert")
+    process = run_script("--model_name_or_path", tmp_path / "bert", "--output_dir", tmp_path / "onnx")
+    assert process.returncode == 1
+    assert "is a 'bert' model, not Fastformer" in process.stderr.strip().splitlines()[-1]
