@@ -106,11 +106,19 @@ def test_script_exports_the_checkpoints_head_with_its_tokenizer(build, tokenizer
     model = build(FastformerForSequenceClassification, vocab_size=len(tokenizer))
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
-    process = run_script("--model_name_or_path", tmp_path / "model", "--output_dir", tmp_path / "onnx")
+    process = run_script("--model_name_or_path", tmp_path / "model", "--output_dir", tmp_path / "onnx", "--int8")
     assert process.returncode == 0, process.stderr[-3000:]
     check = json.loads((tmp_path / "onnx" / "onnx_check.json").read_text())
     assert check["task"] == "text-classification" and check["attention_implementation"] == "collapsed"
     assert 0 <= check["max_abs_difference"]["logits"] <= 1e-4
+    # int8 weights: further from PyTorch, within 5% of the largest logit (the tolerance docs/DEPLOY.md states)
+    int8 = onnxruntime.InferenceSession(str(tmp_path / "onnx" / "model_quantized.onnx"))
+    input_ids, attention_mask = padded_inputs(model.config.vocab_size, 4, 30)
+    (quantized,) = int8.run(None, {"input_ids": input_ids.numpy(), "attention_mask": attention_mask.numpy()})
+    with torch.no_grad():
+        full = model(input_ids=input_ids, attention_mask=attention_mask).logits.numpy()
+    assert 1e-4 < np.abs(quantized - full).max() <= 0.05 * np.abs(full).max()
+    assert 0 < check["int8_max_abs_difference"]["logits"] <= 0.05 * np.abs(full).max()
     assert {"config.json", "tokenizer.json", "model.onnx"} <= {path.name for path in (tmp_path / "onnx").iterdir()}
     session = onnxruntime.InferenceSession(str(tmp_path / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
     batch = tokenizer(["A short text.", "A longer text, padded by the other one."], padding=True, return_tensors="np")
