@@ -1,6 +1,7 @@
 """The performance suite's CLI runs end to end at toy lengths, and its limits skip what would not fit."""
 
 import csv
+import json
 import subprocess
 import sys
 from argparse import Namespace
@@ -75,10 +76,50 @@ def test_pretrained_report_checks_the_goals_against_the_numbers():
         "converted + distilled Fastformer": [{**runs_of(60), "accuracy": 0.78, "f1_macro": 0.7}],
         "Fastformer, paper size, from scratch": [{**runs_of(20), "accuracy": 0.70, "f1_macro": 0.7}],
     }
-    speed = [{"model": "converted Fastformer", "tokens": 8192, "forward_ms": 100.0, "peak_mb": 10.0},
-             {"model": "teacher (BERT, positions extended)", "tokens": 8192, "forward_ms": 450.0, "peak_mb": 90.0}]
+    speed = [
+        {"model": "converted Fastformer", "tokens": 8192, "forward_ms": 100.0, "peak_mb": 10.0},
+        {"model": "teacher (BERT, positions extended)", "tokens": 8192, "forward_ms": 450.0, "peak_mb": 90.0},
+    ]
     lines = pretrained.goals({"finetune": {"splits": {"newsgroups": rows}}, "long": {"speed": speed}})
     goal = "converted reaches at least 97% of the teacher's fine-tuned accuracy (2,400 texts)"
     assert f"| {goal} | 97.5% | yes |" in lines
     assert "| converted far above from scratch | +0.080 accuracy over the best from-scratch row | yes |" in lines
     assert "| at 8,192 tokens at least 5x faster than the teacher | 4.5x | no |" in lines
+
+
+@pytest.mark.slow
+def test_deploy_benchmark_measures_onnx_runtime_beside_pytorch(repo_root, build, tokenizer, tmp_path):
+    from fastformer import FastformerForSequenceClassification  # noqa: PLC0415
+
+    classifier = build(FastformerForSequenceClassification, vocab_size=len(tokenizer), max_position_embeddings=128,
+                       num_labels=2, id2label={0: "no", 1: "yes"}, label2id={"no": 0, "yes": 1})  # fmt: skip
+    classifier.save_pretrained(tmp_path / "classifier")
+    tokenizer.save_pretrained(tmp_path / "classifier")
+    texts = [
+        {"text": f"text number {index} " * (index % 7 + 1), "label": ["no", "yes"][index % 2]} for index in range(40)
+    ]
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps(row) + "\n" for row in texts))
+    (tmp_path / "DEPLOY.md").write_text("# Deploying\n\nA person's text.\n")
+    size = '{"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 37}'
+    command = [
+        sys.executable, str(repo_root / "benchmarks" / "deploy.py"), "--lengths", "16", "40", "--repeats", "1",
+        "--threads", "1", "--size", size, "--classifier", str(tmp_path / "classifier"),
+        "--test_file", str(tmp_path / "test.jsonl"), "--max_length", "64", "--markdown", str(tmp_path / "DEPLOY.md"),
+    ]  # fmt: skip
+    process = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=repo_root)
+    assert process.returncode == 0, process.stderr[-3000:]
+    results = json.loads((tmp_path / "deploy.json").read_text())
+    for length in ("16", "40"):
+        rows = results["latency"]["rows"][length]
+        assert all(row["ms"] > 0 for row in rows.values())
+        assert rows["ONNX Runtime fp32"]["max_abs_difference"] <= 1e-4
+        assert 1e-4 < rows["ONNX Runtime int8"]["max_abs_difference"]  # quantized: not the float32 graph
+    found = results["accuracy"]
+    assert found["texts"] == 40 and found["rows"]["ONNX Runtime fp32"]["agreement"] == 1.0
+    assert found["rows"]["ONNX Runtime fp32"]["accuracy"] == found["rows"]["PyTorch eager"]["accuracy"]
+    report = (tmp_path / "DEPLOY.md").read_text()
+    assert report.startswith("# Deploying\n\nA person's text.\n")  # the written part is kept
+    assert "| ONNX Runtime int8 |" in report and "deploy.py" in report
+    # a second run replaces the measured part, it does not append another
+    subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=repo_root, check=True)
+    assert (tmp_path / "DEPLOY.md").read_text().count("### Encoder latency") == 1

@@ -1,0 +1,202 @@
+"""ONNX Runtime against PyTorch eager on the CPU, side by side in one run: encoder latency (float32 and int8) and
+what int8 costs a fine-tuned classifier. Writes docs/DEPLOY.md's measured part and docs/deploy.json.
+
+1. Latency: a FastformerModel of all-MiniLM-L6-v2's size (hidden 384, 6 layers, 12 heads, feed-forward 1,536;
+   random weights, which latency does not depend on), positions up to the longest length, batch 1, one padded-free
+   sequence of each --lengths. PyTorch eager under no_grad with --threads threads; ONNX Runtime
+   (CPUExecutionProvider, --threads intra-op threads) on the graph scripts/export_onnx.py writes and on its int8
+   quantization. A measurement is the mean over the calls that fill about 0.5 s (after one warm-up call); the
+   table gives the median over --repeats, the three runtimes measured in turn within each repeat. Also the
+   largest |difference| of last_hidden_state to PyTorch.
+2. int8 accuracy: a fine-tuned classifier (--classifier; default runs/20newsgroups, what the README's Quickstart
+   command writes) on a test split (--test_file; default the bundled 20 Newsgroups test texts), tokenized as the
+   model was trained (--max_length), batches of 32: accuracy with PyTorch, ONNX Runtime float32 and int8, how
+   often each agrees with PyTorch's prediction, the largest |logit difference| and ms per text.
+
+    python benchmarks/deploy.py                       # both parts, docs/DEPLOY.md
+    python benchmarks/deploy.py --lengths 128 512     # a quick check
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+from export_onnx import quantize_int8  # noqa: E402
+
+from fastformer import FastformerConfig, FastformerModel  # noqa: E402
+from fastformer.export import export_onnx  # noqa: E402
+from report_header import run_lines  # noqa: E402
+
+MINILM_SIZE = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
+                   share_layers=False, share_query_value=False, hidden_dropout_prob=0.0)  # fmt: skip
+MARKER = "<!-- measured by benchmarks/deploy.py: everything below is generated -->"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 4096])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--size", default=None, help="JSON of config fields replacing MINILM_SIZE (tests)")
+    parser.add_argument("--classifier", type=Path, default=REPO / "runs" / "20newsgroups")
+    parser.add_argument("--test_file", type=Path, default=REPO / "data" / "20newsgroups" / "test.jsonl")
+    parser.add_argument("--max_length", type=int, default=256, help="the classifier's training length")
+    parser.add_argument("--markdown", type=Path, default=REPO / "docs" / "DEPLOY.md")
+    return parser.parse_args(argv)
+
+
+def session(path: Path, threads: int) -> onnxruntime.InferenceSession:
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def seconds_per_call(call) -> float:
+    """The mean time of `call()` over as many calls as fill about 0.5 s, after one warm-up call."""
+    start = time.perf_counter()
+    call()
+    calls = max(1, int(0.5 / (time.perf_counter() - start)))
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    return (time.perf_counter() - start) / calls
+
+
+def runtimes(model, folder: Path, threads: int) -> dict:
+    """PyTorch eager, ONNX Runtime float32 and int8 for `model`: name -> (inputs as numpy) -> outputs as numpy."""
+    float32 = export_onnx(model, folder / "model.onnx")
+    int8 = quantize_int8(float32, folder / "model_quantized.onnx")
+    sessions = {"ONNX Runtime fp32": session(float32, threads), "ONNX Runtime int8": session(int8, threads)}
+
+    def eager(inputs):
+        with torch.no_grad():
+            return [model(**{name: torch.from_numpy(value) for name, value in inputs.items()})[0].numpy()]
+
+    return {"PyTorch eager": eager, **{name: (lambda inputs, s=s: s.run(None, inputs)) for name, s in sessions.items()}}
+
+
+def latency(args) -> dict:
+    size = json.loads(args.size) if args.size else MINILM_SIZE
+    torch.manual_seed(0)
+    config = FastformerConfig(**size, max_position_embeddings=max(args.lengths))
+    model = FastformerModel(config, add_pooling_layer=False).eval()
+    torch.set_num_threads(args.threads)
+    rows = {}
+    with tempfile.TemporaryDirectory() as folder:
+        run = runtimes(model, Path(folder), args.threads)
+        for length in args.lengths:
+            inputs = {"input_ids": np.random.default_rng(0).integers(config.vocab_size, size=(1, length)),
+                      "attention_mask": np.ones((1, length), np.int64)}  # fmt: skip
+            expected = run["PyTorch eager"](inputs)[0]
+            times = {name: [] for name in run}
+            for _ in range(args.repeats):
+                for name, call in run.items():
+                    times[name].append(seconds_per_call(lambda call=call: call(inputs)))
+            rows[length] = {
+                name: {"ms": 1000 * statistics.median(found),
+                       "max_abs_difference": float(np.abs(run[name](inputs)[0] - expected).max())}
+                for name, found in times.items()
+            }  # fmt: skip
+            print(length, {name: f"{row['ms']:.1f} ms" for name, row in rows[length].items()}, flush=True)
+    return {"config": size, "rows": rows}
+
+
+def accuracy(args) -> dict:
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer  # noqa: PLC0415
+
+    model = AutoModelForSequenceClassification.from_pretrained(args.classifier).eval()
+    tokenizer = AutoTokenizer.from_pretrained(args.classifier)
+    texts, labels = [], []
+    for line in args.test_file.read_text().splitlines():
+        row = json.loads(line)
+        texts.append(row["text"])
+        labels.append(model.config.label2id[str(row["label"])])  # run_classification.py's labels, as strings
+    torch.set_num_threads(args.threads)
+    found = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for name, call in runtimes(model, Path(folder), args.threads).items():
+            start, logits = time.perf_counter(), []
+            for first in range(0, len(texts), 32):
+                batch = tokenizer(texts[first : first + 32], truncation=True, max_length=args.max_length,
+                                  padding=True, return_tensors="np", return_token_type_ids=False)  # fmt: skip
+                logits.append(call({"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]})[0])
+            found[name] = {"logits": np.concatenate(logits), "ms": 1000 * (time.perf_counter() - start) / len(texts)}
+    reference = found["PyTorch eager"]["logits"]
+    rows = {
+        name: {"accuracy": float((run["logits"].argmax(-1) == np.array(labels)).mean()),
+               "agreement": float((run["logits"].argmax(-1) == reference.argmax(-1)).mean()),
+               "max_abs_difference": float(np.abs(run["logits"] - reference).max()), "ms_per_text": run["ms"]}
+        for name, run in found.items()
+    }  # fmt: skip
+    return {"classifier": str(args.classifier), "texts": len(texts), "rows": rows}
+
+
+def fields(config: dict) -> str:
+    return ", ".join(f"{name}={value}" for name, value in config.items())
+
+
+def report(args, results, elapsed) -> list[str]:
+    lengths = list(results["latency"]["rows"])
+    names = list(results["latency"]["rows"][lengths[0]])
+    lines = [MARKER, "", *run_lines(args.threads, elapsed), "", "### Encoder latency, batch 1 (ms per forward)", "",
+             f"Model: FastformerModel, {fields(results['latency']['config'])}, random weights, no pooler; in"
+             " parentheses: the speedup over PyTorch eager.", "",
+             "| runtime | " + " | ".join(f"{length:,} tokens" for length in lengths) + " |",
+             "|---" * (len(lengths) + 1) + "|"]  # fmt: skip
+    for name in names:
+        cells = []
+        for length in lengths:
+            row = results["latency"]["rows"][length][name]
+            eager = results["latency"]["rows"][length]["PyTorch eager"]["ms"]
+            cells.append(f"{row['ms']:.1f}" + ("" if name == "PyTorch eager" else f" ({eager / row['ms']:.2f}x)"))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "Largest |difference| of last_hidden_state to PyTorch:", "",
+              "| runtime | " + " | ".join(f"{length:,} tokens" for length in lengths) + " |",
+              "|---" * (len(lengths) + 1) + "|"]  # fmt: skip
+    for name in names[1:]:
+        differences = [results["latency"]["rows"][length][name]["max_abs_difference"] for length in lengths]
+        lines.append(f"| {name} | " + " | ".join(f"{difference:.1e}" for difference in differences) + " |")
+    found = results.get("accuracy")
+    lines += ["", "### int8 on a fine-tuned classifier", ""]
+    if found is None:
+        lines.append(f"Not measured: no classifier at {args.classifier} (run the README's Quickstart command first).")
+    else:
+        lines += [f"{found['classifier']} on {found['texts']} test texts (max length {args.max_length}, batches of "
+                  "32, tokenization included in the time):", "",
+                  "| runtime | accuracy | agrees with PyTorch | largest logit difference | ms per text |",
+                  "|---|---|---|---|---|"]  # fmt: skip
+        for name in names:
+            row = found["rows"][name]
+            lines.append(f"| {name} | {row['accuracy']:.4f} | {row['agreement']:.2%} | "
+                         f"{row['max_abs_difference']:.1e} | {row['ms_per_text']:.2f} |")  # fmt: skip
+    return lines
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    start = time.perf_counter()
+    results = {"latency": latency(args)}
+    if (args.classifier / "config.json").exists():
+        results["accuracy"] = accuracy(args)
+    lines = report(args, results, time.perf_counter() - start)
+    args.markdown.parent.mkdir(parents=True, exist_ok=True)
+    text = args.markdown.read_text() if args.markdown.exists() else "# Deploying Fastformer\n\n"
+    head = text[: text.index(MARKER)] if MARKER in text else text
+    args.markdown.write_text(head + "\n".join(lines) + "\n")
+    results["latency"]["rows"] = {str(length): row for length, row in results["latency"]["rows"].items()}
+    (args.markdown.parent / "deploy.json").write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
