@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from .modeling_fastformer import FastformerPreTrainedModel
+from .functional import CausalAttentionState, PoolingState
+from .modeling_fastformer import FastformerCache, FastformerPreTrainedModel
 
 INPUT_NAMES = ("input_ids", "attention_mask")
 # a head's outputs, by the ModelOutput field names that transformers' pipelines read
@@ -82,3 +83,132 @@ def export_onnx(model: FastformerPreTrainedModel, path: str | Path, implementati
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx_program.save(str(path))
     return path
+
+
+class Seq2SeqEncoderGraph(torch.nn.Module):
+    """A `FastformerForConditionalGeneration`'s encoder side, as one graph: (input_ids, attention_mask) -> the
+    cross-attention tensors of each distinct decoder layer (`FastformerCrossAttention.encode`), flat, computed
+    once per source."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        encoded = self.model.get_encoder()(input_ids, attention_mask=attention_mask).last_hidden_state
+        layers = self.model.decoder.layers
+        return tuple(tensor for layer in layers for tensor in layer.cross_attention.encode(encoded, attention_mask))
+
+
+class DecoderStepGraph(torch.nn.Module):
+    """One decoding step of a `FastformerForConditionalGeneration` as a pure function of its whole state:
+    (input_ids (B, 1), positions (B,), encoded: the encoder graph's outputs, state: per decoder layer application
+    the causal attention's query and key poolings, (B, H) log normalizer and (B, H, D) pooled each) ->
+    (logits (B, vocab), positions + 1, the new state). It runs the model's own decoder over a `FastformerCache`
+    rebuilt from those tensors; `initial_state` is the state before the first token."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        config = model.config
+        self.encoded_per_layer = 1 if config.cross_attention_type == "additive" else 3
+
+    def forward(self, input_ids, positions, encoded, state):
+        cache = FastformerCache(self.model.config)
+        step = self.encoded_per_layer
+        cache.encoded = [tuple(encoded[index : index + step]) for index in range(0, len(encoded), step)]
+        for index, layer in enumerate(cache.layers):
+            query, key = state[4 * index : 4 * index + 2], state[4 * index + 2 : 4 * index + 4]
+            layer.state = CausalAttentionState(PoolingState(*query), PoolingState(*key))
+        cache.positions = positions
+        hidden_states = self.model.decoder(input_ids, cache=cache).last_hidden_state
+        logits = self.model.lm_head(hidden_states[:, -1])
+        new_state = tuple(tensor for layer in cache.layers for pooling in layer.state for tensor in pooling)
+        return logits, cache.positions, new_state
+
+    def initial_state(self, batch_size: int) -> list[torch.Tensor]:
+        config = self.model.config
+        heads, dim = config.num_attention_heads, config.hidden_size // config.num_attention_heads
+        lowest = torch.finfo(torch.float32).min
+        # new tensors for every slot: the same tensor twice would be traced as one input
+        poolings = range(2 * config.num_decoder_layers)
+        return [tensor for _ in poolings for tensor in (torch.full((batch_size, heads), lowest),
+                                                        torch.zeros(batch_size, heads, dim))]  # fmt: skip
+
+
+def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
+    """Writes a `FastformerForConditionalGeneration` (eval mode) as encoder.onnx (Seq2SeqEncoderGraph) and
+    decoder_step.onnx (DecoderStepGraph) to `folder`, batch and source length dynamic; returns their paths.
+    Inputs and outputs are named: input_ids, attention_mask -> encoded.{i}; input_ids, positions, encoded.{i},
+    state.{i} -> logits, positions_out, state_out.{i}."""
+    if model.training:
+        raise ValueError("Call model.eval() before exporting: a graph traced in training mode keeps its dropout")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = model.config
+    batch = torch.export.Dim("batch")
+    source = torch.export.Dim("source", max=config.max_position_embeddings)
+    input_ids = torch.randint(config.vocab_size, EXAMPLE_SHAPE, generator=torch.Generator().manual_seed(0))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, EXAMPLE_SHAPE[1] // 2 :] = 0
+    encoder = Seq2SeqEncoderGraph(model)
+    with torch.no_grad():
+        encoded = encoder(input_ids, attention_mask)
+    step = DecoderStepGraph(model)
+    state = step.initial_state(EXAMPLE_SHAPE[0])
+    encoded_dims = tuple({0: batch, **({2: source} if tensor.dim() == 4 and tensor.shape[2] > 1 else {}),
+                     **({3: source} if tensor.dtype == torch.bool else {})} for tensor in encoded)  # fmt: skip
+    paths = {"encoder": folder / "encoder.onnx", "decoder_step": folder / "decoder_step.onnx"}
+    step_inputs = (input_ids[:, :1], torch.zeros(EXAMPLE_SHAPE[0], dtype=torch.long), encoded, tuple(state))
+    step_dims = ({0: batch}, {0: batch}, encoded_dims, ({0: batch},) * len(state))
+    with attention_implementation(model, exported_implementation(config)), torch.no_grad():
+        programs = {
+            "encoder": torch.export.export(encoder, (input_ids, attention_mask),
+                                           dynamic_shapes=({0: batch, 1: source}, {0: batch, 1: source})),
+            "decoder_step": torch.export.export(step, step_inputs, dynamic_shapes=step_dims),
+        }  # fmt: skip
+    names = {
+        "encoder": (["input_ids", "attention_mask"], [f"encoded.{index}" for index in range(len(encoded))]),
+        "decoder_step": (["input_ids", "positions", *(f"encoded.{index}" for index in range(len(encoded))),
+                          *(f"state.{index}" for index in range(len(state)))],
+                         ["logits", "positions_out", *(f"state_out.{index}" for index in range(len(state)))]),
+    }  # fmt: skip
+    for name, program in programs.items():
+        inputs, outputs = names[name]
+        torch.onnx.export(program, input_names=inputs, output_names=outputs, dynamo=True, verbose=False).save(
+            str(paths[name])
+        )
+    return paths
+
+
+def onnx_greedy_generate(folder: str | Path, config, input_ids, attention_mask, max_new_tokens: int):
+    """Greedy decoding on ONNX Runtime with the graphs `export_seq2seq_onnx` wrote to `folder`: what
+    `model.generate(input_ids, attention_mask=..., do_sample=False, num_beams=1, max_new_tokens=...)` returns
+    (numpy int64 (B, 1 + new tokens): the decoder start token first; after a row's end-of-sequence token, padding;
+    stops when every row has ended). The state is the decoder step's inputs and outputs: nothing grows."""
+    import numpy as np  # noqa: PLC0415
+    import onnxruntime  # noqa: PLC0415  (the [onnx] extra)
+
+    folder = Path(folder)
+    encoder, step = (onnxruntime.InferenceSession(str(folder / name), providers=["CPUExecutionProvider"])
+                     for name in ("encoder.onnx", "decoder_step.onnx"))  # fmt: skip
+    batch_size = input_ids.shape[0]
+    encoded = encoder.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
+    heads = config.num_attention_heads
+    state = [np.full((batch_size, heads), np.finfo(np.float32).min, np.float32) if index % 2 == 0
+             else np.zeros((batch_size, heads, config.hidden_size // heads), np.float32)
+             for index in range(4 * config.num_decoder_layers)]  # fmt: skip
+    tokens = np.full((batch_size, 1), config.decoder_start_token_id, np.int64)
+    positions = np.zeros(batch_size, np.int64)
+    finished = np.zeros(batch_size, bool)
+    for _ in range(min(max_new_tokens, config.max_position_embeddings - 1)):
+        feeds = {"input_ids": tokens[:, -1:], "positions": positions,
+                 **{f"encoded.{index}": tensor for index, tensor in enumerate(encoded)},
+                 **{f"state.{index}": tensor for index, tensor in enumerate(state)}}  # fmt: skip
+        logits, positions, *state = step.run(None, feeds)
+        chosen = np.where(finished, config.pad_token_id, logits.argmax(-1))
+        tokens = np.concatenate([tokens, chosen[:, None]], axis=1)
+        finished |= chosen == config.eos_token_id
+        if finished.all():
+            break
+    return tokens

@@ -1,5 +1,7 @@
 """fastformer/export.py and scripts/export_onnx.py: torch.export programs and ONNX files of the encoder heads, run
-at batch sizes and lengths the export did not trace, against the eager model (ONNX Runtime for the files)."""
+at batch sizes and lengths the export did not trace, against the eager model (ONNX Runtime for the files); the
+seq2seq model as an encoder graph and a decoding-step graph whose state is explicit, decoded greedily on ONNX
+Runtime against generate()."""
 
 import json
 import subprocess
@@ -17,7 +19,7 @@ from fastformer import (
     FastformerForSequenceClassification,
     FastformerModel,
 )
-from fastformer.export import EXAMPLE_SHAPE, OUTPUT_NAMES, export_program
+from fastformer.export import EXAMPLE_SHAPE, OUTPUT_NAMES, export_program, export_seq2seq_onnx, onnx_greedy_generate
 from fastformer.export import export_onnx as export_onnx_file
 
 HEADS = [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM]
@@ -94,6 +96,37 @@ def test_export_refuses_what_it_cannot_export(build):
         export_program(build(FastformerForConditionalGeneration))
     with pytest.raises(ValueError, match=r"Call model.eval\(\) before exporting"):
         export_program(build(FastformerModel).train())
+
+
+@pytest.mark.parametrize("cross_attention_type", ["softmax", "additive"])
+def test_onnx_greedy_decoding_with_the_state_as_inputs_gives_the_tokens_of_generate(
+    build, cross_attention_type, tmp_path
+):
+    special = dict(pad_token_id=0, decoder_start_token_id=1, bos_token_id=1, eos_token_id=2)
+    # larger initial weights: a random model that does not repeat one token
+    model = build(FastformerForConditionalGeneration, initializer_range=0.5, cross_attention_type=cross_attention_type,
+                  **special)  # fmt: skip
+    export_seq2seq_onnx(model, tmp_path)
+    input_ids, attention_mask = padded_inputs(model.config.vocab_size, 4, 29)  # source length and batch not traced
+    input_ids[input_ids < 3] = 3  # no special token in the source
+
+    def generate():
+        return model.generate(input_ids, attention_mask=attention_mask, do_sample=False, num_beams=1,
+                              max_new_tokens=20).numpy()  # fmt: skip
+
+    expected = generate()
+    assert len(np.unique(expected[:, 1:])) > 4
+    np.testing.assert_array_equal(
+        onnx_greedy_generate(tmp_path, model.config, input_ids.numpy(), attention_mask.numpy(), 20), expected
+    )
+    # a token the model writes early as the end of sequence: rows stop there and are padded, as generate does
+    for config in (model.config, model.generation_config):
+        config.eos_token_id = int(expected[0, 3])
+    expected = generate()
+    assert expected.shape[1] < 21 or (expected == 0).any()
+    np.testing.assert_array_equal(
+        onnx_greedy_generate(tmp_path, model.config, input_ids.numpy(), attention_mask.numpy(), 20), expected
+    )
 
 
 def run_script(*flags):
