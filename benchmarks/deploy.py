@@ -1,5 +1,6 @@
 """ONNX Runtime against PyTorch eager on the CPU, side by side in one run: encoder latency (float32 and int8) and
-what int8 costs a fine-tuned classifier. Writes docs/DEPLOY.md's measured part and docs/deploy.json.
+greedy decoding on the ONNX graphs with the state explicit, and what int8 costs a fine-tuned classifier. Writes
+docs/DEPLOY.md's measured part and docs/deploy.json.
 
 1. Latency: a FastformerModel of all-MiniLM-L6-v2's size (hidden 384, 6 layers, 12 heads, feed-forward 1,536;
    random weights, which latency does not depend on), positions up to the longest length, batch 1, one padded-free
@@ -8,7 +9,10 @@ what int8 costs a fine-tuned classifier. Writes docs/DEPLOY.md's measured part a
    quantization. A measurement is the mean over the calls that fill about 0.5 s (after one warm-up call); the
    table gives the median over --repeats, the three runtimes measured in turn within each repeat. Also the
    largest |difference| of last_hidden_state to PyTorch.
-2. int8 accuracy: a fine-tuned classifier (--classifier; default runs/20newsgroups, what the README's Quickstart
+2. Decoding: greedy, batch 1, --new_tokens tokens from a source of each --source_lengths, the seq2seq model of
+   the same size: PyTorch generate() against fastformer.export.onnx_greedy_generate on the exported graphs;
+   ms per token, whether both produce the same tokens, and the decoding state's size.
+3. int8 accuracy: a fine-tuned classifier (--classifier; default runs/20newsgroups, what the README's Quickstart
    command writes) on a test split (--test_file; default the bundled 20 Newsgroups test texts), tokenized as the
    model was trained (--max_length), batches of 32: accuracy with PyTorch, ONNX Runtime float32 and int8, how
    often each agrees with PyTorch's prediction, the largest |logit difference| and ms per text.
@@ -45,6 +49,8 @@ MARKER = "<!-- measured by benchmarks/deploy.py: everything below is generated -
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 4096])
+    parser.add_argument("--source_lengths", type=int, nargs="+", default=[64, 1024], help="for decoding")
+    parser.add_argument("--new_tokens", type=int, default=32, help="greedy tokens generated per source")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--size", default=None, help="JSON of config fields replacing MINILM_SIZE (tests)")
@@ -112,6 +118,43 @@ def latency(args) -> dict:
     return {"config": size, "rows": rows}
 
 
+def decoding(args) -> dict:
+    """Greedy decoding of --new_tokens tokens, batch 1: PyTorch generate() against the ONNX Runtime loop
+    (fastformer.export.onnx_greedy_generate), the same seq2seq model of MINILM_SIZE (6 + 6 layers), per source
+    length; ms per generated token (the encoder's pass included, once), and the decoding state's bytes."""
+    from fastformer import FastformerForConditionalGeneration  # noqa: PLC0415
+    from fastformer.export import DecoderStepGraph, export_seq2seq_onnx, onnx_greedy_generate  # noqa: PLC0415
+
+    size = json.loads(args.size) if args.size else MINILM_SIZE
+    torch.manual_seed(0)
+    # no end of sequence: every run generates --new_tokens tokens
+    special = dict(pad_token_id=0, decoder_start_token_id=101, bos_token_id=101, eos_token_id=None)
+    config = FastformerConfig(**size, **special, max_position_embeddings=max(args.source_lengths))
+    model = FastformerForConditionalGeneration(config).eval()
+    state_bytes = sum(tensor.numel() * tensor.element_size() for tensor in DecoderStepGraph(model).initial_state(1))
+    rows = {}
+    with tempfile.TemporaryDirectory() as folder:
+        export_seq2seq_onnx(model, folder)
+        for length in args.source_lengths:
+            input_ids = torch.from_numpy(np.random.default_rng(0).integers(1000, config.vocab_size, size=(1, length)))
+            attention_mask = torch.ones_like(input_ids)
+            calls = {
+                "PyTorch generate": lambda: model.generate(input_ids, attention_mask=attention_mask, do_sample=False,
+                                                           num_beams=1, max_new_tokens=args.new_tokens).numpy(),
+                "ONNX Runtime loop": lambda: onnx_greedy_generate(folder, config, input_ids.numpy(),
+                                                                  attention_mask.numpy(), args.new_tokens),
+            }  # fmt: skip
+            tokens = {name: call() for name, call in calls.items()}
+            times = {name: [] for name in calls}
+            for _ in range(args.repeats):
+                for name, call in calls.items():
+                    times[name].append(seconds_per_call(call))
+            rows[length] = {name: 1000 * statistics.median(found) / args.new_tokens for name, found in times.items()}
+            rows[length]["same tokens"] = bool((tokens["PyTorch generate"] == tokens["ONNX Runtime loop"]).all())
+            print(length, rows[length], flush=True)
+    return {"state_bytes": state_bytes, "new_tokens": args.new_tokens, "rows": rows}
+
+
 def accuracy(args) -> dict:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer  # noqa: PLC0415
 
@@ -167,6 +210,17 @@ def report(args, results, elapsed) -> list[str]:
     for name in names[1:]:
         differences = [results["latency"]["rows"][length][name]["max_abs_difference"] for length in lengths]
         lines.append(f"| {name} | " + " | ".join(f"{difference:.1e}" for difference in differences) + " |")
+    found = results["decoding"]
+    layers = results["latency"]["config"]["num_hidden_layers"]
+    lines += ["", f"### Greedy decoding, batch 1 ({found['new_tokens']} new tokens, ms per token)", "",
+              f"The seq2seq model of the same size (encoder and decoder {layers} layers, random weights); the time "
+              "includes the source's encoder pass. The decoding state is "
+              f"{found['state_bytes']:,} bytes per sequence, whatever the source and output lengths.", "",
+              "| source tokens | PyTorch generate | ONNX Runtime loop | same tokens |",
+              "|---|---|---|---|"]  # fmt: skip
+    for length, row in found["rows"].items():
+        lines.append(f"| {length:,} | {row['PyTorch generate']:.2f} | {row['ONNX Runtime loop']:.2f} | "
+                     f"{'yes' if row['same tokens'] else 'no'} |")  # fmt: skip
     found = results.get("accuracy")
     lines += ["", "### int8 on a fine-tuned classifier", ""]
     if found is None:
@@ -186,7 +240,7 @@ def report(args, results, elapsed) -> list[str]:
 def main(argv=None):
     args = parse_args(argv)
     start = time.perf_counter()
-    results = {"latency": latency(args)}
+    results = {"latency": latency(args), "decoding": decoding(args)}
     if (args.classifier / "config.json").exists():
         results["accuracy"] = accuracy(args)
     lines = report(args, results, time.perf_counter() - start)
@@ -194,7 +248,8 @@ def main(argv=None):
     text = args.markdown.read_text() if args.markdown.exists() else "# Deploying Fastformer\n\n"
     head = text[: text.index(MARKER)] if MARKER in text else text
     args.markdown.write_text(head + "\n".join(lines) + "\n")
-    results["latency"]["rows"] = {str(length): row for length, row in results["latency"]["rows"].items()}
+    for part in ("latency", "decoding"):
+        results[part]["rows"] = {str(length): row for length, row in results[part]["rows"].items()}
     (args.markdown.parent / "deploy.json").write_text(json.dumps(results, indent=1) + "\n")
 
 

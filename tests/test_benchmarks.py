@@ -103,7 +103,8 @@ def test_deploy_benchmark_measures_onnx_runtime_beside_pytorch(repo_root, build,
     size = '{"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 37}'
     command = [
         sys.executable, str(repo_root / "benchmarks" / "deploy.py"), "--lengths", "16", "40", "--repeats", "1",
-        "--threads", "1", "--size", size, "--classifier", str(tmp_path / "classifier"),
+        "--threads", "1", "--size", size, "--source_lengths", "16", "40", "--new_tokens", "5",
+        "--classifier", str(tmp_path / "classifier"),
         "--test_file", str(tmp_path / "test.jsonl"), "--max_length", "64", "--markdown", str(tmp_path / "DEPLOY.md"),
     ]  # fmt: skip
     process = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=repo_root)
@@ -114,6 +115,9 @@ def test_deploy_benchmark_measures_onnx_runtime_beside_pytorch(repo_root, build,
         assert all(row["ms"] > 0 for row in rows.values())
         assert rows["ONNX Runtime fp32"]["max_abs_difference"] <= 1e-4
         assert 1e-4 < rows["ONNX Runtime int8"]["max_abs_difference"]  # quantized: not the float32 graph
+    decoding = results["decoding"]
+    assert all(row["same tokens"] and row["ONNX Runtime loop"] > 0 for row in decoding["rows"].values())
+    assert decoding["state_bytes"] == 2 * 2 * (4 + 4 * 8) * 4  # 2 layers x 2 poolings x (H + H x D) float32
     found = results["accuracy"]
     assert found["texts"] == 40 and found["rows"]["ONNX Runtime fp32"]["agreement"] == 1.0
     assert found["rows"]["ONNX Runtime fp32"]["accuracy"] == found["rows"]["PyTorch eager"]["accuracy"]
