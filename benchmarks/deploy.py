@@ -182,7 +182,8 @@ def accuracy(args) -> dict:
                "max_abs_difference": float(np.abs(run["logits"] - reference).max()), "ms_per_text": run["ms"]}
         for name, run in found.items()
     }  # fmt: skip
-    return {"classifier": str(args.classifier), "texts": len(texts), "rows": rows}
+    shown = args.classifier.relative_to(REPO) if args.classifier.is_relative_to(REPO) else args.classifier
+    return {"classifier": str(shown), "texts": len(texts), "rows": rows}
 
 
 def fields(config: dict) -> str:
