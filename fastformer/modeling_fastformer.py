@@ -348,7 +348,9 @@ class FastformerPreTrainedModel(CheckpointMixin, PreTrainedModel):
     config_class = FastformerConfig
     base_model_prefix = "fastformer"
     supports_gradient_checkpointing = True
-    _no_split_modules = ["FastformerEmbeddings", "FastformerLayer", "FastformerDecoderLayer"]
+    # what device maps and FSDP keep whole: the classes a model of this class has (FSDP refuses a name it cannot
+    # find); the generative heads name theirs
+    _no_split_modules = ["FastformerEmbeddings", "FastformerLayer"]
 
     def _init_weights(self, module):
         super()._init_weights(module)
@@ -750,6 +752,7 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
         "decoder.embeddings.word_embeddings.weight": "fastformer.embeddings.word_embeddings.weight",
         "lm_head.weight": "fastformer.embeddings.word_embeddings.weight",
     }
+    _no_split_modules = ["FastformerEmbeddings", "FastformerLayer", "FastformerDecoderLayer"]
     accepts_loss_kwargs = True
 
     def __init__(self, config: FastformerConfig):
@@ -860,6 +863,7 @@ class FastformerForCausalLM(FastformerGenerativeModel):
     ids; the loss shifts them (position t predicts token t + 1)."""
 
     _tied_weights_keys = {"lm_head.weight": "decoder.embeddings.word_embeddings.weight"}
+    _no_split_modules = ["FastformerEmbeddings", "FastformerDecoderLayer"]
     accepts_loss_kwargs = True
 
     def __init__(self, config: FastformerConfig):

@@ -6,6 +6,7 @@ the flags are the ones users know; this module keeps the parts they share in one
 """
 
 import logging
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -309,6 +310,12 @@ def samples(prefix: str, dataset) -> dict[str, int]:
 def train_and_evaluate(trainer, prepared, add_eval_metrics=None) -> dict:
     """--do_train and --do_eval as the transformers examples do them: metrics logged and written to
     train_results.json / eval_results.json / all_results.json. Returns the evaluation metrics."""
+    if trainer.args.do_train and os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":
+        if not trainer.is_fsdp_enabled:  # accelerate (1.15) shards on accelerators only, and says nothing
+            logger.warning(
+                "FSDP was asked for (ACCELERATE_USE_FSDP), but accelerate runs FSDP on accelerators only (GPU, NPU, "
+                "XPU, HPU): on the CPU these processes train as DDP, each holding the whole model"
+            )
     if trainer.args.do_train:
         result = trainer.train(resume_from_checkpoint=trainer.args.resume_from_checkpoint)
         metrics = {**result.metrics, **samples("train", prepared["train"])}

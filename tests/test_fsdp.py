@@ -1,0 +1,72 @@
+"""FSDP through accelerate: configs/accelerate/fsdp.yaml as accelerate reads it, the wrap policy accelerate builds
+from each model's `_no_split_modules`, and what the scripts say where accelerate cannot shard (on CPUs)."""
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+from accelerate.commands.config.config_args import load_config_from_file
+from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+from accelerate.utils.fsdp_utils import fsdp2_prepare_auto_wrap_policy
+
+import run_classification
+from fastformer import (
+    FastformerForCausalLM,
+    FastformerForConditionalGeneration,
+    FastformerForMaskedLM,
+    FastformerForSequenceClassification,
+    FastformerModel,
+)
+
+HEADS = [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM,
+         FastformerForConditionalGeneration, FastformerForCausalLM]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def fsdp_config(repo_root):
+    return load_config_from_file(str(repo_root / "configs" / "accelerate" / "fsdp.yaml"))
+
+
+def test_the_fsdp_config_is_fsdp2_wrapping_transformer_layers(fsdp_config):
+    assert fsdp_config.distributed_type == DistributedType.FSDP and not fsdp_config.use_cpu
+    settings = fsdp_config.fsdp_config
+    assert settings["fsdp_version"] == 2 and settings["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
+    assert settings["fsdp_state_dict_type"] == "FULL_STATE_DICT"  # from_pretrained loads what Trainer saves
+
+
+@pytest.mark.parametrize("head", HEADS, ids=lambda head: head.__name__)
+def test_fsdp_wraps_every_module_of_the_classes_the_model_names(build, fsdp_config, head):
+    settings = fsdp_config.fsdp_config
+    plugin = FullyShardedDataParallelPlugin(
+        fsdp_version=settings["fsdp_version"], auto_wrap_policy=settings["fsdp_auto_wrap_policy"].lower()
+    )
+    model = build(head)
+    policy = fsdp2_prepare_auto_wrap_policy(plugin, model)  # raises for a named class the model does not have
+    named = set(model._no_split_modules)
+    wrapped = [module for module in model.modules() if policy(module)]
+    assert {type(module).__name__ for module in wrapped} == named and named - {"FastformerEmbeddings"}
+    assert len(wrapped) == sum(type(module).__name__ in named for module in model.modules())  # every layer
+
+
+@pytest.mark.slow
+def test_an_fsdp_config_on_cpus_trains_as_ddp_and_says_so(repo_root, tmp_path):
+    """accelerate (1.15) turns FSDP on for accelerators only: on CPUs the processes run DDP, full replicas."""
+    config = yaml.safe_load((repo_root / "configs" / "accelerate" / "fsdp.yaml").read_text())
+    cpu = tmp_path / "fsdp_cpu.yaml"
+    cpu.write_text(yaml.safe_dump({**config, "use_cpu": True, "num_processes": 2, "mixed_precision": "no",
+                                   "gpu_ids": None}))  # fmt: skip
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join((repo_root / "data" / "20newsgroups" / "train.jsonl").read_text().splitlines(True)[:16]))
+    process = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(cpu), run_classification.__file__,
+         "--output_dir", str(tmp_path / "out"), "--do_train", "--train_file", str(train), "--max_seq_length", "32",
+         "--max_steps", "1", "--per_device_train_batch_size", "2", "--model_type", "fastformer",
+         "--config_overrides", "hidden_size=32,num_attention_heads=4,intermediate_size=64", "--use_cpu",
+         "--report_to", "none", "--save_strategy", "no"],
+        capture_output=True, text=True, timeout=600, cwd=repo_root,
+    )  # fmt: skip
+    assert process.returncode == 0, process.stderr[-3000:]
+    assert "FSDP was asked for (ACCELERATE_USE_FSDP), but accelerate runs FSDP on accelerators only" in (
+        process.stdout + process.stderr
+    )
