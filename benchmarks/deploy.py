@@ -123,7 +123,7 @@ def decoding(args) -> dict:
     (fastformer.export.onnx_greedy_generate), the same seq2seq model of MINILM_SIZE (6 + 6 layers), per source
     length; ms per generated token (the encoder's pass included, once), and the decoding state's bytes."""
     from fastformer import FastformerForConditionalGeneration  # noqa: PLC0415
-    from fastformer.export import DecoderStepGraph, export_seq2seq_onnx, onnx_greedy_generate  # noqa: PLC0415
+    from fastformer.export import export_seq2seq_onnx, initial_state, onnx_greedy_generate  # noqa: PLC0415
 
     size = json.loads(args.size) if args.size else MINILM_SIZE
     torch.manual_seed(0)
@@ -131,7 +131,7 @@ def decoding(args) -> dict:
     special = dict(pad_token_id=0, decoder_start_token_id=101, bos_token_id=101, eos_token_id=None)
     config = FastformerConfig(**size, **special, max_position_embeddings=max(args.source_lengths))
     model = FastformerForConditionalGeneration(config).eval()
-    state_bytes = sum(tensor.numel() * tensor.element_size() for tensor in DecoderStepGraph(model).initial_state(1))
+    state_bytes = sum(tensor.numel() * tensor.element_size() for tensor in initial_state(config, 1))
     rows = {}
     with tempfile.TemporaryDirectory() as folder:
         export_seq2seq_onnx(model, folder)

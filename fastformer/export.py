@@ -105,7 +105,7 @@ class DecoderStepGraph(torch.nn.Module):
     (input_ids (B, 1), positions (B,), encoded: the encoder graph's outputs, state: per decoder layer application
     the causal attention's query and key poolings, (B, H) log normalizer and (B, H, D) pooled each) ->
     (logits (B, vocab), positions + 1, the new state). It runs the model's own decoder over a `FastformerCache`
-    rebuilt from those tensors; `initial_state` is the state before the first token."""
+    rebuilt from those tensors; `initial_state` gives the state before the first token."""
 
     def __init__(self, model):
         super().__init__()
@@ -126,14 +126,17 @@ class DecoderStepGraph(torch.nn.Module):
         new_state = tuple(tensor for layer in cache.layers for pooling in layer.state for tensor in pooling)
         return logits, cache.positions, new_state
 
-    def initial_state(self, batch_size: int) -> list[torch.Tensor]:
-        config = self.model.config
-        heads, dim = config.num_attention_heads, config.hidden_size // config.num_attention_heads
-        lowest = torch.finfo(torch.float32).min
-        # new tensors for every slot: the same tensor twice would be traced as one input
-        poolings = range(2 * config.num_decoder_layers)
-        return [tensor for _ in poolings for tensor in (torch.full((batch_size, heads), lowest),
-                                                        torch.zeros(batch_size, heads, dim))]  # fmt: skip
+
+def initial_state(config, batch_size: int) -> list[torch.Tensor]:
+    """The decoding state before the first token, as `DecoderStepGraph` takes it: per decoder layer application,
+    the query's and the key's pooling, each a (B, H) log normalizer at float32's lowest and a (B, H, D) zero
+    pooled vector (what `causal_additive_pooling` starts from)."""
+    heads, dim = config.num_attention_heads, config.hidden_size // config.num_attention_heads
+    lowest = torch.finfo(torch.float32).min
+    # new tensors for every slot: the same tensor twice would be traced as one input
+    poolings = range(2 * config.num_decoder_layers)
+    return [tensor for _ in poolings for tensor in (torch.full((batch_size, heads), lowest),
+                                                    torch.zeros(batch_size, heads, dim))]  # fmt: skip
 
 
 def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
@@ -155,9 +158,12 @@ def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
     with torch.no_grad():
         encoded = encoder(input_ids, attention_mask)
     step = DecoderStepGraph(model)
-    state = step.initial_state(EXAMPLE_SHAPE[0])
-    encoded_dims = tuple({0: batch, **({2: source} if tensor.dim() == 4 and tensor.shape[2] > 1 else {}),
-                     **({3: source} if tensor.dtype == torch.bool else {})} for tensor in encoded)  # fmt: skip
+    state = initial_state(config, EXAMPLE_SHAPE[0])
+    # the source axis: 2 of softmax keys and values (B, H, M, D), 3 of their mask (B, 1, 1, M); the additive
+    # context (B, H, 1, D) has none
+    encoded_dims = tuple({0: batch, **({3: source} if tensor.dtype == torch.bool else {}),
+                          **({2: source} if tensor.dtype != torch.bool and tensor.shape[2] > 1 else {})}
+                         for tensor in encoded)  # fmt: skip
     paths = {"encoder": folder / "encoder.onnx", "decoder_step": folder / "decoder_step.onnx"}
     step_inputs = (input_ids[:, :1], torch.zeros(EXAMPLE_SHAPE[0], dtype=torch.long), encoded, tuple(state))
     step_dims = ({0: batch}, {0: batch}, encoded_dims, ({0: batch},) * len(state))
@@ -189,26 +195,28 @@ def onnx_greedy_generate(folder: str | Path, config, input_ids, attention_mask, 
     import numpy as np  # noqa: PLC0415
     import onnxruntime  # noqa: PLC0415  (the [onnx] extra)
 
+    if max_new_tokens > config.max_position_embeddings:
+        raise ValueError(
+            f"max_new_tokens={max_new_tokens} reaches past the decoder's {config.max_position_embeddings} positions"
+        )
     folder = Path(folder)
     encoder, step = (onnxruntime.InferenceSession(str(folder / name), providers=["CPUExecutionProvider"])
                      for name in ("encoder.onnx", "decoder_step.onnx"))  # fmt: skip
     batch_size = input_ids.shape[0]
     encoded = encoder.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
-    heads = config.num_attention_heads
-    state = [np.full((batch_size, heads), np.finfo(np.float32).min, np.float32) if index % 2 == 0
-             else np.zeros((batch_size, heads, config.hidden_size // heads), np.float32)
-             for index in range(4 * config.num_decoder_layers)]  # fmt: skip
+    state = [tensor.numpy() for tensor in initial_state(config, batch_size)]
+    ends = [] if config.eos_token_id is None else np.atleast_1d(config.eos_token_id)
     tokens = np.full((batch_size, 1), config.decoder_start_token_id, np.int64)
     positions = np.zeros(batch_size, np.int64)
     finished = np.zeros(batch_size, bool)
-    for _ in range(min(max_new_tokens, config.max_position_embeddings - 1)):
+    for _ in range(max_new_tokens):
         feeds = {"input_ids": tokens[:, -1:], "positions": positions,
                  **{f"encoded.{index}": tensor for index, tensor in enumerate(encoded)},
                  **{f"state.{index}": tensor for index, tensor in enumerate(state)}}  # fmt: skip
         logits, positions, *state = step.run(None, feeds)
         chosen = np.where(finished, config.pad_token_id, logits.argmax(-1))
         tokens = np.concatenate([tokens, chosen[:, None]], axis=1)
-        finished |= chosen == config.eos_token_id
+        finished |= np.isin(chosen, ends)
         if finished.all():
             break
     return tokens

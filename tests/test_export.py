@@ -127,6 +127,8 @@ def test_onnx_greedy_decoding_with_the_state_as_inputs_gives_the_tokens_of_gener
     np.testing.assert_array_equal(
         onnx_greedy_generate(tmp_path, model.config, input_ids.numpy(), attention_mask.numpy(), 20), expected
     )
+    with pytest.raises(ValueError, match="max_new_tokens=65 reaches past the decoder's 64 positions"):
+        onnx_greedy_generate(tmp_path, model.config, input_ids.numpy(), attention_mask.numpy(), 65)
 
 
 def run_script(*flags):
