@@ -122,7 +122,7 @@ def setup_logging(training_args):
 def warn_emulated_bf16(training_args):
     """--bf16 on a CPU without bf16 instructions (AVX512-BF16 or AMX): torch emulates bf16 there, slower than
     float32 (measured on such a CPU, 2 cores: a training step of the warm-started summarizer at batch 16 x 512
-    tokens took 8.2 s in bf16 autocast against 3.7 s in float32; on CPUs with AMX, bf16 was 2.6x faster)."""
+    tokens took 8.2 s in bf16 autocast against 3.7 s in float32; on a CPU with native bf16, bf16 was 2.6x faster)."""
     native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
     if training_args.bf16 and training_args.device.type == "cpu" and not native:
         logger.warning(
