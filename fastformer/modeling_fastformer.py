@@ -348,9 +348,10 @@ class FastformerPreTrainedModel(CheckpointMixin, PreTrainedModel):
     config_class = FastformerConfig
     base_model_prefix = "fastformer"
     supports_gradient_checkpointing = True
-    # what device maps and FSDP keep whole: the classes a model of this class has (FSDP refuses a name it cannot
-    # find); the generative heads name theirs
-    _no_split_modules = ["FastformerEmbeddings", "FastformerLayer"]
+    # the layers that device maps and FSDP keep whole: only classes a model of this class has (accelerate's FSDP
+    # refuses a name it cannot find), and no embeddings (its FSDP2 shards the input embeddings itself, a second
+    # time if they were named); the generative heads name theirs
+    _no_split_modules = ["FastformerLayer"]
 
     def _init_weights(self, module):
         super()._init_weights(module)
@@ -752,7 +753,7 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
         "decoder.embeddings.word_embeddings.weight": "fastformer.embeddings.word_embeddings.weight",
         "lm_head.weight": "fastformer.embeddings.word_embeddings.weight",
     }
-    _no_split_modules = ["FastformerEmbeddings", "FastformerLayer", "FastformerDecoderLayer"]
+    _no_split_modules = ["FastformerLayer", "FastformerDecoderLayer"]
     accepts_loss_kwargs = True
 
     def __init__(self, config: FastformerConfig):
@@ -863,7 +864,7 @@ class FastformerForCausalLM(FastformerGenerativeModel):
     ids; the loss shifts them (position t predicts token t + 1)."""
 
     _tied_weights_keys = {"lm_head.weight": "decoder.embeddings.word_embeddings.weight"}
-    _no_split_modules = ["FastformerEmbeddings", "FastformerDecoderLayer"]
+    _no_split_modules = ["FastformerDecoderLayer"]
     accepts_loss_kwargs = True
 
     def __init__(self, config: FastformerConfig):
