@@ -54,7 +54,10 @@ def export_program(model: FastformerPreTrainedModel, implementation: str | None 
     """
     name = type(model).__name__
     if name not in OUTPUT_NAMES:
-        raise ValueError(f"Exporting {name} is not supported: the encoder heads are {', '.join(OUTPUT_NAMES)}")
+        raise ValueError(
+            f"export_program takes the encoder heads ({', '.join(OUTPUT_NAMES)}), got {name}"
+            + ("; export the encoder-decoder with export_seq2seq_onnx" if model.config.is_encoder_decoder else "")
+        )
     if model.training:
         raise ValueError("Call model.eval() before exporting: a graph traced in training mode keeps its dropout")
     config = model.config
@@ -144,6 +147,10 @@ def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
     decoder_step.onnx (DecoderStepGraph) to `folder`, batch and source length dynamic; returns their paths.
     Inputs and outputs are named: input_ids, attention_mask -> encoded.{i}; input_ids, positions, encoded.{i},
     state.{i} -> logits, positions_out, state_out.{i}."""
+    if type(model).__name__ != "FastformerForConditionalGeneration":
+        raise ValueError(
+            f"export_seq2seq_onnx exports a FastformerForConditionalGeneration, got {type(model).__name__}"
+        )
     if model.training:
         raise ValueError("Call model.eval() before exporting: a graph traced in training mode keeps its dropout")
     folder = Path(folder)
@@ -187,26 +194,56 @@ def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
     return paths
 
 
-def onnx_greedy_generate(folder: str | Path, config, input_ids, attention_mask, max_new_tokens: int):
-    """Greedy decoding on ONNX Runtime with the graphs `export_seq2seq_onnx` wrote to `folder`: what
-    `model.generate(input_ids, attention_mask=..., do_sample=False, num_beams=1, max_new_tokens=...)` returns
-    (numpy int64 (B, 1 + new tokens): the decoder start token first; after a row's end-of-sequence token, padding;
-    stops when every row has ended). The state is the decoder step's inputs and outputs: nothing grows."""
-    import numpy as np  # noqa: PLC0415
+# generation settings that change greedy search's choice of token (logits processors): the loop below has none
+PROCESSOR_DEFAULTS = {"no_repeat_ngram_size": (0, None), "encoder_no_repeat_ngram_size": (0, None),
+                      "min_length": (0, None), "min_new_tokens": (None,), "repetition_penalty": (1.0, None),
+                      "bad_words_ids": (None,), "suppress_tokens": (None,), "begin_suppress_tokens": (None,),
+                      "forced_bos_token_id": (None,), "forced_eos_token_id": (None,)}  # fmt: skip
+
+
+def onnx_sessions(folder: str | Path, threads: int | None = None) -> tuple:
+    """ONNX Runtime sessions of the graphs `export_seq2seq_onnx` wrote to `folder`: (encoder, decoding step)."""
     import onnxruntime  # noqa: PLC0415  (the [onnx] extra)
 
+    options = onnxruntime.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    return tuple(onnxruntime.InferenceSession(str(Path(folder) / name), options, providers=["CPUExecutionProvider"])
+                 for name in ("encoder.onnx", "decoder_step.onnx"))  # fmt: skip
+
+
+def onnx_greedy_generate(sessions: tuple, config, input_ids, attention_mask, max_new_tokens: int,
+                         generation_config=None):  # fmt: skip
+    """Greedy decoding on ONNX Runtime with `sessions` (`onnx_sessions`): what `model.generate(input_ids,
+    attention_mask=..., do_sample=False, num_beams=1, max_new_tokens=...)` returns (numpy int64 (B, 1 + new tokens):
+    the decoder start token first; after a row's end-of-sequence token, padding; stops when every row has ended).
+    `config`: the model's; `generation_config` (default: the one `config` implies, as `generate` makes it) gives the
+    special tokens, and may set no logits processor (PROCESSOR_DEFAULTS). The state is the decoding step's inputs
+    and outputs: nothing grows."""
+    import numpy as np  # noqa: PLC0415
+    from transformers import GenerationConfig  # noqa: PLC0415
+
+    generation = generation_config or GenerationConfig.from_model_config(config)
+    changed = {name: getattr(generation, name, None) for name, defaults in PROCESSOR_DEFAULTS.items()
+               if getattr(generation, name, None) not in defaults}  # fmt: skip
+    if changed:
+        raise ValueError(f"onnx_greedy_generate is plain greedy search; the generation config also sets {changed}")
+    start = (
+        generation.decoder_start_token_id if generation.decoder_start_token_id is not None else generation.bos_token_id
+    )
+    ends = [] if generation.eos_token_id is None else list(np.atleast_1d(generation.eos_token_id))
+    pad = generation.pad_token_id if generation.pad_token_id is not None else (ends[0] if ends else None)
+    if start is None or (ends and pad is None):
+        raise ValueError("Set decoder_start_token_id (or bos_token_id) and pad_token_id in the generation config")
     if max_new_tokens > config.max_position_embeddings:
         raise ValueError(
             f"max_new_tokens={max_new_tokens} reaches past the decoder's {config.max_position_embeddings} positions"
         )
-    folder = Path(folder)
-    encoder, step = (onnxruntime.InferenceSession(str(folder / name), providers=["CPUExecutionProvider"])
-                     for name in ("encoder.onnx", "decoder_step.onnx"))  # fmt: skip
+    encoder, step = sessions
     batch_size = input_ids.shape[0]
     encoded = encoder.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
     state = [tensor.numpy() for tensor in initial_state(config, batch_size)]
-    ends = [] if config.eos_token_id is None else np.atleast_1d(config.eos_token_id)
-    tokens = np.full((batch_size, 1), config.decoder_start_token_id, np.int64)
+    tokens = np.full((batch_size, 1), start, np.int64)
     positions = np.zeros(batch_size, np.int64)
     finished = np.zeros(batch_size, bool)
     for _ in range(max_new_tokens):
@@ -214,7 +251,7 @@ def onnx_greedy_generate(folder: str | Path, config, input_ids, attention_mask, 
                  **{f"encoded.{index}": tensor for index, tensor in enumerate(encoded)},
                  **{f"state.{index}": tensor for index, tensor in enumerate(state)}}  # fmt: skip
         logits, positions, *state = step.run(None, feeds)
-        chosen = np.where(finished, config.pad_token_id, logits.argmax(-1))
+        chosen = np.where(finished, pad if pad is not None else 0, logits.argmax(-1))
         tokens = np.concatenate([tokens, chosen[:, None]], axis=1)
         finished |= np.isin(chosen, ends)
         if finished.all():

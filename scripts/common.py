@@ -7,6 +7,7 @@ the flags are the ones users know; this module keeps the parts they share in one
 
 import logging
 import os
+import platform
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,17 +124,23 @@ def warn_emulated_bf16(training_args):
     """--bf16 on a CPU without bf16 instructions (AVX512-BF16 or AMX): torch emulates bf16 there, slower than
     float32 (measured on such a CPU, 2 cores: a training step of the warm-started summarizer at batch 16 x 512
     tokens took 8.2 s in bf16 autocast against 3.7 s in float32; on a CPU with native bf16, bf16 was 2.6x faster)."""
+    # torch's own checks (private, torch 2.13); they know x86 only
     native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-    if training_args.bf16 and training_args.device.type == "cpu" and not native:
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    if training_args.bf16 and training_args.device.type == "cpu" and x86 and not native:
         logger.warning(
             "--bf16 on a CPU without AVX512-BF16 or AMX instructions: bf16 is emulated here and runs slower than "
-            "float32 (about 2x a training step); leave --bf16 out (or set \"bf16\": false) on this machine"
+            'float32 (about 2x a training step); leave --bf16 out (or set "bf16": false) on this machine'
         )
 
 
 def hub_kwargs(model_args) -> dict:
-    return dict(cache_dir=model_args.cache_dir, revision=model_args.model_revision, token=model_args.token,
-                trust_remote_code=model_args.trust_remote_code)
+    return dict(
+        cache_dir=model_args.cache_dir,
+        revision=model_args.model_revision,
+        token=model_args.token,
+        trust_remote_code=model_args.trust_remote_code,
+    )
 
 
 def load_tokenizer(model_args):
@@ -311,7 +318,8 @@ def train_and_evaluate(trainer, prepared, add_eval_metrics=None) -> dict:
     """--do_train and --do_eval as the transformers examples do them: metrics logged and written to
     train_results.json / eval_results.json / all_results.json. Returns the evaluation metrics."""
     if trainer.args.do_train and os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":
-        if not trainer.is_fsdp_enabled:  # accelerate (1.15) shards on accelerators only, and says nothing
+        # accelerate 1.15 shards on accelerators only, and says nothing
+        if not trainer.is_fsdp_enabled and trainer.is_world_process_zero():
             logger.warning(
                 "FSDP was asked for (ACCELERATE_USE_FSDP), but accelerate runs FSDP on accelerators only (GPU, NPU, "
                 "XPU, HPU): on the CPU these processes train as DDP, each holding the whole model"

@@ -2,14 +2,12 @@
 
     python scripts/export_onnx.py --model_name_or_path runs/20newsgroups --output_dir runs/20newsgroups-onnx
 
-Writes OUTPUT_DIR/model.onnx (inputs input_ids and attention_mask; outputs named as the head's ModelOutput
-fields: last_hidden_state and pooler_output, or logits), with --int8 also model_quantized.onnx (int8 weights),
-the config and the tokenizer beside it (the layout optimum's ORTModel classes and Transformers.js read), and
-onnx_check.json: the largest absolute difference between ONNX Runtime and PyTorch on padded batches at lengths
-the export did not trace. A difference above
---atol fails the export (exit status 1), the folder then holds no model.onnx. The route is
-`torch.onnx.export(dynamo=True)`; why not optimum, and which attention implementation the graph holds:
-fastformer/export.py.
+Writes OUTPUT_DIR/model.onnx (inputs input_ids and attention_mask; outputs named as the head's ModelOutput fields:
+last_hidden_state and pooler_output, or logits), with --int8 also model_quantized.onnx (int8 weights), the config
+and the tokenizer beside it (optimum's file names), and onnx_check.json: the largest absolute difference between
+ONNX Runtime and PyTorch on padded batches at lengths the export did not trace. A difference above --atol fails
+the export (exit status 1) and leaves the folder as it was. The route is `torch.onnx.export(dynamo=True)`; why not
+optimum, and which attention implementation the graph holds: fastformer/export.py.
 """
 
 import argparse
@@ -106,22 +104,26 @@ def main(argv=None):
     model = TASKS[task].from_pretrained(args.model_name_or_path).eval()
     implementation = args.attention_implementation or exported_implementation(config)
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    written = export_onnx(model, args.output_dir / "model.onnx.partial", implementation)
+    partial = args.output_dir / "model.onnx.partial"
     output_names = OUTPUT_NAMES[type(model).__name__]
-    session = onnxruntime.InferenceSession(str(written), providers=["CPUExecutionProvider"])
-    differences = largest_differences(model, session, output_names)
+    try:  # a failed export or check leaves the folder as it was
+        session = onnxruntime.InferenceSession(str(export_onnx(model, partial, implementation)),
+                                               providers=["CPUExecutionProvider"])  # fmt: skip
+        differences = largest_differences(model, session, output_names)
+        if max(differences.values()) > args.atol:
+            sys.exit(f"export_onnx.py: error: ONNX Runtime differs from PyTorch by {differences} > --atol {args.atol}")
+        partial.replace(args.output_dir / "model.onnx")
+    finally:
+        partial.unlink(missing_ok=True)
     check = {"task": task, "attention_implementation": implementation, "shapes": CHECK_SHAPES,
              "max_abs_difference": differences, "atol": args.atol}  # fmt: skip
-    (args.output_dir / "onnx_check.json").write_text(json.dumps(check, indent=2) + "\n")
-    if max(differences.values()) > args.atol:
-        written.unlink()
-        sys.exit(f"export_onnx.py: error: ONNX Runtime differs from PyTorch by {differences} > --atol {args.atol}")
-    written.replace(args.output_dir / "model.onnx")
+    quantized = args.output_dir / "model_quantized.onnx"
+    quantized.unlink(missing_ok=True)  # an earlier export's, of the model.onnx just replaced
     if args.int8:
-        quantized = quantize_int8(args.output_dir / "model.onnx", args.output_dir / "model_quantized.onnx")
+        quantize_int8(args.output_dir / "model.onnx", quantized)
         session = onnxruntime.InferenceSession(str(quantized), providers=["CPUExecutionProvider"])
         check["int8_max_abs_difference"] = largest_differences(model, session, output_names)
-        (args.output_dir / "onnx_check.json").write_text(json.dumps(check, indent=2) + "\n")
+    (args.output_dir / "onnx_check.json").write_text(json.dumps(check, indent=2) + "\n")
     config.save_pretrained(args.output_dir)
     try:
         AutoTokenizer.from_pretrained(args.model_name_or_path).save_pretrained(args.output_dir)

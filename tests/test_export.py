@@ -19,7 +19,14 @@ from fastformer import (
     FastformerForSequenceClassification,
     FastformerModel,
 )
-from fastformer.export import EXAMPLE_SHAPE, OUTPUT_NAMES, export_program, export_seq2seq_onnx, onnx_greedy_generate
+from fastformer.export import (
+    EXAMPLE_SHAPE,
+    OUTPUT_NAMES,
+    export_program,
+    export_seq2seq_onnx,
+    onnx_greedy_generate,
+    onnx_sessions,
+)
 from fastformer.export import export_onnx as export_onnx_file
 
 HEADS = [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM]
@@ -80,20 +87,25 @@ def test_padding_in_the_onnx_graph_does_not_change_the_real_tokens(build, tmp_pa
 
 @pytest.mark.parametrize("implementation", ["plain", "collapsed"])
 def test_torch_export_program_runs_at_lengths_not_traced(build, implementation):
-    model = build(FastformerForSequenceClassification, attention_implementation=implementation)
-    program = export_program(model).module()
+    model = build(FastformerForSequenceClassification)  # "auto": the export sets the implementation, then restores it
+    program = export_program(model, implementation).module()
     for batch, length in [*NEW_SHAPES, (2, model.config.max_position_embeddings)]:
         input_ids, attention_mask = padded_inputs(model.config.vocab_size, batch, length)
         with torch.no_grad():
             expected = model(input_ids=input_ids, attention_mask=attention_mask).logits
             found = program(input_ids=input_ids, attention_mask=attention_mask).logits
         torch.testing.assert_close(found, expected, rtol=0, atol=1e-5)
-    assert model.config.attention_implementation == implementation  # restored after the export
+    assert model.config.attention_implementation == "auto"  # restored after the export
+    with pytest.raises(ValueError, match='folds the "product" interaction'):
+        export_program(build(FastformerForSequenceClassification, interaction="add"), "collapsed")
+    assert model.config.attention_implementation == "auto"
 
 
 def test_export_refuses_what_it_cannot_export(build):
-    with pytest.raises(ValueError, match="Exporting FastformerForConditionalGeneration is not supported"):
+    with pytest.raises(ValueError, match="export the encoder-decoder with export_seq2seq_onnx"):
         export_program(build(FastformerForConditionalGeneration))
+    with pytest.raises(ValueError, match="export_seq2seq_onnx exports a FastformerForConditionalGeneration"):
+        export_seq2seq_onnx(build(FastformerModel), "unused")
     with pytest.raises(ValueError, match=r"Call model.eval\(\) before exporting"):
         export_program(build(FastformerModel).train())
 
@@ -107,6 +119,7 @@ def test_onnx_greedy_decoding_with_the_state_as_inputs_gives_the_tokens_of_gener
     model = build(FastformerForConditionalGeneration, initializer_range=0.5, cross_attention_type=cross_attention_type,
                   **special)  # fmt: skip
     export_seq2seq_onnx(model, tmp_path)
+    sessions = onnx_sessions(tmp_path)
     input_ids, attention_mask = padded_inputs(model.config.vocab_size, 4, 29)  # source length and batch not traced
     input_ids[input_ids < 3] = 3  # no special token in the source
 
@@ -114,21 +127,24 @@ def test_onnx_greedy_decoding_with_the_state_as_inputs_gives_the_tokens_of_gener
         return model.generate(input_ids, attention_mask=attention_mask, do_sample=False, num_beams=1,
                               max_new_tokens=20).numpy()  # fmt: skip
 
+    def on_onnx_runtime(max_new_tokens=20, generation_config=model.generation_config):
+        return onnx_greedy_generate(sessions, model.config, input_ids.numpy(), attention_mask.numpy(), max_new_tokens,
+                                    generation_config)  # fmt: skip
+
     expected = generate()
     assert len(np.unique(expected[:, 1:])) > 4
-    np.testing.assert_array_equal(
-        onnx_greedy_generate(tmp_path, model.config, input_ids.numpy(), attention_mask.numpy(), 20), expected
-    )
-    # a token the model writes early as the end of sequence: rows stop there and are padded, as generate does
-    for config in (model.config, model.generation_config):
-        config.eos_token_id = int(expected[0, 3])
+    np.testing.assert_array_equal(on_onnx_runtime(), expected)
+    # generate() reads the generation config: a token the model writes early as its end of sequence, rows stop
+    # there and are padded
+    model.generation_config.eos_token_id = int(expected[0, 3])
     expected = generate()
     assert expected.shape[1] < 21 or (expected == 0).any()
-    np.testing.assert_array_equal(
-        onnx_greedy_generate(tmp_path, model.config, input_ids.numpy(), attention_mask.numpy(), 20), expected
-    )
+    np.testing.assert_array_equal(on_onnx_runtime(), expected)
     with pytest.raises(ValueError, match="max_new_tokens=65 reaches past the decoder's 64 positions"):
-        onnx_greedy_generate(tmp_path, model.config, input_ids.numpy(), attention_mask.numpy(), 65)
+        on_onnx_runtime(65)
+    model.generation_config.no_repeat_ngram_size = 3  # a logits processor the loop does not have
+    with pytest.raises(ValueError, match=r"plain greedy search; the generation config also sets \{'no_repeat_ngram"):
+        on_onnx_runtime()
 
 
 def run_script(*flags):
@@ -163,11 +179,15 @@ def test_script_exports_the_checkpoints_head_with_its_tokenizer(build, tokenizer
                                      return_tensors="pt")).logits  # fmt: skip
     np.testing.assert_allclose(logits, expected.numpy(), rtol=0, atol=1e-4)
 
-    # a difference above --atol fails the export and leaves no model.onnx behind
-    failed = run_script("--model_name_or_path", tmp_path / "model", "--output_dir", tmp_path / "strict", "--atol", 0)
+    # a difference above --atol fails the export and leaves the folder as it was: the earlier export stays whole
+    before = {path.name: path.read_bytes() for path in (tmp_path / "onnx").iterdir()}
+    failed = run_script("--model_name_or_path", tmp_path / "model", "--output_dir", tmp_path / "onnx", "--atol", 0)
     assert failed.returncode == 1 and "ONNX Runtime differs from PyTorch" in failed.stderr
-    assert not (tmp_path / "strict" / "model.onnx").exists()
-    assert not list((tmp_path / "strict").glob("*.partial"))
+    assert {path.name: path.read_bytes() for path in (tmp_path / "onnx").iterdir()} == before
+    # exported again without --int8: the earlier model's quantization goes with it
+    assert run_script("--model_name_or_path", tmp_path / "model", "--output_dir", tmp_path / "onnx").returncode == 0
+    assert not (tmp_path / "onnx" / "model_quantized.onnx").exists()
+    assert "int8_max_abs_difference" not in json.loads((tmp_path / "onnx" / "onnx_check.json").read_text())
 
 
 def test_script_refuses_a_model_that_is_not_a_fastformer(tmp_path):
