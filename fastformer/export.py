@@ -47,6 +47,17 @@ def attention_implementation(model, implementation: str):
         model.config.attention_implementation = saved
 
 
+def example_inputs(model) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (input_ids, attention_mask) an export traces, of EXAMPLE_SHAPE, one row half padding (so that the mask
+    is traced as data); refuses a model in training mode."""
+    if model.training:
+        raise ValueError("Call model.eval() before exporting: a graph traced in training mode keeps its dropout")
+    input_ids = torch.randint(model.config.vocab_size, EXAMPLE_SHAPE, generator=torch.Generator().manual_seed(0))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, EXAMPLE_SHAPE[1] // 2 :] = 0
+    return input_ids, attention_mask
+
+
 def export_program(model: FastformerPreTrainedModel, implementation: str | None = None) -> torch.export.ExportedProgram:
     """`model` (an encoder head of OUTPUT_NAMES, in eval mode) as a `torch.export` program of
     (input_ids, attention_mask) -> its outputs, for any batch size and any length up to
@@ -58,15 +69,10 @@ def export_program(model: FastformerPreTrainedModel, implementation: str | None 
             f"export_program takes the encoder heads ({', '.join(OUTPUT_NAMES)}), got {name}"
             + ("; export the encoder-decoder with export_seq2seq_onnx" if model.config.is_encoder_decoder else "")
         )
-    if model.training:
-        raise ValueError("Call model.eval() before exporting: a graph traced in training mode keeps its dropout")
     config = model.config
+    input_ids, attention_mask = example_inputs(model)
     batch = torch.export.Dim("batch")
     sequence = torch.export.Dim("sequence", max=config.max_position_embeddings)
-    generator = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(config.vocab_size, EXAMPLE_SHAPE, generator=generator)
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[1, EXAMPLE_SHAPE[1] // 2 :] = 0  # a padded row, so that the mask is traced as data
     dynamic = {"input_ids": {0: batch, 1: sequence}, "attention_mask": {0: batch, 1: sequence}}
     with attention_implementation(model, implementation or exported_implementation(config)), torch.no_grad():
         return torch.export.export(
@@ -151,16 +157,12 @@ def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
         raise ValueError(
             f"export_seq2seq_onnx exports a FastformerForConditionalGeneration, got {type(model).__name__}"
         )
-    if model.training:
-        raise ValueError("Call model.eval() before exporting: a graph traced in training mode keeps its dropout")
+    input_ids, attention_mask = example_inputs(model)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     config = model.config
     batch = torch.export.Dim("batch")
     source = torch.export.Dim("source", max=config.max_position_embeddings)
-    input_ids = torch.randint(config.vocab_size, EXAMPLE_SHAPE, generator=torch.Generator().manual_seed(0))
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[1, EXAMPLE_SHAPE[1] // 2 :] = 0
     encoder = Seq2SeqEncoderGraph(model)
     with torch.no_grad():
         encoded = encoder(input_ids, attention_mask)
