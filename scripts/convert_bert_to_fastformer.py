@@ -30,7 +30,6 @@ from huggingface_hub.errors import HfHubHTTPError
 from transformers import AutoTokenizer, DataCollatorWithPadding, SchedulerType, TrainingArguments, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
-from common import fail, hyperparameters, parse_args, setup_logging
 from fastformer.conversion import (
     TASKS,
     convert_bert,
@@ -39,7 +38,8 @@ from fastformer.conversion import (
     sentence_transformers_files,
 )
 from fastformer.distillation import STAGES, embedding_cosine, transfer_attention, transfer_errors
-from model_card import write_conversion_card
+from fastformer.model_card import write_conversion_card
+from fastformer.training import fail, hyperparameters, parse_args, setup_logging
 
 logger = logging.getLogger(__name__)
 DISTILLATION_DIR = "distillation"  # inside --output_dir while the transfer runs

@@ -27,7 +27,7 @@ from transformers import (
     set_seed,
 )
 
-from common import (
+from fastformer.training import (
     REPO,
     DataArguments,
     ModelArguments,

@@ -25,7 +25,7 @@ from transformers import (
     set_seed,
 )
 
-from common import (
+from fastformer.training import (
     DATA_EXTENSIONS,
     REPO,
     DataArguments,

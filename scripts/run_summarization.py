@@ -26,7 +26,7 @@ from transformers import (
     set_seed,
 )
 
-from common import (
+from fastformer.training import (
     REPO,
     SPLIT_FLAGS,
     DataArguments,

@@ -18,7 +18,7 @@ import torch
 from transformers import AutoTokenizer
 
 from fastformer import FastformerConfig
-from hub_server import serve  # a loopback server speaking the Hub's HTTP API
+from tests.hub_server import serve  # a loopback server speaking the Hub's HTTP API
 
 # the tiny models' defaults; a module whose assertions count with other numbers overrides `tiny_config`
 TINY = dict(

@@ -21,10 +21,10 @@ from transformers import (
     TrainingArguments,
 )
 
-import convert_bert_to_fastformer
 from fastformer import FastformerForConditionalGeneration, FastformerModel
 from fastformer.conversion import convert_bert, extend_positions, load_bert_source
 from fastformer.distillation import AttentionTransfer, embedding_cosine, transfer_attention, transfer_errors
+from scripts import convert_bert_to_fastformer
 
 POSITIONS = 24  # the tiny teacher's learned positions
 TEXTS = [

@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 
-import export_onnx
 import numpy as np
 import onnxruntime
 import pytest
@@ -28,6 +27,7 @@ from fastformer.export import (
     onnx_sessions,
 )
 from fastformer.export import export_onnx as export_onnx_file
+from scripts import export_onnx
 
 HEADS = [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM]
 NEW_SHAPES = [(3, 7), (1, 41)]  # (batch, length): neither is EXAMPLE_SHAPE

@@ -10,7 +10,6 @@ from accelerate.commands.config.config_args import load_config_from_file
 from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 from accelerate.utils.fsdp_utils import fsdp2_prepare_auto_wrap_policy
 
-import run_classification
 from fastformer import (
     FastformerForCausalLM,
     FastformerForConditionalGeneration,
@@ -18,6 +17,7 @@ from fastformer import (
     FastformerForSequenceClassification,
     FastformerModel,
 )
+from scripts import run_classification
 
 HEADS = [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM,
          FastformerForConditionalGeneration, FastformerForCausalLM]  # fmt: skip

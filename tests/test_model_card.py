@@ -1,4 +1,4 @@
-"""scripts/model_card.py: the README.md model card the training scripts write next to a checkpoint.
+"""fastformer/model_card.py: the README.md model card the training scripts write next to a checkpoint.
 
 Each card is written for a tiny saved checkpoint (weights and tokenizer), so the card's code can be run as a
 reader would: from the folder above the checkpoint, which the card names.
@@ -20,7 +20,7 @@ from fastformer import (
     FastformerForMaskedLM,
     FastformerForSequenceClassification,
 )
-from model_card import write_model_card  # scripts/ (pytest's pythonpath)
+from fastformer.model_card import write_model_card
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 LABELS = {0: "rec.autos", 1: "sci.space"}

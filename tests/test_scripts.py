@@ -15,11 +15,9 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM
 
-import run_classification
-import run_mlm
-import run_summarization
-from common import ModelArguments, load_model, parse_args
 from fastformer import FastformerConfig, FastformerForMaskedLM
+from fastformer.training import ModelArguments, load_model, parse_args, warn_emulated_bf16
+from scripts import run_classification, run_mlm, run_summarization
 
 TINY = {
     "fastformer": "hidden_size=32,num_attention_heads=4,intermediate_size=64",
@@ -479,13 +477,11 @@ def test_classification_regression_with_an_evaluate_metric(tmp_path, newsgroups)
 def test_bf16_on_a_cpu_without_bf16_instructions_is_warned_about(native, monkeypatch, caplog, tmp_path):
     from transformers import Seq2SeqTrainingArguments  # noqa: PLC0415
 
-    import common  # noqa: PLC0415
-
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: native)
     for bf16 in (True, False):
         caplog.clear()
-        common.warn_emulated_bf16(Seq2SeqTrainingArguments(output_dir=str(tmp_path), bf16=bf16, use_cpu=True))
+        warn_emulated_bf16(Seq2SeqTrainingArguments(output_dir=str(tmp_path), bf16=bf16, use_cpu=True))
         warned = [record.message for record in caplog.records if record.levelname == "WARNING"]
         assert warned == (["--bf16 on a CPU without AVX512-BF16 or AMX instructions: bf16 is emulated here and runs "
                            "slower than float32 (about 2x a training step); leave --bf16 out (or set \"bf16\": false) "

@@ -15,9 +15,9 @@ import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, BertConfig, BertModel, EncoderDecoderConfig, EncoderDecoderModel
 
-import run_summarization
-from common import parse_args
 from fastformer.conversion import convert_bert
+from fastformer.training import parse_args
+from scripts import run_summarization
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "quality"))
 import summarization  # noqa: E402

@@ -1,8 +1,11 @@
-"""What the example scripts share: model and data arguments, building a config, tokenizer and model from scratch
-or from a checkpoint, loading local files or Hub data sets, and saving a Hub-ready folder with a model card.
+"""What the training scripts in scripts/ share: model and data arguments, building a config, tokenizer and model
+from scratch or from a checkpoint, loading local files or Hub data sets, training and evaluating, and saving a
+Hub-ready folder with a model card.
 
-The scripts follow the transformers examples (HfArgumentParser over dataclasses and TrainingArguments), so
-the flags are the ones users know; this module keeps the parts they share in one place.
+The scripts follow the transformers examples (HfArgumentParser over dataclasses and TrainingArguments), so the
+flags are the ones users know; this module keeps the parts they share in one place. It needs the [train] extra
+(datasets), so `import fastformer` does not import it. The bundled data and tokenizer are the repository's
+(`REPO`): the package installed from a checkout with `pip install -e`, as the README does.
 """
 
 import logging
@@ -17,14 +20,13 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
 
-import fastformer  # noqa: F401  (registers Fastformer with the Auto classes)
-from model_card import write_model_card
+from .model_card import write_model_card
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED_TOKENIZER = REPO / "data" / "tokenizers" / "bert-base-uncased"
 DATA_EXTENSIONS = {".json": "json", ".jsonl": "json", ".csv": "csv"}
 
-logger = logging.getLogger(__name__)
+logger = transformers.utils.logging.get_logger(__name__)
 
 
 def fail(message: str):

@@ -1,6 +1,7 @@
-"""The model card (README.md) that the training scripts write next to a trained checkpoint.
+"""The model cards (README.md) that the scripts write next to a trained or a converted checkpoint.
 
-`huggingface_hub.ModelCard.from_template` renders ../model_cards/fastformer.md: the YAML metadata (license,
+`huggingface_hub.ModelCard.from_template` (with jinja2, the [train] extra) renders the repository's
+model_cards/fastformer.md, or model_cards/converted.md for a converted checkpoint: the YAML metadata (license,
 pipeline tag, tags, datasets, a model-index holding the evaluation results) comes from a `ModelCardData`, the
 text from the template and the variables built here.
 """
@@ -170,7 +171,10 @@ def write_conversion_card(
         language="en",
         license=license,
         library_name="sentence-transformers" if sentence_transformers else "transformers",
-        pipeline_tag="text2text-generation" if seq2seq else "sentence-similarity" if sentence_transformers
+        pipeline_tag="text2text-generation"
+        if seq2seq
+        else "sentence-similarity"
+        if sentence_transformers
         else "feature-extraction",
         tags=tags,
         base_model=base_model,
@@ -182,11 +186,14 @@ def write_conversion_card(
         after = [("conversion alone", distillation["before"])]
         after += [(name, stage["after"]) for name, stage in distillation["stages"].items()]
         stages = [
-            (name, {
-                "attention": ", ".join(f"{error:.3f}" for error in errors["attention"]),
-                "hidden": ", ".join(f"{error:.3f}" for error in errors["hidden"]),
-                "cosine": f"{errors['embedding_cosine']:.3f}",
-            })
+            (
+                name,
+                {
+                    "attention": ", ".join(f"{error:.3f}" for error in errors["attention"]),
+                    "hidden": ", ".join(f"{error:.3f}" for error in errors["hidden"]),
+                    "cosine": f"{errors['embedding_cosine']:.3f}",
+                },
+            )
             for name, errors in after
         ]
     card = ModelCard.from_template(
