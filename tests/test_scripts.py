@@ -310,7 +310,7 @@ TRANSFORMERS_FLAGS = {
         "--pad_to_max_length", "--max_train_samples=10", "--max_eval_samples=5", "--streaming",
     ],
 }
-# the flags that cannot apply; README.md says why, in its "Flags of the transformers examples"
+# the flags that cannot apply; docs/TRAINING.md says why, in its "Flags of the transformers examples"
 FAST_TOKENIZER_FLAGS = {"--use_fast_tokenizer", "--no_use_fast_tokenizer"}
 NOT_APPLICABLE = {
     "run_classification": FAST_TOKENIZER_FLAGS,
@@ -341,13 +341,13 @@ def test_the_flags_of_the_transformers_example_parse_into_their_fields(script):
         assert len(parsed) == 1 and (str(parsed[0]) if has_value else parsed[0]) == expected, (flag, parsed)
 
 
-def test_the_readme_names_each_flag_that_does_not_apply(repo_root):
-    readme = (repo_root / "README.md").read_text()
-    section = readme.split("### Flags of the transformers examples\n", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_name_each_flag_that_does_not_apply(repo_root):
+    training = (repo_root / "docs" / "TRAINING.md").read_text()
+    section = training.split("## Flags of the transformers examples\n", 1)[1].split("\n## ", 1)[0]
     for script, flags in NOT_APPLICABLE.items():
         assert set(flags) <= {flag_name(flag) for flag in TRANSFORMERS_FLAGS[script]}
         for flag in flags:
-            assert f"`{flag}`" in section, f"README.md does not say why {flag} ({script}) does not apply"
+            assert f"`{flag}`" in section, f"docs/TRAINING.md does not say why {flag} ({script}) does not apply"
 
 
 # --- what those flags do ------------------------------------------------------------------------------------------
