@@ -94,6 +94,15 @@ def export_onnx(model: FastformerPreTrainedModel, path: str | Path, implementati
     return path
 
 
+def quantize_int8(source: Path, destination: Path) -> Path:
+    """ONNX Runtime's dynamic quantization of `source`: int8 weights (signed, as for the transformers models in
+    ONNX Runtime's examples), activations quantized at run time; written to `destination`."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415  (the [onnx] extra)
+
+    quantize_dynamic(source, destination, weight_type=QuantType.QInt8)
+    return destination
+
+
 class Seq2SeqEncoderGraph(torch.nn.Module):
     """A `FastformerForConditionalGeneration`'s encoder side, as one graph: (input_ids, attention_mask) -> the
     cross-attention tensors of each distinct decoder layer (`FastformerCrossAttention.encode`), flat, computed

@@ -20,7 +20,7 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer
 
 import fastformer  # noqa: F401  (registers Fastformer with the Auto classes)
-from fastformer.export import EXAMPLE_SHAPE, OUTPUT_NAMES, export_onnx, exported_implementation
+from fastformer.export import EXAMPLE_SHAPE, OUTPUT_NAMES, export_onnx, exported_implementation, quantize_int8
 
 # optimum's task names -> the head
 TASKS = {
@@ -82,15 +82,6 @@ def largest_differences(model, session, output_names) -> dict[str, float]:
         for name, value in zip(output_names, outputs, strict=True):
             found[name] = max(found[name], float(np.abs(value - expected[name].numpy()).max()))
     return found
-
-
-def quantize_int8(source: Path, destination: Path) -> Path:
-    """ONNX Runtime's dynamic quantization of `source`: int8 weights (signed, as for the transformers models in
-    ONNX Runtime's examples), activations quantized at run time; written to `destination`."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415  (the [onnx] extra)
-
-    quantize_dynamic(source, destination, weight_type=QuantType.QInt8)
-    return destination
 
 
 def main(argv=None):

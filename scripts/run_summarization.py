@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
-from rouge_score import rouge_scorer, scoring
 from transformers import (
     AutoModelForSeq2SeqLM,
     DataCollatorForSeq2Seq,
@@ -26,6 +25,7 @@ from transformers import (
     set_seed,
 )
 
+from fastformer.summarization import freeze_encoder, rouge
 from fastformer.training import (
     REPO,
     SPLIT_FLAGS,
@@ -50,7 +50,6 @@ from fastformer.training import (
 logger = logging.getLogger(__name__)
 BUNDLED_DATA = REPO / "data" / "news_headlines"
 BUNDLED = {split: BUNDLED_DATA / f"{split}.jsonl" for split in ("train", "validation", "test")}
-ROUGE_TYPES = ["rouge1", "rouge2", "rougeL", "rougeLsum"]
 
 
 @dataclass
@@ -116,15 +115,6 @@ class SummarizationModelArguments(ModelArguments):
 ARGUMENTS = (SummarizationModelArguments, DataTrainingArguments, Seq2SeqTrainingArguments)
 
 
-def freeze_encoder(model) -> None:
-    """No gradient for the encoder's parameters, but for those the decoder or the LM head also uses."""
-    shared = {id(parameter) for parameter in model.get_decoder().parameters()}
-    shared |= {id(parameter) for parameter in model.get_output_embeddings().parameters()}
-    for parameter in model.get_encoder().parameters():
-        if id(parameter) not in shared:
-            parameter.requires_grad_(False)
-
-
 def label_pad_token_id(tokenizer, data_args) -> int:
     return -100 if data_args.ignore_pad_token_for_loss else tokenizer.pad_token_id
 
@@ -146,22 +136,6 @@ def tokenize(batch, *, tokenizer, data_args, text_column, summary_column, eos_to
 
 class SummarizationTrainer(ModelCardTrainerMixin, Seq2SeqTrainer):
     pass
-
-
-def rouge(predictions: list[str], references: list[str]) -> dict[str, float]:
-    """ROUGE F-measures x 100, aggregated as the `evaluate` rouge metric does, without the Hub; the bootstrap
-    resampling is seeded, so the same texts always give the same numbers."""
-    scorer = rouge_scorer.RougeScorer(ROUGE_TYPES, use_stemmer=True)
-    aggregator = scoring.BootstrapAggregator()
-    for prediction, reference in zip(predictions, references):
-        aggregator.add_scores(scorer.score(reference, prediction))
-    state = np.random.get_state()  # the aggregator draws from numpy's global generator: leave it as it was
-    np.random.seed(0)
-    try:
-        aggregated = aggregator.aggregate()
-    finally:
-        np.random.set_state(state)
-    return {name: 100 * score.mid.fmeasure for name, score in aggregated.items()}
 
 
 def main():
