@@ -10,9 +10,13 @@ mean over the WINDOW steps ending there; the cache size is taken right after tha
 The machine is assumed noisy: every repeat decodes up to the longest length once per model, with the models'
 order alternating between repeats, and the tables report medians over repeats.
 
-Usage (benchmarks/suite.py runs this and the encoder benchmark in one command):
-    python benchmarks/decoding.py                                # 64..8192 tokens, 3 repeats, 2 threads
-    python benchmarks/decoding.py --lengths 64 256 --repeats 2   # a quick check
+The run's settings, parameters and header go to the CSV's .json beside it, from which --report rewrites the
+markdown report without measuring.
+
+Usage (`python -m benchmarks.suite` runs this and the encoder benchmark in one command):
+    python -m benchmarks.decoding                                # 64..8192 tokens, 3 repeats, 2 threads
+    python -m benchmarks.decoding --lengths 64 256 --repeats 2   # a quick check
+    python -m benchmarks.decoding --report                       # docs/DECODING.md from docs/decoding.csv
 """
 
 import argparse
@@ -26,11 +30,12 @@ import torch
 import transformers
 from transformers import BartConfig, BartForConditionalGeneration
 
+from benchmarks.harness import DOCS, label_lengths, plt, read_json, table, write_measurements, write_text
 from fastformer import FastformerCache, FastformerConfig, FastformerForConditionalGeneration
-from report_header import label_lengths, plt, run_lines
 
 WINDOW = 16  # steps averaged per length
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+SETTINGS = ("lengths", "repeats", "source_length", "hidden_size", "heads", "intermediate_size", "encoder_layers",
+            "decoder_layers", "cross_attention")  # fmt: skip
 
 
 def parse_args(argv=None):
@@ -51,6 +56,7 @@ def parse_args(argv=None):
     parser.add_argument("--csv", type=Path, default=DOCS / "decoding.csv", help="every measurement")
     parser.add_argument("--markdown", type=Path, default=DOCS / "DECODING.md", help="the report")
     parser.add_argument("--plot", type=Path, default=DOCS / "decoding.png", help="time and cache against tokens")
+    parser.add_argument("--report", action="store_true", help="only rewrite --markdown from --csv and its .json")
     args = parser.parse_args(argv)
     args.lengths = sorted(set(args.lengths))
     if args.lengths[0] < WINDOW:
@@ -158,47 +164,60 @@ def measure(models, args) -> list[dict]:
     return rows
 
 
-def header(args, models, elapsed) -> list[str]:
-    """The command, the machine, the date and the models, so that a reader can rerun it."""
-    parameters = ", ".join(f"{name} {sum(p.numel() for p in m.parameters()) / 1e6:.2f}M" for name, m in models.items())
+def header(record) -> list[str]:
+    """The command, the machine, the date and the models (`record`: the run's header, settings and parameters)."""
+    settings = record["settings"]
+    parameters = ", ".join(f"{name} {count / 1e6:.2f}M" for name, count in record["parameters"].items())
     return [
         "# Decoding: time per token and cache size against generated tokens",
         "",
-        *run_lines(args.threads, elapsed),
-        f"- Models: hidden {args.hidden_size}, {args.heads} heads, feed-forward {args.intermediate_size}, "
-        f"{args.encoder_layers} encoder and {args.decoder_layers} decoder layers, random weights, fp32, batch 1; "
-        f"parameters {parameters}. Fastformer: no layer sharing, {args.cross_attention} cross-attention; "
-        "BART: sdpa attention, DynamicCache.",
-        f"- Method: a {args.source_length}-token random source encoded once; greedy decoding by the model's forward "
-        f"one token at a time with the cache, as generate() steps (checked against its logits). ms/token is the "
-        f"mean of the {WINDOW} steps ending at the length; median, min and max over {args.repeats} repeats, the "
-        "models' order alternating. Cache MB: the cache's tensors after that step.",
+        *record["header"],
+        f"- Models: hidden {settings['hidden_size']}, {settings['heads']} heads, feed-forward "
+        f"{settings['intermediate_size']}, {settings['encoder_layers']} encoder and {settings['decoder_layers']} "
+        f"decoder layers, random weights, fp32, batch 1; parameters {parameters}. Fastformer: no layer sharing, "
+        f"{settings['cross_attention']} cross-attention; BART: sdpa attention, DynamicCache.",
+        f"- Method: a {settings['source_length']}-token random source encoded once; greedy decoding by the model's "
+        "forward one token at a time with the cache, as generate() steps (checked against its logits). ms/token is "
+        f"the mean of the {WINDOW} steps ending at the length; median, min and max over {settings['repeats']} "
+        "repeats, the models' order alternating. Cache MB: the cache's tensors after that step.",
         "",
     ]
 
 
-def tables(rows, lengths) -> tuple[list[str], dict, dict]:
-    """Medians per model and length, BART over Fastformer per length, and the growth from shortest to longest;
-    also the medians (ms/token) and cache MB by (model, length)."""
+def medians(rows) -> tuple[dict, dict, dict]:
+    """The medians (ms/token) and cache MB by (model, generated tokens), and every repeat's ms/token."""
     groups = {}
     for row in rows:
-        groups.setdefault((row["model"], row["generated_tokens"]), []).append(row)
-    times = {key: [row["ms_per_token"] for row in group] for key, group in groups.items()}
+        groups.setdefault((row["model"], int(row["generated_tokens"])), []).append(row)
+    times = {key: [float(row["ms_per_token"]) for row in group] for key, group in groups.items()}
     median = {key: statistics.median(values) for key, values in times.items()}
-    cache = {key: group[0]["cache_bytes"] / 2**20 for key, group in groups.items()}  # MB, the same every repeat
-    lines = ["| model | generated tokens | ms/token (median) | min - max | cache MB |", "|---|---|---|---|---|"]
-    for (name, n), values in times.items():
-        low, high = min(values), max(values)
-        lines.append(f"| {name} | {n} | {median[name, n]:.3f} | {low:.3f} - {high:.3f} | {cache[name, n]:.2f} |")
-    lines += ["", "| generated tokens | BART / Fastformer, ms/token | BART / Fastformer, cache |", "|---|---|---|"]
-    for n in lengths:
-        time_ratio, cache_ratio = (d["BART", n] / d["Fastformer", n] for d in (median, cache))
-        lines.append(f"| {n} | {time_ratio:.2f} | {cache_ratio:.2f} |")
-    lines.append("")
+    cache = {key: int(group[0]["cache_bytes"]) / 2**20 for key, group in groups.items()}  # MB, the same every repeat
+    return median, cache, times
+
+
+def tables(rows, lengths) -> list[str]:
+    """Medians per model and length, BART over Fastformer per length, and the growth from shortest to longest."""
+    median, cache, times = medians(rows)
+    cells = [[name, n, f"{median[name, n]:.3f}", f"{min(values):.3f} - {max(values):.3f}", f"{cache[name, n]:.2f}"]
+             for (name, n), values in times.items()]  # fmt: skip
+    ratios = [[n, *(f"{d['BART', n] / d['Fastformer', n]:.2f}" for d in (median, cache))] for n in lengths]
+    lines = [*table(["model", "generated tokens", "ms/token (median)", "min - max", "cache MB"], cells), ""]
+    lines += [*table(["generated tokens", "BART / Fastformer, ms/token", "BART / Fastformer, cache"], ratios), ""]
     for name in ("Fastformer", "BART"):
         growth = median[name, lengths[-1]] / median[name, lengths[0]]
         lines.append(f"- {name}: ms/token at {lengths[-1]} tokens / at {lengths[0]} = {growth:.2f}")
-    return lines, median, cache
+    return lines
+
+
+def read_rows(path: Path) -> list[dict]:
+    with path.open() as file:
+        return list(csv.DictReader(file))
+
+
+def report(csv_path: Path, markdown: Path) -> str:
+    """The markdown report from the CSV and its .json; written to `markdown` and returned."""
+    record = read_json(csv_path.with_suffix(".json"))
+    return write_text(markdown, header(record) + tables(read_rows(csv_path), record["settings"]["lengths"]))
 
 
 def plot(median, cache, args):
@@ -217,25 +236,22 @@ def plot(median, cache, args):
 
 
 def run(args) -> tuple[dict, dict]:
-    """Measure, write the markdown report, the CSV and the plot; return the medians (ms/token) and cache MB by
-    (model, generated tokens)."""
+    """Measure, write the CSV (and its .json), the markdown report and the plot; return the medians (ms/token) and
+    cache MB by (model, generated tokens)."""
     torch.set_num_threads(args.threads)
     models = build_models(args)
     start = time.perf_counter()
     rows = measure(models, args)
-    lines, median, cache = tables(rows, args.lengths)
-    report = "\n".join(header(args, models, time.perf_counter() - start) + lines) + "\n"
-    print(report)
-    args.markdown.parent.mkdir(parents=True, exist_ok=True)
-    args.markdown.write_text(report)
-    args.csv.parent.mkdir(parents=True, exist_ok=True)
-    with args.csv.open("w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_measurements(args.csv, rows, args, SETTINGS, models, time.perf_counter() - start)
+    print(report(args.csv, args.markdown))
+    median, cache, _ = medians(rows)
     plot(median, cache, args)
     return median, cache
 
 
 if __name__ == "__main__":
-    run(parse_args())
+    args = parse_args()
+    if args.report:
+        report(args.csv, args.markdown)
+    else:
+        run(args)

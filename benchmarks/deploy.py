@@ -17,14 +17,14 @@ docs/DEPLOY.md's measured part and docs/deploy.json.
    model was trained (--max_length), batches of 32: accuracy with PyTorch, ONNX Runtime float32 and int8, how
    often each agrees with PyTorch's prediction, the largest |logit difference| and ms per text.
 
-    python benchmarks/deploy.py                       # both parts, docs/DEPLOY.md
-    python benchmarks/deploy.py --lengths 128 512     # a quick check
+    python -m benchmarks.deploy                       # every part, docs/DEPLOY.md and docs/deploy.json
+    python -m benchmarks.deploy --lengths 128 512     # a quick check
+    python -m benchmarks.deploy --report              # docs/DEPLOY.md's measured part from docs/deploy.json
 """
 
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,18 +32,19 @@ from pathlib import Path
 import numpy as np
 import onnxruntime
 import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-from export_onnx import quantize_int8  # noqa: E402
-
-from fastformer import FastformerConfig, FastformerModel  # noqa: E402
-from fastformer.export import export_onnx  # noqa: E402
-from report_header import run_lines  # noqa: E402
-
-MINILM_SIZE = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
-                   share_layers=False, share_query_value=False, hidden_dropout_prob=0.0)  # fmt: skip
-MARKER = "<!-- measured by benchmarks/deploy.py: everything below is generated -->"
+from benchmarks.harness import DOCS, MEASURED, REPO, read_json, run_lines, seconds_per_call, table
+from benchmarks.specs import MINILM_SIZE
+from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerModel
+from fastformer.export import (
+    export_onnx,
+    export_seq2seq_onnx,
+    initial_state,
+    onnx_greedy_generate,
+    onnx_sessions,
+    quantize_int8,
+)
 
 
 def parse_args(argv=None):
@@ -57,7 +58,8 @@ def parse_args(argv=None):
     parser.add_argument("--classifier", type=Path, default=REPO / "runs" / "20newsgroups")
     parser.add_argument("--test_file", type=Path, default=REPO / "data" / "20newsgroups" / "test.jsonl")
     parser.add_argument("--max_length", type=int, default=256, help="the classifier's training length")
-    parser.add_argument("--markdown", type=Path, default=REPO / "docs" / "DEPLOY.md")
+    parser.add_argument("--markdown", type=Path, default=DOCS / "DEPLOY.md")
+    parser.add_argument("--report", action="store_true", help="only rewrite the measured part from deploy.json")
     return parser.parse_args(argv)
 
 
@@ -66,17 +68,6 @@ def session(path: Path, threads: int) -> onnxruntime.InferenceSession:
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def seconds_per_call(call) -> float:
-    """The mean time of `call()` over as many calls as fill about 0.5 s, after one warm-up call."""
-    start = time.perf_counter()
-    call()
-    calls = max(1, int(0.5 / (time.perf_counter() - start)))
-    start = time.perf_counter()
-    for _ in range(calls):
-        call()
-    return (time.perf_counter() - start) / calls
 
 
 def runtimes(model, folder: Path, threads: int) -> dict:
@@ -122,9 +113,6 @@ def decoding(args) -> dict:
     """Greedy decoding of --new_tokens tokens, batch 1: PyTorch generate() against the ONNX Runtime loop
     (fastformer.export.onnx_greedy_generate), the same seq2seq model of MINILM_SIZE (6 + 6 layers), per source
     length; ms per generated token (the encoder's pass included, once), and the decoding state's bytes."""
-    from fastformer import FastformerForConditionalGeneration  # noqa: PLC0415
-    from fastformer.export import export_seq2seq_onnx, initial_state, onnx_greedy_generate, onnx_sessions  # noqa: PLC0415
-
     size = json.loads(args.size) if args.size else MINILM_SIZE
     torch.manual_seed(0)
     # no end of sequence: every run generates --new_tokens tokens
@@ -157,8 +145,6 @@ def decoding(args) -> dict:
 
 
 def accuracy(args) -> dict:
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer  # noqa: PLC0415
-
     model = AutoModelForSequenceClassification.from_pretrained(args.classifier).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.classifier)
     texts, labels = [], []
@@ -184,75 +170,75 @@ def accuracy(args) -> dict:
         for name, run in found.items()
     }  # fmt: skip
     shown = args.classifier.relative_to(REPO) if args.classifier.is_relative_to(REPO) else args.classifier
-    return {"classifier": str(shown), "texts": len(texts), "rows": rows}
+    return {"classifier": str(shown), "texts": len(texts), "max_length": args.max_length, "rows": rows}
 
 
 def fields(config: dict) -> str:
     return ", ".join(f"{name}={value}" for name, value in config.items())
 
 
-def report(args, results, elapsed) -> list[str]:
-    lengths = list(results["latency"]["rows"])
-    names = list(results["latency"]["rows"][lengths[0]])
-    lines = [MARKER, "", *run_lines(args.threads, elapsed), "", "### Encoder latency, batch 1 (ms per forward)", "",
-             f"Model: FastformerModel, {fields(results['latency']['config'])}, random weights, no pooler; in"
-             " parentheses: the speedup over PyTorch eager.", "",
-             "| runtime | " + " | ".join(f"{length:,} tokens" for length in lengths) + " |",
-             "|---" * (len(lengths) + 1) + "|"]  # fmt: skip
+def report(results) -> list[str]:
+    """The measured part of DEPLOY.md from deploy.json's results."""
+    latency = {int(length): row for length, row in results["latency"]["rows"].items()}
+    lengths, names = list(latency), list(latency[next(iter(latency))])
+    header = ["runtime", *(f"{length:,} tokens" for length in lengths)]
+    speed = []
     for name in names:
-        cells = []
-        for length in lengths:
-            row = results["latency"]["rows"][length][name]
-            eager = results["latency"]["rows"][length]["PyTorch eager"]["ms"]
-            cells.append(f"{row['ms']:.1f}" + ("" if name == "PyTorch eager" else f" ({eager / row['ms']:.2f}x)"))
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines += ["", "Largest |difference| of last_hidden_state to PyTorch:", "",
-              "| runtime | " + " | ".join(f"{length:,} tokens" for length in lengths) + " |",
-              "|---" * (len(lengths) + 1) + "|"]  # fmt: skip
-    for name in names[1:]:
-        differences = [results["latency"]["rows"][length][name]["max_abs_difference"] for length in lengths]
-        lines.append(f"| {name} | " + " | ".join(f"{difference:.1e}" for difference in differences) + " |")
+        cells = [f"{latency[n][name]['ms']:.1f}" for n in lengths]
+        if name != "PyTorch eager":
+            cells = [f"{cell} ({latency[n]['PyTorch eager']['ms'] / latency[n][name]['ms']:.2f}x)"
+                     for cell, n in zip(cells, lengths)]  # fmt: skip
+        speed.append([name, *cells])
+    differences = [[name, *(f"{latency[n][name]['max_abs_difference']:.1e}" for n in lengths)] for name in names[1:]]
     found = results["decoding"]
+    decoded = [[f"{int(length):,}", f"{row['PyTorch generate']:.2f}", f"{row['ONNX Runtime loop']:.2f}",
+                "yes" if row["same tokens"] else "no"] for length, row in found["rows"].items()]  # fmt: skip
     layers = results["latency"]["config"]["num_hidden_layers"]
-    lines += ["", f"### Greedy decoding, batch 1 ({found['new_tokens']} new tokens, ms per token)", "",
-              f"The seq2seq model of the same size (encoder and decoder {layers} layers, random weights); the time "
-              "includes the source's encoder pass. The decoding state is "
-              f"{found['state_bytes']:,} bytes per sequence, whatever the source and output lengths.", "",
-              "| source tokens | PyTorch generate | ONNX Runtime loop | same tokens |",
-              "|---|---|---|---|"]  # fmt: skip
-    for length, row in found["rows"].items():
-        lines.append(f"| {length:,} | {row['PyTorch generate']:.2f} | {row['ONNX Runtime loop']:.2f} | "
-                     f"{'yes' if row['same tokens'] else 'no'} |")  # fmt: skip
-    found = results.get("accuracy")
-    lines += ["", "### int8 on a fine-tuned classifier", ""]
-    if found is None:
-        lines.append(f"Not measured: no classifier at {args.classifier} (run the README's Quickstart command first).")
-    else:
-        lines += [f"{found['classifier']} on {found['texts']} test texts (max length {args.max_length}, batches of "
-                  "32, tokenization included in the time):", "",
-                  "| runtime | accuracy | agrees with PyTorch | largest logit difference | ms per text |",
-                  "|---|---|---|---|---|"]  # fmt: skip
-        for name in names:
-            row = found["rows"][name]
-            lines.append(f"| {name} | {row['accuracy']:.4f} | {row['agreement']:.2%} | "
-                         f"{row['max_abs_difference']:.1e} | {row['ms_per_text']:.2f} |")  # fmt: skip
-    return lines
+    lines = [MEASURED, "", *results["header"], "", "### Encoder latency, batch 1 (ms per forward)", "",
+             f"Model: FastformerModel, {fields(results['latency']['config'])}, random weights, no pooler; in"
+             " parentheses: the speedup over PyTorch eager.", "", *table(header, speed), "",
+             "Largest |difference| of last_hidden_state to PyTorch:", "", *table(header, differences), "",
+             f"### Greedy decoding, batch 1 ({found['new_tokens']} new tokens, ms per token)", "",
+             f"The seq2seq model of the same size (encoder and decoder {layers} layers, random weights); the time "
+             "includes the source's encoder pass. The decoding state is "
+             f"{found['state_bytes']:,} bytes per sequence, whatever the source and output lengths.", "",
+             *table(["source tokens", "PyTorch generate", "ONNX Runtime loop", "same tokens"], decoded), "",
+             "### int8 on a fine-tuned classifier", ""]  # fmt: skip
+    found = results["accuracy"]
+    if "rows" not in found:
+        return [*lines, f"Not measured: no classifier at {found['classifier']} (run the README's Quickstart command "
+                "first)."]  # fmt: skip
+    rows = [[name, f"{row['accuracy']:.4f}", f"{row['agreement']:.2%}", f"{row['max_abs_difference']:.1e}",
+             f"{row['ms_per_text']:.2f}"] for name, row in found["rows"].items()]  # fmt: skip
+    return [*lines, f"{found['classifier']} on {found['texts']} test texts (max length {found['max_length']}, batches "
+            "of 32, tokenization included in the time):", "",
+            *table(["runtime", "accuracy", "agrees with PyTorch", "largest logit difference", "ms per text"],
+                   rows)]  # fmt: skip
+
+
+def write(markdown: Path, results: dict) -> None:
+    """The person's text above MEASURED kept, the measured part below it rewritten."""
+    text = markdown.read_text() if markdown.exists() else "# Deploying Fastformer\n\n"
+    markdown.parent.mkdir(parents=True, exist_ok=True)
+    written = text[: text.index(MEASURED)] if MEASURED in text else text
+    markdown.write_text(written + "\n".join(report(results)) + "\n")
 
 
 def main(argv=None):
     args = parse_args(argv)
+    record = args.markdown.parent / "deploy.json"
+    if args.report:
+        write(args.markdown, read_json(record))
+        return
     start = time.perf_counter()
     results = {"latency": latency(args), "decoding": decoding(args)}
-    if (args.classifier / "config.json").exists():
-        results["accuracy"] = accuracy(args)
-    lines = report(args, results, time.perf_counter() - start)
-    args.markdown.parent.mkdir(parents=True, exist_ok=True)
-    text = args.markdown.read_text() if args.markdown.exists() else "# Deploying Fastformer\n\n"
-    head = text[: text.index(MARKER)] if MARKER in text else text
-    args.markdown.write_text(head + "\n".join(lines) + "\n")
+    has_classifier = (args.classifier / "config.json").exists()
+    results["accuracy"] = accuracy(args) if has_classifier else {"classifier": str(args.classifier)}
+    results["header"] = run_lines(args.threads, time.perf_counter() - start)
     for part in ("latency", "decoding"):
         results[part]["rows"] = {str(length): row for length, row in results[part]["rows"].items()}
-    (args.markdown.parent / "deploy.json").write_text(json.dumps(results, indent=1) + "\n")
+    record.write_text(json.dumps(results, indent=1) + "\n")
+    write(args.markdown, results)
 
 
 if __name__ == "__main__":

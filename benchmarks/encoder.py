@@ -32,26 +32,25 @@ model that does not fit is found (its process killed) before the timing process 
 
 Peak memory (Linux only): each (model, length) forward+backward runs once more in a fresh process, which builds
 that model alone, resets the kernel's peak resident memory (VmHWM) to the resident memory now (VmRSS), runs
-forward+backward and reads VmHWM. The difference is the memory forward+backward needed beyond the built model:
-activations, temporaries and the parameters' gradients. (`ru_maxrss` cannot be used: a process started by
-fork+exec begins with its parent's resident memory as its peak, and building the model can peak higher than
-the forward+backward of a short input.)
+forward+backward and reads VmHWM (harness.peak_megabytes). The difference is the memory forward+backward needed
+beyond the built model: activations, temporaries and the parameters' gradients.
 
-Usage (benchmarks/suite.py runs this and the decoding benchmark in one command):
-    python benchmarks/encoder.py                                    # 512..65536 tokens, 3 repeats, 2 threads
-    python benchmarks/encoder.py --lengths 512 2048 --repeats 1     # a quick check
-    python benchmarks/encoder.py --lengths 16384 65536 --models Fastformer floor FNet
+The run's settings, parameters and header go to the CSV's .json beside it, from which --report rewrites the
+markdown report without measuring.
+
+Usage (`python -m benchmarks.suite` runs this and the decoding benchmark in one command):
+    python -m benchmarks.encoder                                    # 512..65536 tokens, 3 repeats, 2 threads
+    python -m benchmarks.encoder --lengths 512 2048 --repeats 1     # a quick check
+    python -m benchmarks.encoder --lengths 16384 65536 --models Fastformer floor FNet
+    python -m benchmarks.encoder --report                           # docs/ENCODER.md from docs/encoder.csv
 """
 
 import argparse
 import csv
 import math
-import re
-import signal
 import statistics
 import sys
 import time
-from multiprocessing import get_context
 from pathlib import Path
 
 import torch
@@ -68,11 +67,23 @@ from transformers import (
     LongformerModel,
 )
 
+from benchmarks.harness import (
+    DOCS,
+    calls_to_fill,
+    label_lengths,
+    memory_available_gb,
+    peak_megabytes,
+    plt,
+    read_json,
+    seconds_per_call,
+    table,
+    write_measurements,
+    write_text,
+)
+from benchmarks.specs import ENCODER_RATIOS
 from fastformer import FastformerConfig, FastformerModel
 from fastformer.modeling_fastformer import FastformerEmbeddings, FastformerLayer
-from report_header import label_lengths, memory_available_gb, plt, run_lines
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
 MAX_LENGTH = 65536
 TARGET_SECONDS = 0.5  # per measurement, when --iterations is not given
 
@@ -131,6 +142,7 @@ def parse_args(argv=None):
     parser.add_argument("--csv", type=Path, default=DOCS / "encoder.csv", help="every measurement")
     parser.add_argument("--markdown", type=Path, default=DOCS / "ENCODER.md", help="the report")
     parser.add_argument("--plots", type=Path, default=DOCS, help="folder for encoder_time.png, encoder_memory.png")
+    parser.add_argument("--report", action="store_true", help="only rewrite --markdown from --csv and its .json")
     args = parser.parse_args(argv)
     args.lengths = sorted(set(args.lengths))
     if not 1 <= args.lengths[0] <= args.lengths[-1] <= MAX_LENGTH:
@@ -310,48 +322,13 @@ def forward_backward(model, call, input_ids):
     call(input_ids).sum().backward()
 
 
-def seconds_per_call(step, model, call, input_ids, iterations) -> float:
-    start = time.perf_counter()
-    for _ in range(iterations):
-        step(model, call, input_ids)
-    return (time.perf_counter() - start) / iterations
-
-
-def resident_kib(field) -> int:
-    """VmRSS (resident now) or VmHWM (peak resident since the last reset) of this process, in KiB (Linux)."""
-    status = Path("/proc/self/status").read_text()
-    return int(re.search(rf"^{field}:\s+(\d+) kB", status, re.MULTILINE).group(1))
-
-
-def peak_megabytes(name, length, args) -> float:
-    """In a fresh process: peak resident memory of one forward+backward beyond the built model, in MB."""
+def prepare_forward_backward(name, length, args):
+    """For harness.peak_megabytes: `name` built alone, one forward+backward at `length` tokens to run."""
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
     model, call = build(name, args)
     input_ids = random_ids(length, args)
-    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the resident memory now
-    baseline = resident_kib("VmRSS")
-    forward_backward(model, call, input_ids)
-    return (resident_kib("VmHWM") - baseline) / 1024
-
-
-def _report_peak(queue, name, length, args):
-    queue.put(peak_megabytes(name, length, args))
-
-
-def measure_memory(name, length, args) -> float | None:
-    """`peak_megabytes` in a fresh process; None if the kernel killed it (out of memory). Any other failure of
-    that process is an error: it must not pass for a model that does not fit."""
-    context = get_context("spawn")
-    queue = context.Queue()
-    process = context.Process(target=_report_peak, args=(queue, name, length, args))
-    process.start()
-    process.join()
-    if process.exitcode == -signal.SIGKILL:
-        return None
-    if process.exitcode != 0:
-        raise RuntimeError(f"measuring the memory of {name} at {length} tokens failed (exit code {process.exitcode})")
-    return queue.get()
+    return lambda: forward_backward(model, call, input_ids)
 
 
 def measure(models, args) -> list[dict]:
@@ -363,7 +340,7 @@ def measure(models, args) -> list[dict]:
         for name in models:
             skipped[name] = skipped.get(name) or skip_reason(name, length, history, args)
             if skipped[name] is None:
-                peak = measure_memory(name, length, args)
+                peak = peak_megabytes(prepare_forward_backward, name, length, args)
                 if peak is None:
                     skipped[name] = f"killed (out of memory) during forward+backward at {length} tokens"
                 else:
@@ -374,13 +351,13 @@ def measure(models, args) -> list[dict]:
         iterations = {}
         for name in runnable:  # warm-up, which also sets the number of calls per measurement
             for column, step in steps.items():
-                seconds = seconds_per_call(step, *models[name], input_ids, 1)
-                iterations[name, column] = args.iterations or max(1, round(TARGET_SECONDS / seconds))
+                calls = calls_to_fill(lambda: step(*models[name], input_ids), TARGET_SECONDS)
+                iterations[name, column] = args.iterations or calls
         for repeat in range(args.repeats):
             for name in runnable[:: 1 if repeat % 2 == 0 else -1]:
                 row = dict(model=name, length=length, repeat=repeat)
                 for column, step in steps.items():
-                    seconds = seconds_per_call(step, *models[name], input_ids, iterations[name, column])
+                    seconds = seconds_per_call(lambda: step(*models[name], input_ids), iterations[name, column])
                     row[column] = round(1e3 * seconds, 3)
                     row[column.replace("_ms", "_iterations")] = iterations[name, column]
                 rows.append(row)
@@ -395,28 +372,28 @@ def measure(models, args) -> list[dict]:
     return rows
 
 
-def header(args, models, elapsed) -> list[str]:
-    """The command, the machine, the date and the models, so that a reader can rerun it."""
-    parameters = ", ".join(
-        f"{name} {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M" for name, (model, _) in models.items()
-    )
+def header(record) -> list[str]:
+    """The command, the machine, the date and the models (`record`: the run's header, settings and parameters)."""
+    settings = record["settings"]
+    parameters = ", ".join(f"{name} {count / 1e6:.2f}M" for name, count in record["parameters"].items())
     return [
         "# Encoder: forward time, forward+backward time and peak memory against sequence length",
         "",
-        *run_lines(args.threads, elapsed),
-        f"- Models: hidden {args.hidden_size}, {args.layers} layers, {args.heads} heads, feed-forward "
-        f"{args.intermediate_size}, vocabulary {args.vocab_size}, {args.lengths[-1]} positions, random weights, "
+        *record["header"],
+        f"- Models: hidden {settings['hidden_size']}, {settings['layers']} layers, {settings['heads']} heads, "
+        f"feed-forward {settings['intermediate_size']}, vocabulary {settings['vocab_size']}, "
+        f"{settings['lengths'][-1]} positions, random weights, "
         f"no dropout, fp32, batch 1, eval mode; parameters {parameters}. Fastformer: no layer or query-value "
         "sharing, the collapsed attention sub-layer (one matrix per sequence for its five Linear layers); "
         "Fastformer-plain: the same model on the plain path. floor: the plain path's Linear and LayerNorm work "
         "without the additive attention (FloorEncoder in benchmarks/encoder.py), a bound for any implementation "
         "that runs those Linear layers (the collapsed path runs fewer). BERT: sdpa attention. "
-        f"Longformer: window {args.attention_window}, no global tokens. BigBird: block_sparse, blocks of "
-        f"{args.block_size}, 3 random blocks (transformers runs full attention at lengths up to "
-        f"{(5 + 2 * 3) * args.block_size}). fast-transformer-pytorch: lucidrains' FastTransformer, absolute "
+        f"Longformer: window {settings['attention_window']}, no global tokens. BigBird: block_sparse, blocks of "
+        f"{settings['block_size']}, 3 random blocks (transformers runs full attention at lengths up to "
+        f"{(5 + 2 * 3) * settings['block_size']}). fast-transformer-pytorch: lucidrains' FastTransformer, absolute "
         "positions, without its vocabulary projection.",
-        f"- Method: per length, one warm-up call per model; then {args.repeats} repeats, each measuring every model "
-        "in turn, the order alternating; a measurement is the mean over its calls (column *_iterations of the "
+        f"- Method: per length, one warm-up call per model; then {settings['repeats']} repeats, each measuring every "
+        "model in turn, the order alternating; a measurement is the mean over its calls (column *_iterations of the "
         "CSV). Forward under no_grad; forward+backward: `output.sum().backward()`. Times: median over repeats. "
         "Peak MB: peak resident memory (VmHWM, reset just before) over one forward+backward minus the resident "
         "memory before it, in a fresh process that holds that model only (activations, temporaries and "
@@ -425,54 +402,43 @@ def header(args, models, elapsed) -> list[str]:
     ]
 
 
-def tables(rows, args) -> list[str]:
-    """The report's tables (per measure, model x length medians; then the ratios per length), the medians by
-    (column, model, length) and the models in order."""
-    names = list(dict.fromkeys(row["model"] for row in rows))
+COLUMNS = {"forward_ms": "ms per forward", "forward_backward_ms": "ms per forward+backward", "peak_mb": "peak MB"}
+
+
+def medians(rows) -> tuple[dict, list[str]]:
+    """The medians over repeats by (column, model, length), and the models in order."""
     values = {}
     for row in rows:
-        for column in ("forward_ms", "forward_backward_ms", "peak_mb"):
+        for column in COLUMNS:
             if column in row:
                 values.setdefault((column, row["model"], row["length"]), []).append(row[column])
-    median = {key: statistics.median(found) for key, found in values.items()}
+    names = list(dict.fromkeys(row["model"] for row in rows))
+    return {key: statistics.median(found) for key, found in values.items()}, names
 
-    def cell(column, name, length, digits):
+
+def tables(rows, lengths) -> list[str]:
+    """The report's tables: per measure, model x length medians; then the ratios per length; then what was not run."""
+    median, names = medians(rows)
+
+    def cell(column, name, length):
         value = median.get((column, name, length))
-        return "not run" if value is None else f"{value:.{digits}f}"
+        return "not run" if value is None else f"{value:.{1 if column == 'peak_mb' else 2}f}"
 
     lines = []
-    titles = {"forward_ms": "ms per forward", "forward_backward_ms": "ms per forward+backward", "peak_mb": "peak MB"}
-    for column, title in titles.items():
-        lines += [f"## {title}", "", "| model | " + " | ".join(map(str, args.lengths)) + " |"]
-        lines.append("|---" * (len(args.lengths) + 1) + "|")
-        for name in names:
-            digits = 1 if column == "peak_mb" else 2
-            lines.append(f"| {name} | " + " | ".join(cell(column, name, n, digits) for n in args.lengths) + " |")
-        lines.append("")
-
-    ratios = [
-        ("Fastformer", "floor"),
-        ("Fastformer-plain", "floor"),
-        ("fast-transformer-pytorch", "Fastformer"),
-        ("BERT", "Fastformer"),
-    ]
-    lines += [
-        "## Ratios (medians)",
-        "",
-        "| ratio | length | forward | forward+backward | peak MB |",
-        "|---|---|---|---|---|",
-    ]
-    for top, bottom in ratios:
-        if top not in names or bottom not in names:
-            continue
-        for n in args.lengths:
+    for column, title in COLUMNS.items():
+        cells = [[name, *(cell(column, name, n) for n in lengths)] for name in names]
+        lines += [f"## {title}", "", *table(["model", *map(str, lengths)], cells), ""]
+    ratios = []
+    for top, bottom in (pair for pair in ENCODER_RATIOS if set(pair) <= set(names)):
+        for n in lengths:
             cells = []
-            for column in titles:
+            for column in COLUMNS:
                 a, b = median.get((column, top, n)), median.get((column, bottom, n))
                 cells.append("not run" if a is None or b is None or b == 0 else f"{a / b:.2f}")
             if set(cells) != {"not run"}:
-                lines.append(f"| {top} / {bottom} | {n} | " + " | ".join(cells) + " |")
-    lines.append("")
+                ratios.append([f"{top} / {bottom}", n, *cells])
+    lines += ["## Ratios (medians)", "",
+              *table(["ratio", "length", "forward", "forward+backward", "peak MB"], ratios), ""]  # fmt: skip
     first_skips = {}
     for row in rows:
         if "note" in row:
@@ -481,7 +447,21 @@ def tables(rows, args) -> list[str]:
         lines += ["## Not run", ""]
         lines += [f"- {name} from {row['length']} tokens on: {row['note']}" for name, row in first_skips.items()]
         lines.append("")
-    return lines, median, names
+    return lines
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The measurements of encoder.csv, numbers as numbers, empty cells left out."""
+    types = {"length": int, "repeat": int, "forward_iterations": int, "forward_backward_iterations": int}
+    with path.open() as file:
+        return [{key: types.get(key, float)(value) if key not in ("model", "note") else value
+                 for key, value in row.items() if value != ""} for row in csv.DictReader(file)]  # fmt: skip
+
+
+def report(csv_path: Path, markdown: Path) -> str:
+    """The markdown report from the CSV and its .json; written to `markdown` and returned."""
+    record = read_json(csv_path.with_suffix(".json"))
+    return write_text(markdown, header(record) + tables(read_rows(csv_path), record["settings"]["lengths"]))
 
 
 def plot(median, names, args):
@@ -509,28 +489,36 @@ def plot(median, names, args):
     figure.savefig(args.plots / "encoder_memory.png", dpi=120)
 
 
+SETTINGS = ("hidden_size", "layers", "heads", "intermediate_size", "vocab_size", "lengths", "attention_window",
+            "block_size", "repeats", "threads")  # fmt: skip
+
+
 def run(args) -> dict:
-    """Measure, write the markdown report, the CSV and the plots; return the medians by (column, model, length)."""
+    """Measure, write the CSV (and its .json), the markdown report and the plots; return the medians by (column,
+    model, length)."""
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()  # BigBird's warning at every short input
     models = {name: build(name, args) for name in args.models}
     start = time.perf_counter()
     rows = measure(models, args)
-    lines, median, names = tables(rows, args)
-    report = "\n".join(header(args, models, time.perf_counter() - start) + lines) + "\n"
-    print(report)
-    for path in (args.markdown, args.csv):
-        path.parent.mkdir(parents=True, exist_ok=True)
-    args.markdown.write_text(report)
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    with args.csv.open("w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_measurements(
+        args.csv,
+        rows,
+        args,
+        SETTINGS,
+        {name: model for name, (model, _) in models.items()},
+        time.perf_counter() - start,
+    )
+    print(report(args.csv, args.markdown))
+    median, names = medians(rows)
     args.plots.mkdir(parents=True, exist_ok=True)
     plot(median, names, args)
     return median
 
 
 if __name__ == "__main__":
-    run(parse_args())
+    args = parse_args()
+    if args.report:
+        report(args.csv, args.markdown)
+    else:
+        run(args)

@@ -7,7 +7,7 @@ For the models:
 3. FastformerModel (the paper's default config) in each dtype vs the same weights in float64;
 4. FastformerForConditionalGeneration, float32: token-by-token decoding with the cache vs one full forward.
 
-Prints a markdown table. Usage: python benchmarks/parity.py [--seq-len 4096]
+Prints a markdown table. Usage: python -m benchmarks.parity [--seq-len 4096]
 """
 
 import argparse

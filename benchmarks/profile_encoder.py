@@ -1,8 +1,8 @@
 """Where the encoder's time goes: torch.profiler operator tables for Fastformer (collapsed and plain paths) and
 the floor, forward and forward+backward, at one length (the benchmarks' model sizes).
 
-    python benchmarks/profile_encoder.py                     # 16384 tokens, 2 threads -> docs/PROFILE.md
-    python benchmarks/profile_encoder.py --length 2048 --rows 8
+    python -m benchmarks.profile_encoder                     # 16384 tokens, 2 threads -> docs/PROFILE.md
+    python -m benchmarks.profile_encoder --length 2048 --rows 8
 """
 
 import argparse
@@ -12,10 +12,8 @@ from pathlib import Path
 import torch
 from torch.profiler import profile
 
-import encoder
-from report_header import run_lines
-
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+from benchmarks import encoder
+from benchmarks.harness import DOCS, run_lines, table
 
 
 def parse_args(argv=None):
@@ -25,7 +23,7 @@ def parse_args(argv=None):
     parser.add_argument("--rows", type=int, default=10, help="operators per table")
     parser.add_argument("--markdown", type=Path, default=DOCS / "PROFILE.md")
     args, _ = parser.parse_known_args(argv)
-    # the model sizes and the rest exactly as benchmarks/encoder.py builds them
+    # the model sizes and the rest exactly as benchmarks.encoder builds them
     settings = encoder.parse_args(["--lengths", str(args.length), "--threads", str(args.threads)])
     return args, settings
 
@@ -37,16 +35,9 @@ def operator_table(step, model, call, input_ids, rows) -> list[str]:
         step(model, call, input_ids)
     events = sorted(profiler.key_averages(), key=lambda event: event.self_cpu_time_total, reverse=True)
     total = sum(event.self_cpu_time_total for event in events)
-    lines = [
-        f"total self CPU time {total / 1e3:.0f} ms",
-        "",
-        "| operator | calls | self ms | share |",
-        "|---|---|---|---|",
-    ]
-    for event in events[:rows]:
-        share = event.self_cpu_time_total / total
-        lines.append(f"| {event.key} | {event.count} | {event.self_cpu_time_total / 1e3:.1f} | {share:.0%} |")
-    return lines
+    cells = [[event.key, event.count, f"{event.self_cpu_time_total / 1e3:.1f}",
+              f"{event.self_cpu_time_total / total:.0%}"] for event in events[:rows]]  # fmt: skip
+    return [f"total self CPU time {total / 1e3:.0f} ms", "", *table(["operator", "calls", "self ms", "share"], cells)]
 
 
 def main():

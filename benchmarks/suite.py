@@ -8,20 +8,20 @@ does not hold is reported as such.
 
 Usage:
     pip install -e ".[bench]"
-    python benchmarks/suite.py                        # the full suite, 37 minutes on 2 CPU cores
-    python benchmarks/suite.py --encoder-lengths 512 2048 --decoding-lengths 64 256 --repeats 1   # quick
+    python -m benchmarks.suite                        # the full suite, 37 minutes on 2 CPU cores
+    python -m benchmarks.suite --encoder-lengths 512 2048 --decoding-lengths 64 256 --repeats 1   # quick
+    python -m benchmarks.suite --report               # the three reports from the CSVs and .json in --docs
 """
 
 import argparse
+import json
+import operator
 import time
 from pathlib import Path
 
-import decoding
-
-import encoder
-from report_header import run_lines
-
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+from benchmarks import decoding, encoder
+from benchmarks.harness import DOCS, read_json, run_lines, table
+from benchmarks.specs import DECODING_CACHE, DECODING_FASTER, DECODING_FLAT, ENCODER_MEASURES, ENCODER_TARGETS
 
 
 def parse_args(argv=None):
@@ -31,9 +31,10 @@ def parse_args(argv=None):
     parser.add_argument("--models", nargs="+", choices=list(encoder.BUILDERS), default=list(encoder.BUILDERS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
-    parser.add_argument("--max-seconds", type=float, default=60.0, help="as benchmarks/encoder.py")
-    parser.add_argument("--max-memory-gb", type=float, default=None, help="as benchmarks/encoder.py")
+    parser.add_argument("--max-seconds", type=float, default=60.0, help="as benchmarks.encoder's")
+    parser.add_argument("--max-memory-gb", type=float, default=None, help="as benchmarks.encoder's")
     parser.add_argument("--docs", type=Path, default=DOCS, help="where the reports, CSVs and plots go")
+    parser.add_argument("--report", action="store_true", help="only rewrite the reports from the records in --docs")
     return parser.parse_args(argv)
 
 
@@ -61,16 +62,7 @@ def decoding_args(args):
     )
 
 
-# the performance issue's targets: (measure, length, numerator, denominator, required ratio)
-ENCODER_TARGETS = [
-    ("forward_ms", 16384, "Fastformer", "floor", "<= 1.10"),
-    ("forward_ms", 16384, "fast-transformer-pytorch", "Fastformer", ">= 1.15"),
-    ("forward_ms", 16384, "BERT", "Fastformer", ">= 6"),
-    ("forward_backward_ms", 8192, "Fastformer", "floor", "<= 1.3"),
-    ("peak_mb", 8192, "Fastformer", "floor", "<= 1.5"),
-]
-MEASURES = {"forward_ms": "forward time", "forward_backward_ms": "forward+backward time", "peak_mb": "peak memory"}
-COMPARE = {"<=": float.__le__, ">=": float.__ge__, ">": float.__gt__, "==": float.__eq__}
+COMPARE = {"<=": operator.le, ">=": operator.ge, ">": operator.gt, "==": operator.eq}
 
 
 def check(what, numerator, denominator, required) -> tuple[str, float | None, str, bool | None]:
@@ -78,70 +70,61 @@ def check(what, numerator, denominator, required) -> tuple[str, float | None, st
     if numerator is None or denominator is None:
         return what, None, required, None
     value = numerator / denominator
-    operator, bound = required.split()
-    return what, value, required, COMPARE[operator](value, float(bound))
+    comparison, bound = required.split()
+    return what, value, required, COMPARE[comparison](value, float(bound))
 
 
 def targets(encoded, decoded, cache) -> list[tuple[str, float | None, str, bool | None]]:
-    """Every target with the value this run measured."""
+    """Every target (specs) with the value this run measured."""
     rows = [
-        check(
-            f"encoder {MEASURES[measure]} at {n} tokens: {top} / {bottom}",
-            encoded.get((measure, top, n)),
-            encoded.get((measure, bottom, n)),
-            required,
-        )  # fmt: skip
-        for measure, n, top, bottom, required in ENCODER_TARGETS
-    ]
+        check(f"encoder {ENCODER_MEASURES[t.measure]} at {t.length} tokens: {t.numerator} / {t.denominator}",
+              encoded.get((t.measure, t.numerator, t.length)), encoded.get((t.measure, t.denominator, t.length)),
+              t.required)
+        for t in ENCODER_TARGETS
+    ]  # fmt: skip
     lengths = sorted(n for name, n in decoded if name == "Fastformer")
     first, last = lengths[0], lengths[-1]
-    rows.append(
-        check(
-            f"decoding: Fastformer ms/token at {last} generated tokens / at {first}",
-            decoded["Fastformer", last],
-            decoded["Fastformer", first],
-            "<= 1.1",
-        )  # fmt: skip
-    )
+    rows.append(check(f"decoding: Fastformer ms/token at {last} generated tokens / at {first}",
+                      decoded["Fastformer", last], decoded["Fastformer", first], DECODING_FLAT))  # fmt: skip
     sizes = [cache["Fastformer", n] for n in lengths]
     rows.append(check(f"decoding: Fastformer cache, largest / smallest ({first}..{last} tokens)",
-                      max(sizes), min(sizes), "== 1"))  # fmt: skip
-    rows += [
-        check(
-            f"decoding at {n} generated tokens: BART / Fastformer ms/token",
-            decoded["BART", n],
-            decoded["Fastformer", n],
-            ">= 1",  # at least as fast as BART of the same size, from the shortest length on
-        )  # fmt: skip
-        for n in lengths
-    ]
+                      max(sizes), min(sizes), DECODING_CACHE))  # fmt: skip
+    rows += [check(f"decoding at {n} generated tokens: BART / Fastformer ms/token", decoded["BART", n],
+                   decoded["Fastformer", n], DECODING_FASTER) for n in lengths]  # fmt: skip
     return rows
 
 
-def report(rows, args, elapsed) -> str:
+def report(docs: Path) -> str:
+    """PERFORMANCE.md from the encoder's and the decoding's records in `docs` and the suite's own (its header)."""
+    encoded, _ = encoder.medians(encoder.read_rows(docs / "encoder.csv"))
+    decoded, cache, _ = decoding.medians(decoding.read_rows(docs / "decoding.csv"))
+    rows = [[what, "not measured" if value is None else f"{value:.2f}", required,
+             "-" if holds is None else ("yes" if holds else "**no**")]
+            for what, value, required, holds in targets(encoded, decoded, cache)]  # fmt: skip
     lines = [
         "# Performance targets, measured",
         "",
-        *run_lines(args.threads, elapsed),
+        *read_json(docs / "performance.json")["header"],
         "- Details: [ENCODER.md](ENCODER.md) (encoder_time.png, encoder_memory.png, encoder.csv) and "
         "[DECODING.md](DECODING.md) (decoding.png, decoding.csv), written by the same run.",
         "",
-        "| target | measured | required | holds |",
-        "|---|---|---|---|",
+        *table(["target", "measured", "required", "holds"], rows),
     ]
-    for what, value, target, holds in rows:
-        shown = "not measured" if value is None else f"{value:.2f}"
-        verdict = "-" if holds is None else ("yes" if holds else "**no**")
-        lines.append(f"| {what} | {shown} | {target} | {verdict} |")
     return "\n".join(lines) + "\n"
 
 
 def main():
     args = parse_args()
-    start = time.perf_counter()
-    encoded = encoder.run(encoder_args(args))
-    decoded, cache = decoding.run(decoding_args(args))
-    text = report(targets(encoded, decoded, cache), args, time.perf_counter() - start)
+    if args.report:
+        encoder.report(args.docs / "encoder.csv", args.docs / "ENCODER.md")
+        decoding.report(args.docs / "decoding.csv", args.docs / "DECODING.md")
+    else:
+        start = time.perf_counter()
+        encoder.run(encoder_args(args))
+        decoding.run(decoding_args(args))
+        header = run_lines(args.threads, time.perf_counter() - start)
+        (args.docs / "performance.json").write_text(json.dumps({"header": header}, indent=1) + "\n")
+    text = report(args.docs)
     print(text)
     (args.docs / "PERFORMANCE.md").write_text(text)
 

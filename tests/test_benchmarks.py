@@ -9,8 +9,7 @@ from argparse import Namespace
 import pytest
 import torch
 
-import encoder  # benchmarks/encoder.py (setup.cfg puts benchmarks/ on pytest's pythonpath)
-import pretrained
+from benchmarks import encoder, pretrained
 
 
 def test_predict_extrapolates_the_measured_growth():
@@ -35,7 +34,7 @@ def test_skip_reason_names_the_prediction_and_the_limit():
 @pytest.mark.slow
 def test_suite_runs_and_reports_every_target(repo_root, tmp_path):
     command = [
-        sys.executable, str(repo_root / "benchmarks" / "suite.py"),
+        sys.executable, "-m", "benchmarks.suite",
         "--encoder-lengths", "64", "128", "--decoding-lengths", "16", "32", "--repeats", "1", "--threads", "1",
         "--models", "Fastformer", "floor", "BERT", "FNet", "--max-seconds", "1e-9", "--docs", str(tmp_path),
     ]  # fmt: skip
@@ -54,7 +53,7 @@ def test_suite_runs_and_reports_every_target(repo_root, tmp_path):
     assert "## Not run" in (tmp_path / "ENCODER.md").read_text()
 
     performance = (tmp_path / "PERFORMANCE.md").read_text()
-    assert "`python " in performance and "suite.py" in performance  # the command that produced it
+    assert "`python -m benchmarks.suite " in performance  # the command that produced it
     assert performance.count("| not measured |") == 5  # the encoder targets are at 8192 and 16384 tokens
     assert "| decoding: Fastformer cache, largest / smallest (16..32 tokens) | 1.00 | == 1 | yes |" in performance
 
@@ -102,7 +101,7 @@ def test_deploy_benchmark_measures_onnx_runtime_beside_pytorch(repo_root, build,
     (tmp_path / "DEPLOY.md").write_text("# Deploying\n\nA person's text.\n")
     size = '{"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 37}'
     command = [
-        sys.executable, str(repo_root / "benchmarks" / "deploy.py"), "--lengths", "16", "40", "--repeats", "1",
+        sys.executable, "-m", "benchmarks.deploy", "--lengths", "16", "40", "--repeats", "1",
         "--threads", "1", "--size", size, "--source_lengths", "16", "40", "--new_tokens", "5",
         "--classifier", str(tmp_path / "classifier"),
         "--test_file", str(tmp_path / "test.jsonl"), "--max_length", "64", "--markdown", str(tmp_path / "DEPLOY.md"),
@@ -123,7 +122,7 @@ def test_deploy_benchmark_measures_onnx_runtime_beside_pytorch(repo_root, build,
     assert found["rows"]["ONNX Runtime fp32"]["accuracy"] == found["rows"]["PyTorch eager"]["accuracy"]
     report = (tmp_path / "DEPLOY.md").read_text()
     assert report.startswith("# Deploying\n\nA person's text.\n")  # the written part is kept
-    assert "| ONNX Runtime int8 |" in report and "deploy.py" in report
+    assert "| ONNX Runtime int8 |" in report and "python -m benchmarks.deploy" in report
     # a second run replaces the measured part, it does not append another
     subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=repo_root, check=True)
     assert (tmp_path / "DEPLOY.md").read_text().count("### Encoder latency") == 1

@@ -1,4 +1,4 @@
-"""benchmarks/quality/run.py end to end at toy size: a table's tuning grid and seeds, the report, reuse of
+"""`python -m benchmarks.quality.run` end to end at toy size: a table's tuning grid and seeds, the report, reuse of
 finished runs."""
 
 import json
@@ -6,22 +6,18 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForSequenceClassification
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "quality"))
-import baselines  # noqa: E402  (registers the Transformer baseline with the paper's pooling)
-from run import TABLES  # noqa: E402
-
-from results_report import TABLES_FILE, stored_runs, summarization_results, write_report  # noqa: E402
+from benchmarks.quality import baselines  # registers the Transformer baseline with the paper's pooling
+from benchmarks.quality.report import RESULT, TABLES_FILE, stored_runs, summarization_results, write_report
 
 
 def run_table(repo_root, table, tmp_path):
     command = [
-        sys.executable, str(repo_root / "benchmarks" / "quality" / "run.py"), table,
+        sys.executable, "-m", "benchmarks.quality.run", table,
         "--data", str(repo_root / "data" / "20newsgroups"), "--seeds", "0", "1", "--grid", "1e-3,2", "3e-4,2",
         "--train-samples", "40", "--validation-samples", "16", "--test-samples", "16",
         "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "docs" / "RESULTS.md"),
@@ -72,7 +68,7 @@ def test_a_table_tunes_each_model_on_validation_then_runs_the_best_setting_with_
 
     # a fresh clone has no runs, only what docs/ records: regenerating the report keeps every measured run
     shutil.rmtree(tmp_path / "runs")
-    write_report(tmp_path / "runs", tmp_path / "docs" / "RESULTS.md", TABLES)
+    write_report(tmp_path / "runs", tmp_path / "docs" / "RESULTS.md")
     assert (tmp_path / "docs" / "RESULTS.md").read_text() == report
     assert json.loads((tmp_path / "docs" / "results_runs.json").read_text())["runs"] == runs
 
@@ -93,7 +89,7 @@ def test_the_record_in_docs_is_the_base_and_local_runs_take_the_place_of_their_r
     # bert re-run here with one seed: its recorded seeds of that data are gone, the other rows and data stay
     local = run("bert", 0, 0.9)
     (runs / "news-10-5-5" / "bert-default" / "seed0").mkdir(parents=True)
-    (runs / "news-10-5-5" / "bert-default" / "seed0" / "quality_result.json").write_text(json.dumps(local))
+    (runs / "news-10-5-5" / "bert-default" / "seed0" / RESULT).write_text(json.dumps(local))
     (runs / TABLES_FILE).write_text(json.dumps({"sharing": "news-10-5-5"}))
     tags, stored = stored_runs(runs, record)
     assert tags == {"classification": "news-10-5-5", "sharing": "news-10-5-5"}
@@ -125,7 +121,7 @@ def test_the_transformer_baseline_with_the_papers_pooling_ignores_padding(tmp_pa
 
 def test_the_baseline_script_trains_it_with_run_classification(repo_root, tmp_path):
     command = [
-        sys.executable, str(repo_root / "benchmarks" / "quality" / "baselines.py"), "--model_type",
+        sys.executable, "-m", "benchmarks.quality.baselines", "--model_type",
         "bert_additive_pooling", "--config_overrides", "hidden_size=16,num_attention_heads=2,intermediate_size=32,"
         "num_hidden_layers=1", "--output_dir", str(tmp_path / "run"), "--do_train", "--do_eval", "--max_seq_length",
         "32", "--max_train_samples", "16", "--max_eval_samples", "8", "--num_train_epochs", "1", "--report_to", "none",

