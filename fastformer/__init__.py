@@ -1,6 +1,6 @@
 """Fastformer (Wu et al., 2021) for Hugging Face transformers.
 
-Importing the package registers the model with the Auto classes.
+Importing the package registers the model with the Auto classes (and PEFT's default adapter targets).
 """
 
 from transformers import (
@@ -22,6 +22,7 @@ from .modeling_fastformer import (
     FastformerModel,
     FastformerPreTrainedModel,
 )
+from .peft_defaults import register_peft_defaults
 
 __version__ = "0.1.0"
 
@@ -31,6 +32,7 @@ AutoModelForSequenceClassification.register(FastformerConfig, FastformerForSeque
 AutoModelForMaskedLM.register(FastformerConfig, FastformerForMaskedLM, exist_ok=True)
 AutoModelForSeq2SeqLM.register(FastformerConfig, FastformerForConditionalGeneration, exist_ok=True)
 AutoModelForCausalLM.register(FastformerConfig, FastformerForCausalLM, exist_ok=True)
+register_peft_defaults()
 
 __all__ = [
     "FastformerCache",

@@ -15,8 +15,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-from .functional import CausalAttentionState, PoolingState
+from .functional import CausalAttentionState, initial_pooling_state
 from .modeling_fastformer import FastformerCache, FastformerPreTrainedModel
 
 INPUT_NAMES = ("input_ids", "attention_mask")
@@ -105,8 +106,8 @@ def quantize_int8(source: Path, destination: Path) -> Path:
 
 class Seq2SeqEncoderGraph(torch.nn.Module):
     """A `FastformerForConditionalGeneration`'s encoder side, as one graph: (input_ids, attention_mask) -> the
-    cross-attention tensors of each distinct decoder layer (`FastformerCrossAttention.encode`), flat, computed
-    once per source."""
+    cross-attention (key, value) of each distinct decoder layer (`FastformerCrossAttention.encode`), flat,
+    computed once per source."""
 
     def __init__(self, model):
         super().__init__()
@@ -115,53 +116,53 @@ class Seq2SeqEncoderGraph(torch.nn.Module):
     def forward(self, input_ids, attention_mask):
         encoded = self.model.get_encoder()(input_ids, attention_mask=attention_mask).last_hidden_state
         layers = self.model.decoder.layers
-        return tuple(tensor for layer in layers for tensor in layer.cross_attention.encode(encoded, attention_mask))
+        pairs = (layer.cross_attention.encode(encoded, attention_mask) for layer in layers)
+        # new tensors for every output: the additive cross-attention's key and value are one tensor
+        return tuple(tensor.clone() for pair in pairs for tensor in pair)
 
 
 class DecoderStepGraph(torch.nn.Module):
     """One decoding step of a `FastformerForConditionalGeneration` as a pure function of its whole state:
-    (input_ids (B, 1), positions (B,), encoded: the encoder graph's outputs, state: per decoder layer application
-    the causal attention's query and key poolings, (B, H) log normalizer and (B, H, D) pooled each) ->
-    (logits (B, vocab), positions + 1, the new state). It runs the model's own decoder over a `FastformerCache`
-    rebuilt from those tensors; `initial_state` gives the state before the first token."""
+    (input_ids (B, 1), positions (B,), encoder_attention_mask (B, M), cross: the encoder graph's outputs, state:
+    `FastformerCache.state_tensors()`) -> (logits (B, vocab), positions + 1, the new state). It runs the model's
+    own decoder over an `EncoderDecoderCache` rebuilt from those tensors; `initial_state` gives the state before
+    the first token."""
 
     def __init__(self, model):
         super().__init__()
         self.model = model
-        config = model.config
-        self.encoded_per_layer = 1 if config.cross_attention_type == "additive" else 3
 
-    def forward(self, input_ids, positions, encoded, state):
-        cache = FastformerCache(self.model.config)
-        step = self.encoded_per_layer
-        cache.encoded = [tuple(encoded[index : index + step]) for index in range(0, len(encoded), step)]
-        for index, layer in enumerate(cache.layers):
-            query, key = state[4 * index : 4 * index + 2], state[4 * index + 2 : 4 * index + 4]
-            layer.state = CausalAttentionState(PoolingState(*query), PoolingState(*key))
-        cache.positions = positions
-        hidden_states = self.model.decoder(input_ids, cache=cache).last_hidden_state
-        logits = self.model.lm_head(hidden_states[:, -1])
-        new_state = tuple(tensor for layer in cache.layers for pooling in layer.state for tensor in pooling)
-        return logits, cache.positions, new_state
+    def forward(self, input_ids, positions, encoder_attention_mask, cross, state):
+        states = FastformerCache(self.model.config)
+        states.load_state_tensors(state)
+        states.positions = positions
+        cross_cache = DynamicCache()
+        for index in range(len(cross) // 2):
+            cross_cache.update(cross[2 * index], cross[2 * index + 1], index)
+        cache = EncoderDecoderCache(states, cross_cache)
+        hidden_states = self.model.decoder(input_ids, encoder_attention_mask=encoder_attention_mask, cache=cache)
+        logits = self.model.lm_head(hidden_states.last_hidden_state[:, -1])
+        return logits, states.positions, tuple(states.state_tensors())
 
 
 def initial_state(config, batch_size: int) -> list[torch.Tensor]:
-    """The decoding state before the first token, as `DecoderStepGraph` takes it: per decoder layer application,
-    the query's and the key's pooling, each a (B, H) log normalizer at float32's lowest and a (B, H, D) zero
-    pooled vector (what `causal_additive_pooling` starts from)."""
+    """The decoding state before the first token, as `DecoderStepGraph` takes it (`FastformerCache.state_tensors`
+    of a cache whose every pooling is `initial_pooling_state`)."""
     heads, dim = config.num_attention_heads, config.hidden_size // config.num_attention_heads
-    lowest = torch.finfo(torch.float32).min
-    # new tensors for every slot: the same tensor twice would be traced as one input
-    poolings = range(2 * config.num_decoder_layers)
-    return [tensor for _ in poolings for tensor in (torch.full((batch_size, heads), lowest),
-                                                    torch.zeros(batch_size, heads, dim))]  # fmt: skip
+    cache = FastformerCache(config)
+    for layer_idx in range(config.num_decoder_layers):
+        # new tensors for every slot: the same tensor twice would be traced as one input
+        state = CausalAttentionState(*(initial_pooling_state(batch_size, heads, dim) for _ in range(2)))
+        cache.update_attention_state(state, layer_idx)
+    return cache.state_tensors()
 
 
 def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
     """Writes a `FastformerForConditionalGeneration` (eval mode) as encoder.onnx (Seq2SeqEncoderGraph) and
     decoder_step.onnx (DecoderStepGraph) to `folder`, batch and source length dynamic; returns their paths.
-    Inputs and outputs are named: input_ids, attention_mask -> encoded.{i}; input_ids, positions, encoded.{i},
-    state.{i} -> logits, positions_out, state_out.{i}."""
+    Inputs and outputs are named: input_ids, attention_mask -> cross.{i}; input_ids, positions,
+    encoder_attention_mask, cross.{i}, state.{i} -> logits, positions_out, state_out.{i}. A graph may leave out
+    an input it does not read (the additive cross-attention reads no source mask in the step)."""
     if type(model).__name__ != "FastformerForConditionalGeneration":
         raise ValueError(
             f"export_seq2seq_onnx exports a FastformerForConditionalGeneration, got {type(model).__name__}"
@@ -174,26 +175,25 @@ def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
     source = torch.export.Dim("source", max=config.max_position_embeddings)
     encoder = Seq2SeqEncoderGraph(model)
     with torch.no_grad():
-        encoded = encoder(input_ids, attention_mask)
+        cross = encoder(input_ids, attention_mask)
     step = DecoderStepGraph(model)
     state = initial_state(config, EXAMPLE_SHAPE[0])
-    # the source axis: 2 of softmax keys and values (B, H, M, D), 3 of their mask (B, 1, 1, M); the additive
-    # context (B, H, 1, D) has none
-    encoded_dims = tuple({0: batch, **({3: source} if tensor.dtype == torch.bool else {}),
-                          **({2: source} if tensor.dtype != torch.bool and tensor.shape[2] > 1 else {})}
-                         for tensor in encoded)  # fmt: skip
+    # keys and values (B, H, M, D) have the source axis; the additive context (B, H, 1, D) has none
+    cross_dims = tuple({0: batch, **({2: source} if tensor.shape[2] == input_ids.shape[1] else {})} for tensor in cross)
     paths = {"encoder": folder / "encoder.onnx", "decoder_step": folder / "decoder_step.onnx"}
-    step_inputs = (input_ids[:, :1], torch.zeros(EXAMPLE_SHAPE[0], dtype=torch.long), encoded, tuple(state))
-    step_dims = ({0: batch}, {0: batch}, encoded_dims, ({0: batch},) * len(state))
+    positions = torch.zeros(EXAMPLE_SHAPE[0], dtype=torch.long)
+    step_inputs = (input_ids[:, :1], positions, attention_mask, cross, tuple(state))
+    step_dims = ({0: batch}, {0: batch}, {0: batch, 1: source}, cross_dims, ({0: batch},) * len(state))
     with attention_implementation(model, exported_implementation(config)), torch.no_grad():
         programs = {
             "encoder": torch.export.export(encoder, (input_ids, attention_mask),
                                            dynamic_shapes=({0: batch, 1: source}, {0: batch, 1: source})),
             "decoder_step": torch.export.export(step, step_inputs, dynamic_shapes=step_dims),
         }  # fmt: skip
+    cross_names = [f"cross.{index}" for index in range(len(cross))]
     names = {
-        "encoder": (["input_ids", "attention_mask"], [f"encoded.{index}" for index in range(len(encoded))]),
-        "decoder_step": (["input_ids", "positions", *(f"encoded.{index}" for index in range(len(encoded))),
+        "encoder": (["input_ids", "attention_mask"], cross_names),
+        "decoder_step": (["input_ids", "positions", "encoder_attention_mask", *cross_names,
                           *(f"state.{index}" for index in range(len(state)))],
                          ["logits", "positions_out", *(f"state_out.{index}" for index in range(len(state)))]),
     }  # fmt: skip
@@ -252,16 +252,17 @@ def onnx_greedy_generate(sessions: tuple, config, input_ids, attention_mask, max
         )
     encoder, step = sessions
     batch_size = input_ids.shape[0]
-    encoded = encoder.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
+    cross = encoder.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
+    read = {graph_input.name for graph_input in step.get_inputs()}  # the inputs the step's graph kept
     state = [tensor.numpy() for tensor in initial_state(config, batch_size)]
     tokens = np.full((batch_size, 1), start, np.int64)
     positions = np.zeros(batch_size, np.int64)
     finished = np.zeros(batch_size, bool)
     for _ in range(max_new_tokens):
-        feeds = {"input_ids": tokens[:, -1:], "positions": positions,
-                 **{f"encoded.{index}": tensor for index, tensor in enumerate(encoded)},
+        feeds = {"input_ids": tokens[:, -1:], "positions": positions, "encoder_attention_mask": attention_mask,
+                 **{f"cross.{index}": tensor for index, tensor in enumerate(cross)},
                  **{f"state.{index}": tensor for index, tensor in enumerate(state)}}  # fmt: skip
-        logits, positions, *state = step.run(None, feeds)
+        logits, positions, *state = step.run(None, {name: value for name, value in feeds.items() if name in read})
         chosen = np.where(finished, pad if pad is not None else 0, logits.argmax(-1))
         tokens = np.concatenate([tokens, chosen[:, None]], axis=1)
         finished |= np.isin(chosen, ends)

@@ -214,6 +214,15 @@ class PoolingState(NamedTuple):
     pooled: torch.Tensor  # (B, H, D) sum_i softmax_i x_i over the tokens so far; zeros before any
 
 
+def initial_pooling_state(batch: int, heads: int, dim: int, dtype=torch.float32, device=None) -> PoolingState:
+    """The pooling before any token: a log normalizer at `dtype`'s lowest, a zero pooled vector."""
+    lowest = torch.finfo(dtype).min
+    return PoolingState(
+        torch.full((batch, heads), lowest, dtype=dtype, device=device),
+        torch.zeros(batch, heads, dim, dtype=dtype, device=device),
+    )
+
+
 class CausalAttentionState(NamedTuple):
     """What `causal_additive_attention` needs to continue a sequence: one state per pooling. Its size does not
     depend on the number of tokens seen."""
@@ -241,10 +250,7 @@ def causal_additive_pooling(
     """
     batch, heads, length, dim = x.shape
     if state is None:
-        acc = torch.promote_types(x.dtype, torch.float32)
-        state = PoolingState(
-            x.new_full((batch, heads), torch.finfo(acc).min, dtype=acc), x.new_zeros(batch, heads, dim, dtype=acc)
-        )
+        state = initial_pooling_state(batch, heads, dim, torch.promote_types(x.dtype, torch.float32), x.device)
     if length == 1:  # one decoding step: update the streaming softmax directly
         return _pooling_step(x, weight, None if attention_mask is None else attention_mask[:, 0], state)
     acc = state.pooled.dtype

@@ -5,8 +5,9 @@ FastformerFor<Task>. The layer is BERT-style post-LN, as in the authors' code: a
 output transform W_r and, unless `config.query_residual` is False, the query residual) -> dense -> dropout ->
 add & LayerNorm -> feed-forward -> add & LayerNorm. The decoder (FastformerForConditionalGeneration,
 FastformerForCausalLM) uses the causal version of the attention, whose constant-size state FastformerCache
-carries during generation. This file imports the package only relatively, so a saved checkpoint carries it as
-Hub code.
+(transformers' linear-attention cache layers) carries during generation; an encoder-decoder keeps its
+cross-attention keys and values in an EncoderDecoderCache beside it, as BART does. This file imports the package
+only relatively, so a saved checkpoint carries it as Hub code.
 """
 
 import copy
@@ -16,7 +17,7 @@ from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache, LinearAttentionLayer
 from transformers.loss.loss_utils import ForMaskedLMLoss
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -29,7 +30,8 @@ from transformers.modeling_outputs import (
 )
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs
-from transformers.utils.generic import can_return_tuple
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .checkpoint import CheckpointMixin
 from .checks import check_inputs, check_single_segment, checked_classification_labels, checked_token_labels
@@ -119,23 +121,26 @@ class FastformerAttention(nn.Module):
         u = u.transpose(1, 2).reshape(query.shape)  # (B, N, H*D)
         return self.transform(u) + query if self.query_residual else self.transform(u)
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
+    def forward(self, hidden_states, attention_mask=None):
+        """The attention's output and its two pooling distributions, (B, H, 2, N)."""
         query, q, k, v = self._project(hidden_states)
         vectors, settings = self._attention_arguments()
-        u, weights = additive_attention(
-            q, k, v, *vectors, attention_mask, return_weights=output_attentions, **settings
-        )
+        u, weights = additive_attention(q, k, v, *vectors, attention_mask, return_weights=True, **settings)
         return self._output(u, query), weights
 
 
 class FastformerCausalAttention(FastformerAttention):
-    """The decoder's attention: every position pools its prefix only; `state` continues a sequence."""
+    """The decoder's attention: every position pools its prefix only. With a `cache` (a `FastformerCache`), the
+    state of layer application `layer_idx` continues a sequence and is updated."""
 
-    def forward(self, hidden_states, attention_mask=None, state=None):
+    def forward(self, hidden_states, attention_mask=None, cache=None, layer_idx=None):
         query, q, k, v = self._project(hidden_states)
         vectors, settings = self._attention_arguments()
+        state = None if cache is None else cache.attention_state(layer_idx)
         u, state = causal_additive_attention(q, k, v, *vectors, attention_mask, state, **settings)
-        return self._output(u, query), state
+        if cache is not None:
+            cache.update_attention_state(state, layer_idx)
+        return self._output(u, query)
 
 
 class FastformerCrossAttention(nn.Module):
@@ -143,7 +148,10 @@ class FastformerCrossAttention(nn.Module):
 
     "softmax": multi-head scaled dot-product attention (torch SDPA) over the encoder's keys and values.
     "additive": c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j per head, pooled from the encoder once; token t
-    gets c * q_t. `encode` computes what depends on the encoder only, so generation caches it.
+    gets c * q_t.
+    `encode` computes what depends on the encoder only, as a (key, value) pair that an `EncoderDecoderCache`
+    keeps: the keys and values of the source, or for "additive" the pooled context c as a one-position pair
+    (key and value alike; only the value is read).
     """
 
     def __init__(self, config: FastformerConfig):
@@ -161,27 +169,29 @@ class FastformerCrossAttention(nn.Module):
     def _split_heads(self, x):  # (B, N, H*D) -> (B, H, N, D)
         return x.view(*x.shape[:2], self.num_heads, self.head_dim).transpose(1, 2)
 
-    def encode(self, encoder_hidden_states, encoder_attention_mask=None) -> tuple[torch.Tensor, ...]:
-        value = self._split_heads(self.value(encoder_hidden_states))
+    def encode(self, encoder_hidden_states, encoder_attention_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
+        value = self._split_heads(self.value(encoder_hidden_states))  # (B, H, M, D)
         if self.cross_attention_type == "additive":
             context, _ = additive_pooling(value, self.context_weight, encoder_attention_mask)  # (B, H, D)
-            return (context.unsqueeze(-2),)
-        key = self._split_heads(self.key(encoder_hidden_states))
-        mask = None
-        if encoder_attention_mask is not None:
-            mask = encoder_attention_mask.to(torch.bool)
-            # a source that is all padding attends to all of it: finite numbers instead of a softmax over nothing
-            mask = (mask | ~mask.any(dim=-1, keepdim=True))[:, None, None, :]  # (B, 1, 1, M)
-        return key, value, mask
+            context = context.unsqueeze(-2)  # (B, H, 1, D)
+            return context, context
+        return self._split_heads(self.key(encoder_hidden_states)), value
 
-    def forward(self, hidden_states, encoded) -> torch.Tensor:
+    @staticmethod
+    def source_mask(encoder_attention_mask) -> torch.Tensor | None:
+        """The softmax cross-attention's mask over the source, (B, 1, 1, M) bool."""
+        if encoder_attention_mask is None:
+            return None
+        mask = encoder_attention_mask.to(torch.bool)
+        # a source that is all padding attends to all of it: finite numbers instead of a softmax over nothing
+        return (mask | ~mask.any(dim=-1, keepdim=True))[:, None, None, :]
+
+    def forward(self, hidden_states, key, value, source_mask=None) -> torch.Tensor:
         query = self._split_heads(self.query(hidden_states))  # (B, H, T, D)
         if self.cross_attention_type == "additive":
-            (context,) = encoded
-            out = context * query
+            out = value * query  # value: the pooled context c, (B, H, 1, D)
         else:
-            key, value, mask = encoded
-            out = nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+            out = nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=source_mask)
         return out.transpose(1, 2).reshape(hidden_states.shape)
 
 
@@ -245,21 +255,23 @@ class FastformerLayer(GradientCheckpointingLayer):
             )
         return implementation == "collapsed"
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False):
-        hidden_states, weights = self.attention_sublayer(hidden_states, attention_mask, output_attentions)
+    def forward(self, hidden_states, attention_mask=None, **kwargs):
+        """Returns the new hidden states and the attention's two pooling distributions, (B, H, 2, N) (what
+        `capture_outputs` records as `attentions`; tiny beside the layer's activations)."""
+        hidden_states, weights = self.attention_sublayer(hidden_states, attention_mask)
         return self.feed_forward(hidden_states), weights
 
-    def attention_sublayer(self, hidden_states, attention_mask=None, output_attentions=False):
+    def attention_sublayer(self, hidden_states, attention_mask=None):
         """The first half of the layer: attention -> dense -> dropout -> add & LayerNorm (what a BERT layer's
-        `attention` module computes; `fastformer.distillation` matches the two)."""
+        `attention` module computes; `fastformer.distillation` matches the two). Returns it and the weights."""
         if self.uses_collapsed_attention(hidden_states):
-            projected, weights = self.collapsed_attention(hidden_states, attention_mask, output_attentions)
+            projected, weights = self.collapsed_attention(hidden_states, attention_mask)
         else:
-            attention, weights = self.attention(hidden_states, attention_mask, output_attentions)
+            attention, weights = self.attention(hidden_states, attention_mask)
             projected = self.attention_output.dense(attention)
         return self.attention_output.add_and_norm(projected, hidden_states), weights
 
-    def collapsed_attention(self, hidden_states, attention_mask=None, output_attentions=False):
+    def collapsed_attention(self, hidden_states, attention_mask=None):
         """`attention_output.dense(attention(...))` for the "product" interaction, with the Linear layers folded.
 
         The global query and key come from `pool_projections` (so q_i, k_i and p_i are never formed), and then
@@ -288,14 +300,15 @@ class FastformerLayer(GradientCheckpointingLayer):
             inner_bias = inner_bias + query.bias
         bias = inner_bias @ dense.weight.T + dense.bias  # (B, 1, C)
         out = torch.baddbmm(bias, hidden_states, matrix.transpose(1, 2))
-        return out, torch.stack((alpha, beta), dim=-2) if output_attentions else None
+        return out, torch.stack((alpha, beta), dim=-2)
 
 
 class FastformerDecoderLayer(GradientCheckpointingLayer):
     """Causal Fastformer attention, then (in an encoder-decoder) cross-attention, then the feed-forward block.
 
-    `state` (a `CausalAttentionState`) continues a sequence; `encoded` is `cross_attention.encode(...)` of the
-    encoder output, computed once by the caller. Returns the hidden states and the attention's new state.
+    `cross_key`, `cross_value`: `cross_attention.encode(...)` of the encoder output, computed once per distinct
+    layer by the caller (positional, so that reentrant gradient checkpointing sends their gradients back once);
+    `cache` and `layer_idx`: the generation state of this layer application.
     """
 
     def __init__(self, config: FastformerConfig, cross_attention: bool):
@@ -309,12 +322,16 @@ class FastformerDecoderLayer(GradientCheckpointingLayer):
             self.cross_attention = self.cross_attention_output = None
         self.feed_forward = FastformerFeedForward(config)
 
-    def forward(self, hidden_states, attention_mask=None, encoded=None, state=None):
-        attention, state = self.attention(hidden_states, attention_mask, state)
+    def forward(
+        self, hidden_states, attention_mask=None, cross_key=None, cross_value=None, source_mask=None, cache=None,
+        layer_idx=None,
+    ):  # fmt: skip
+        attention = self.attention(hidden_states, attention_mask, cache, layer_idx)
         hidden_states = self.attention_output(attention, hidden_states)
         if self.cross_attention is not None:
-            hidden_states = self.cross_attention_output(self.cross_attention(hidden_states, encoded), hidden_states)
-        return self.feed_forward(hidden_states), state
+            cross = self.cross_attention(hidden_states, cross_key, cross_value, source_mask)
+            hidden_states = self.cross_attention_output(cross, hidden_states)
+        return self.feed_forward(hidden_states)
 
 
 class FastformerPooler(nn.Module):
@@ -345,13 +362,19 @@ class FastformerPooler(nn.Module):
 
 
 class FastformerPreTrainedModel(CheckpointMixin, PreTrainedModel):
-    config_class = FastformerConfig
+    config: FastformerConfig
     base_model_prefix = "fastformer"
     supports_gradient_checkpointing = True
     # the layers that device maps and FSDP keep whole: only classes a model of this class has (accelerate's FSDP
     # refuses a name it cannot find), and no embeddings (its FSDP2 shards the input embeddings itself, a second
     # time if they were named); the generative heads name theirs
     _no_split_modules = ["FastformerLayer"]
+    # what `output_hidden_states` / `output_attentions` collect (transformers' `capture_outputs` hooks): every
+    # layer application's output, and the encoder layers' pooling distributions (B, H, 2, N)
+    _can_record_outputs = {
+        "hidden_states": FastformerLayer,
+        "attentions": OutputRecorder(FastformerLayer, index=1),
+    }
 
     def _init_weights(self, module):
         super()._init_weights(module)
@@ -368,7 +391,59 @@ class FastformerPreTrainedModel(CheckpointMixin, PreTrainedModel):
                     init.normal_(parameter, mean=0.0, std=self.config.initializer_range)
 
 
-class FastformerModel(FastformerPreTrainedModel):
+class FastformerStack(FastformerPreTrainedModel):
+    """Embeddings, then `num_layers` applications of `layers` (with `config.share_layers` one layer, applied
+    every time): what the encoder (`FastformerModel`) and the decoder (`FastformerDecoder`) have in common.
+
+    Without `position_ids`, positions count real tokens only, so left padding does not shift them, and continue
+    after `past_positions` ((B,) real tokens before these, in generation)."""
+
+    input_name = "input_ids"  # for error messages
+
+    def _layers(self, layer_class, num_layers: int, *args) -> nn.ModuleList:
+        self.num_layers = num_layers
+        distinct = 1 if self.config.share_layers else num_layers
+        return nn.ModuleList(layer_class(self.config, *args) for _ in range(distinct))
+
+    def applied_layers(self):
+        """(application index, layer) for every layer application, in order."""
+        return ((index, self.layers[index % len(self.layers)]) for index in range(self.num_layers))
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    def embed(self, input_ids, attention_mask, position_ids, inputs_embeds, past_tokens=0, past_positions=None):
+        """The checked inputs' embeddings (B, N, hidden_size) and their attention mask; `past_tokens`: the columns
+        before these (in generation), which the mask may cover too, as generate() passes it."""
+        batch_size, length = check_inputs(input_ids, inputs_embeds, self.config, self.input_name)
+        if past_tokens and attention_mask is not None and attention_mask.shape[-1] == past_tokens + length:
+            attention_mask = attention_mask[:, past_tokens:]
+        if past_tokens + length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"The `{self.input_name}` sequence reaches {past_tokens + length} tokens but `max_position_embeddings` "
+                f"is {self.config.max_position_embeddings}: truncate it, generate fewer tokens or use a config with "
+                "more positions"
+            )
+        if attention_mask is not None and tuple(attention_mask.shape) != (batch_size, length):
+            raise ValueError(
+                f"`attention_mask` must have shape (batch, seq_len) = {(batch_size, length)}, got "
+                f"{tuple(attention_mask.shape)}{' (it may also cover the cached tokens)' if past_tokens else ''}"
+            )
+        if position_ids is None:
+            if attention_mask is None:
+                device = (input_ids if input_ids is not None else inputs_embeds).device
+                position_ids = torch.arange(length, device=device).expand(batch_size, -1)
+            else:
+                position_ids = (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+            if past_positions is not None:
+                position_ids = position_ids + past_positions[:, None]
+        return self.embeddings(input_ids, position_ids, inputs_embeds), attention_mask
+
+
+class FastformerModel(FastformerStack):
     """The bare Fastformer encoder.
 
     `attentions` (with `output_attentions=True`) holds, per applied layer, the two additive-attention pooling
@@ -380,20 +455,11 @@ class FastformerModel(FastformerPreTrainedModel):
     def __init__(self, config: FastformerConfig, add_pooling_layer: bool = True):
         super().__init__(config)
         self.embeddings = FastformerEmbeddings(config)
-        # layer-wise sharing: one layer, applied num_hidden_layers times
-        self.layers = nn.ModuleList(
-            FastformerLayer(config) for _ in range(1 if config.share_layers else config.num_hidden_layers)
-        )
+        self.layers = self._layers(FastformerLayer, config.num_hidden_layers)
         self.pooler = FastformerPooler(config) if add_pooling_layer else None
         self.post_init()
 
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
-
-    @can_return_tuple
+    @capture_outputs
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -401,53 +467,19 @@ class FastformerModel(FastformerPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
         r"""
         token_type_ids: accepted so that BERT tokenizers work as they are; all zero (Fastformer has no segment
             embeddings: a second segment is refused).
         """
-        batch_size, seq_length = check_inputs(input_ids, inputs_embeds, self.config)
         check_single_segment(token_type_ids)
-        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
-        output_hidden_states = (
-            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        )
-        if seq_length > self.config.max_position_embeddings:
-            raise ValueError(
-                f"The input has {seq_length} tokens but `max_position_embeddings` is "
-                f"{self.config.max_position_embeddings}: truncate it or use a config with more positions"
-            )
-        if attention_mask is not None and tuple(attention_mask.shape) != (batch_size, seq_length):
-            raise ValueError(
-                f"`attention_mask` must have shape (batch, seq_len) = {(batch_size, seq_length)}, "
-                f"got {tuple(attention_mask.shape)}"
-            )
-        if position_ids is None:
-            if attention_mask is None:
-                device = (input_ids if input_ids is not None else inputs_embeds).device
-                position_ids = torch.arange(seq_length, device=device).expand(batch_size, -1)
-            else:
-                position_ids = (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
-
-        hidden_states = self.embeddings(input_ids, position_ids, inputs_embeds)
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
-        all_attentions = () if output_attentions else None
-        for index in range(self.config.num_hidden_layers):
-            layer = self.layers[index % len(self.layers)]
-            hidden_states, weights = layer(hidden_states, attention_mask, output_attentions)
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            if output_attentions:
-                all_attentions += (weights,)
-
+        hidden_states, _ = self.embed(input_ids, attention_mask, position_ids, inputs_embeds)
+        for _, layer in self.applied_layers():
+            hidden_states, _ = layer(hidden_states, attention_mask, **kwargs)
         return BaseModelOutputWithPooling(
             last_hidden_state=hidden_states,
             pooler_output=self.pooler(hidden_states, attention_mask) if self.pooler is not None else None,
-            hidden_states=all_hidden_states,
-            attentions=all_attentions,
         )
 
 
@@ -480,8 +512,6 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput:
         outputs = self.fastformer(
@@ -490,9 +520,8 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
+            **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output))
         loss = None
@@ -546,8 +575,6 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
@@ -557,9 +584,8 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
+            **kwargs,
         )
         logits = self.lm_head(outputs.last_hidden_state)
         loss = None
@@ -573,97 +599,161 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
         )
 
 
-class FastformerCacheLayer:
-    """The generation state of one decoder layer application: its causal attention's `CausalAttentionState`
-    (two streaming-softmax poolings of (B, H) and (B, H, D) tensors), None before the first token."""
-
-    is_compileable = False
-    supports_early_init = False
+class FastformerCacheLayer(LinearAttentionLayer):
+    """The generation state of one decoder layer application, as transformers' linear-attention cache layer: the
+    causal attention's `CausalAttentionState` in four recurrent-state slots (the query's pooling, then the key's:
+    a (B, H) log normalizer and a (B, H, D) pooled vector each). No state before the first token."""
 
     def __init__(self):
-        self.state = None
+        super().__init__(number_of_states=4)
+
+    def update_recurrent_state(self, recurrent_states: torch.Tensor, state_idx: int = 0, **kwargs) -> torch.Tensor:
+        states = super().update_recurrent_state(recurrent_states, state_idx, **kwargs)
+        # transformers' layers mark a previous state in `update_conv_state`; this layer has no convolution
+        self.has_previous_state[state_idx] = True
+        return states
+
+    def _map_rows(self, rows):
+        for index, initialized in self.is_recurrent_states_initialized.items():
+            if initialized:
+                self.recurrent_states[index] = rows(self.recurrent_states[index])
+
+    def batch_select_indices(self, indices: torch.Tensor):
+        self._map_rows(lambda tensor: tensor[indices])
+
+    def batch_repeat_interleave(self, repeats: int):
+        self._map_rows(lambda tensor: tensor.repeat_interleave(repeats, dim=0))
 
 
-class FastformerCache(Cache):
-    """Everything a Fastformer decoder needs to continue generating, of a size that does not grow with the
-    number of generated tokens: per decoder layer application, the causal attention's recurrent state
-    (`layers`); per distinct decoder layer (one with `share_layers`), the cross-attention's encoder-side tensors
-    (`encoded`, computed on the first step); the count of real tokens per row (the next position id).
+class FastformerCache(DynamicCache):
+    """What a Fastformer decoder needs to continue generating, of a size that does not grow with the number of
+    generated tokens: per decoder layer application a `FastformerCacheLayer` (the recurrent state), and per row
+    the count of real tokens so far (the next position id). An encoder-decoder keeps it as the self-attention part
+    of an `EncoderDecoderCache`, whose cross-attention part (a `DynamicCache`) holds the source's keys and values
+    once per distinct decoder layer (one with `share_layers`).
 
     Beam search reorders it. A recurrent state cannot be rolled back (`crop`), so the models are stateful
     (`_is_stateful`) and transformers refuses assisted decoding.
     """
 
     def __init__(self, config: FastformerConfig):
-        super().__init__(layers=[FastformerCacheLayer() for _ in range(config.num_decoder_layers)])
-        self.encoded = [None] * (1 if config.share_layers else config.num_decoder_layers)
+        # a DynamicCache (EncoderDecoderCache's batch methods ask for one) made of Fastformer's layers
+        Cache.__init__(self, layers=[FastformerCacheLayer() for _ in range(config.num_decoder_layers)])
         self.seen_tokens = 0  # columns consumed, padding included
         self.positions = None  # (B,) real tokens consumed per row
+
+    def attention_state(self, layer_idx: int) -> CausalAttentionState | None:
+        """Layer application `layer_idx`'s causal attention state, None before the first token."""
+        layer = self.layers[layer_idx]
+        if not layer.has_previous_state[0]:
+            return None
+        states = layer.recurrent_states
+        return CausalAttentionState(PoolingState(states[0], states[1]), PoolingState(states[2], states[3]))
+
+    def update_attention_state(self, state: CausalAttentionState, layer_idx: int):
+        for index, tensor in enumerate(tensor for pooling in state for tensor in pooling):
+            self.update_recurrent_state(tensor, layer_idx, index)
+
+    def advance(self, attention_mask: torch.Tensor | None, batch_size: int, length: int, device):
+        """Counts `length` more columns, and per row the real tokens among them (all, without a mask)."""
+        self.seen_tokens += length
+        consumed = length if attention_mask is None else attention_mask.sum(dim=-1)
+        start = torch.zeros(batch_size, dtype=torch.long, device=device) if self.positions is None else self.positions
+        self.positions = start + consumed
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.seen_tokens
 
-    def get_max_length(self, layer_idx: int | None = None) -> int:
-        return -1
+    def state_tensors(self) -> list[torch.Tensor]:
+        """Every layer application's recurrent states, flat, in layer and slot order (`load_state_tensors`)."""
+        return [state for layer in self.layers for state in layer.recurrent_states.values() if state is not None]
+
+    def load_state_tensors(self, tensors):
+        """Sets the recurrent states from `state_tensors()`'s list of another cache of this config."""
+        tensors = iter(tensors)
+        for layer_idx, layer in enumerate(self.layers):
+            for slot in range(layer.number_of_states):
+                self.update_recurrent_state(next(tensors), layer_idx, slot)
 
     def tensors(self) -> list[torch.Tensor]:
-        states = [t for layer in self.layers if layer.state is not None for pooling in layer.state for t in pooling]
-        encoded = [t for tensors in self.encoded if tensors is not None for t in tensors if t is not None]
-        return states + encoded + ([] if self.positions is None else [self.positions])
+        return self.state_tensors() + ([] if self.positions is None else [self.positions])
 
     @property
     def nbytes(self) -> int:
         """Bytes held by the cache's tensors."""
         return sum(t.numel() * t.element_size() for t in self.tensors())
 
-    def _apply_to_rows(self, select, encoded=True):
-        for layer in self.layers:
-            if layer.state is not None:
-                layer.state = CausalAttentionState(*(PoolingState(*map(select, pooling)) for pooling in layer.state))
-        if encoded:
-            self.encoded = [
-                None if tensors is None else tuple(None if t is None else select(t) for t in tensors)
-                for tensors in self.encoded
-            ]
+    def _map_positions(self, rows):
         if self.positions is not None:
-            self.positions = select(self.positions)
+            self.positions = rows(self.positions)
 
     def reorder_cache(self, beam_idx: torch.LongTensor):
-        # beam search picks beams among those of the same source, whose encoder-side rows are equal copies
-        self._apply_to_rows(lambda t: t.index_select(0, beam_idx.to(t.device)), encoded=False)
+        super().reorder_cache(beam_idx)
+        self._map_positions(lambda tensor: tensor.index_select(0, beam_idx.to(tensor.device)))
 
     def batch_select_indices(self, indices: torch.Tensor):
-        self._apply_to_rows(lambda t: t[indices])
+        super().batch_select_indices(indices)
+        self._map_positions(lambda tensor: tensor[indices])
 
     def batch_repeat_interleave(self, repeats: int):
-        self._apply_to_rows(lambda t: t.repeat_interleave(repeats, dim=0))
+        super().batch_repeat_interleave(repeats)
+        self._map_positions(lambda tensor: tensor.repeat_interleave(repeats, dim=0))
 
     def crop(self, tokens_to_remove: int) -> None:
         raise ValueError("FastformerCache holds a recurrent state, which cannot be rolled back (cropped)")
 
     def reset(self):
-        for layer in self.layers:
-            layer.state = None
-        self.encoded = [None] * len(self.encoded)
+        super().reset()
         self.seen_tokens, self.positions = 0, None
 
 
-class FastformerDecoder(nn.Module):
+def cache_nbytes(cache: Cache) -> int:
+    """Bytes held by a generation cache of a Fastformer model (both parts of an `EncoderDecoderCache`)."""
+    if isinstance(cache, EncoderDecoderCache):
+        cross = cache.cross_attention_cache.layers
+        return cache.self_attention_cache.nbytes + sum(t.nbytes for layer in cross for t in (layer.keys, layer.values))
+    return cache.nbytes
+
+
+class FastformerDecoder(FastformerStack):
     """Token and position embeddings, then `config.num_decoder_layers` causal Fastformer layers (with
     cross-attention to an encoder output when `cross_attention`). Positions count real tokens only and
-    continue from the cache, so left padding and incremental decoding give the same positions as one pass."""
+    continue from the cache, so left padding and incremental decoding give the same positions as one pass.
+
+    `cache`: a `FastformerCache`, or for cross-attention an `EncoderDecoderCache` of a `FastformerCache` and a
+    `DynamicCache` (the source's keys and values, computed on the first step)."""
+
+    _can_record_outputs = {"hidden_states": FastformerDecoderLayer}
+    _no_split_modules = ["FastformerDecoderLayer"]
 
     def __init__(self, config: FastformerConfig, cross_attention: bool):
-        super().__init__()
-        self.config = config
-        self.input_name = "decoder_input_ids" if cross_attention else "input_ids"  # for error messages
+        super().__init__(config)
+        self.input_name = "decoder_input_ids" if cross_attention else "input_ids"
         self.embeddings = FastformerEmbeddings(config)
-        # layer-wise sharing: one layer, applied num_decoder_layers times
-        self.layers = nn.ModuleList(
-            FastformerDecoderLayer(config, cross_attention)
-            for _ in range(1 if config.share_layers else config.num_decoder_layers)
-        )
+        self.layers = self._layers(FastformerDecoderLayer, config.num_decoder_layers, cross_attention)
+        self.post_init()
 
+    def cross_attention_inputs(self, encoder_hidden_states, encoder_attention_mask, cache):
+        """Per distinct layer, the (key, value) its cross-attention reads: from the cross-attention cache after the
+        first step, else computed (once per distinct layer, with or without a cache)."""
+        if self.layers[0].cross_attention is None:
+            return [(None, None)] * len(self.layers)
+        cross_cache = cache.cross_attention_cache if isinstance(cache, EncoderDecoderCache) else None
+        inputs = []
+        for index, layer in enumerate(self.layers):
+            if cross_cache is not None and cache.is_updated.get(index):
+                inputs.append((cross_cache.layers[index].keys, cross_cache.layers[index].values))
+                continue
+            if encoder_hidden_states is None:
+                raise ValueError("The decoder's cross-attention needs `encoder_hidden_states` on the first step")
+            key, value = layer.cross_attention.encode(encoder_hidden_states, encoder_attention_mask)
+            if cross_cache is not None:
+                key, value = cross_cache.update(key, value, index)
+                cache.is_updated[index] = True
+            inputs.append((key, value))
+        return inputs
+
+    @capture_outputs
     def forward(
         self,
         input_ids=None,
@@ -672,56 +762,22 @@ class FastformerDecoder(nn.Module):
         inputs_embeds=None,
         encoder_hidden_states=None,
         encoder_attention_mask=None,
-        cache: FastformerCache | None = None,
-        output_hidden_states=False,
+        cache: FastformerCache | EncoderDecoderCache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
-        batch_size, length = check_inputs(input_ids, inputs_embeds, self.config, self.input_name)
-        device = (input_ids if input_ids is not None else inputs_embeds).device
-        past = 0 if cache is None else cache.seen_tokens
-        if past + length > self.config.max_position_embeddings:
-            raise ValueError(
-                f"The decoder sequence reaches {past + length} tokens but `max_position_embeddings` is "
-                f"{self.config.max_position_embeddings}: generate fewer tokens or use a config with more positions"
-            )
-        if attention_mask is not None:
-            if attention_mask.shape[-1] == past + length:  # generate() passes the mask of the whole sequence
-                attention_mask = attention_mask[:, past:]
-            if tuple(attention_mask.shape) != (batch_size, length):
-                raise ValueError(
-                    f"The decoder's attention mask must have shape {(batch_size, length)} (or cover the cached "
-                    f"tokens too), got {tuple(attention_mask.shape)}"
-                )
-        start = None if cache is None else cache.positions  # (B,) real tokens before these
-        if position_ids is None:
-            if attention_mask is None:
-                position_ids = torch.arange(length, device=device).expand(batch_size, -1)
-            else:
-                position_ids = (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
-            if start is not None:
-                position_ids = position_ids + start[:, None]
-
-        hidden_states = self.embeddings(input_ids, position_ids, inputs_embeds)
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
-        # the encoder-side tensors of each distinct layer's cross-attention, computed once (and cached)
-        encoded = cache.encoded if cache is not None else [None] * len(self.layers)
-        for index in range(self.config.num_decoder_layers):
-            layer_index = index % len(self.layers)
-            layer = self.layers[layer_index]
-            if layer.cross_attention is not None and encoded[layer_index] is None:
-                encoded[layer_index] = layer.cross_attention.encode(encoder_hidden_states, encoder_attention_mask)
-            state = None if cache is None else cache.layers[index].state
-            hidden_states, state = layer(hidden_states, attention_mask, encoded[layer_index], state)
-            if cache is not None:
-                cache.layers[index].state = state
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-        if cache is not None:
-            cache.seen_tokens += length
-            consumed = length if attention_mask is None else attention_mask.sum(dim=-1)
-            if start is None:
-                start = torch.zeros(batch_size, dtype=torch.long, device=device)
-            cache.positions = start + consumed
-        return BaseModelOutput(last_hidden_state=hidden_states, hidden_states=all_hidden_states)
+        states = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+        hidden_states, attention_mask = self.embed(
+            input_ids, attention_mask, position_ids, inputs_embeds,
+            *((0, None) if states is None else (states.seen_tokens, states.positions)),
+        )  # fmt: skip
+        cross_inputs = self.cross_attention_inputs(encoder_hidden_states, encoder_attention_mask, cache)
+        source_mask = FastformerCrossAttention.source_mask(encoder_attention_mask)
+        for index, layer in self.applied_layers():
+            key, value = cross_inputs[index % len(self.layers)]
+            hidden_states = layer(hidden_states, attention_mask, key, value, source_mask, cache=states, layer_idx=index)
+        if states is not None:
+            states.advance(attention_mask, *hidden_states.shape[:2], hidden_states.device)
+        return BaseModelOutput(last_hidden_state=hidden_states)
 
 
 class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
@@ -778,6 +834,7 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
     def set_input_embeddings(self, value):
         self.fastformer.set_input_embeddings(value)
 
+    @merge_with_config_defaults
     @can_return_tuple
     def forward(
         self,
@@ -787,27 +844,17 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
         decoder_attention_mask: torch.Tensor | None = None,
         decoder_position_ids: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        cache: FastformerCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
-        output_hidden_states = (
-            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        )
         if encoder_outputs is None:
             encoder_outputs = self.fastformer(
-                input_ids,
-                attention_mask=attention_mask,
-                inputs_embeds=inputs_embeds,
-                output_attentions=output_attentions,
-                output_hidden_states=output_hidden_states,
-                return_dict=True,
+                input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, return_dict=True, **kwargs
             )
         elif isinstance(encoder_outputs, (tuple, list)):  # from return_dict=False
             encoder_outputs = BaseModelOutput(*encoder_outputs)
@@ -817,10 +864,15 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
             labels = checked_token_labels(labels, self.config, shape)
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.shift_labels_right(labels)
-        use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and cache is None:
-            cache = FastformerCache(self.config)
+            cache = self.new_cache()
+        if use_cache and not isinstance(cache, EncoderDecoderCache):
+            raise ValueError(
+                "The encoder-decoder continues from an EncoderDecoderCache(FastformerCache(config), DynamicCache()) "
+                f"(what `new_cache()` returns), got {type(cache).__name__}"
+            )
 
+        kwargs.pop("output_attentions", None)  # the decoder's attention weights are not returned
         decoder_outputs = self.decoder(
             decoder_input_ids,
             attention_mask=decoder_attention_mask,
@@ -829,7 +881,8 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
             encoder_hidden_states=encoder_outputs.last_hidden_state,
             encoder_attention_mask=attention_mask,
             cache=cache if use_cache else None,
-            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            **kwargs,
         )
         logits = self.lm_head(decoder_outputs.last_hidden_state)
         loss = None
@@ -845,6 +898,10 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
             encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
         )
+
+    def new_cache(self) -> EncoderDecoderCache:
+        """An empty generation cache: the decoder's recurrent state, and the cross-attention's keys and values."""
+        return EncoderDecoderCache(FastformerCache(self.config), DynamicCache())
 
     def shift_labels_right(self, labels: torch.Tensor) -> torch.Tensor:
         """Decoder inputs for teacher forcing: `decoder_start_token_id`, then the labels without the last one."""
@@ -880,12 +937,17 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
 
+    def new_cache(self) -> FastformerCache:
+        """An empty generation cache (the decoder's recurrent state)."""
+        return FastformerCache(self.config)
+
     def get_input_embeddings(self):
         return self.decoder.embeddings.word_embeddings
 
     def set_input_embeddings(self, value):
         self.decoder.embeddings.word_embeddings = value
 
+    @merge_with_config_defaults
     @can_return_tuple
     def forward(
         self,
@@ -896,26 +958,23 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
-        output_hidden_states = (
-            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
-        )
-        use_cache = False if labels is not None else (self.config.use_cache if use_cache is None else use_cache)
         if labels is not None:
+            use_cache = False
             labels = checked_token_labels(labels, self.config, None if input_ids is None else input_ids.shape)
         if use_cache and cache is None:
-            cache = FastformerCache(self.config)
+            cache = self.new_cache()
+        kwargs.pop("output_attentions", None)  # the decoder's attention weights are not returned
         outputs = self.decoder(
             input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             cache=cache if use_cache else None,
-            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            **kwargs,
         )
         logits = self.lm_head(outputs.last_hidden_state)
         loss = None

@@ -6,7 +6,7 @@ import functools
 import pytest
 import torch
 
-from fastformer import FastformerCache, FastformerForConditionalGeneration, FastformerModel
+from fastformer import FastformerForConditionalGeneration, FastformerModel
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_decoding_step_compiles_as_one_graph(build):
     model = build(FastformerForConditionalGeneration)
     ids, mask = padded_batch()
     encoder_outputs = model.get_encoder()(ids, attention_mask=mask)
-    eager_cache = FastformerCache(model.config)
+    eager_cache = model.new_cache()
     prefix = torch.tensor([[1, 5, 7], [1, 9, 4]])
     model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=prefix, cache=eager_cache)
     compiled_cache = copy.deepcopy(eager_cache)
@@ -52,7 +52,8 @@ def test_decoding_step_compiles_as_one_graph(build):
         result = step(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=token,
                       cache=compiled_cache)
         torch.testing.assert_close(result.logits, expected.logits, rtol=1e-5, atol=1e-5)
-        for compiled_tensor, eager_tensor in zip(compiled_cache.tensors(), eager_cache.tensors()):
+        compiled_states, eager_states = compiled_cache.self_attention_cache, eager_cache.self_attention_cache
+        for compiled_tensor, eager_tensor in zip(compiled_states.tensors(), eager_states.tensors()):
             torch.testing.assert_close(compiled_tensor, eager_tensor, rtol=1e-5, atol=1e-5)
         token = expected.logits[:, -1].argmax(-1, keepdim=True)
     assert compiled_cache.get_seq_length() == eager_cache.get_seq_length() == 6
@@ -66,7 +67,7 @@ def test_compiled_decoding_step_does_not_recompile_per_token(build):
     model = build(FastformerForConditionalGeneration)
     ids, mask = padded_batch()
     encoder_outputs = model.get_encoder()(ids, attention_mask=mask)
-    cache = FastformerCache(model.config)
+    cache = model.new_cache()
     model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=torch.tensor([[1, 5], [1, 9]]),
           cache=cache)  # a prompt, in eager mode
     step = torch.compile(model, fullgraph=True)

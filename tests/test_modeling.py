@@ -112,9 +112,9 @@ def test_collapsed_attention_equals_the_plain_path_in_float64(tiny_config, varia
     mask[3] = False  # no token at all
     attention, dense = layer.attention, layer.attention_output.dense
 
-    plain, plain_weights = attention(x, mask, output_attentions=True)
+    plain, plain_weights = attention(x, mask)
     plain = dense(plain)
-    collapsed, collapsed_weights = layer.collapsed_attention(x, mask, output_attentions=True)
+    collapsed, collapsed_weights = layer.collapsed_attention(x, mask)
     torch.testing.assert_close(collapsed, plain, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(collapsed_weights, plain_weights, rtol=1e-12, atol=1e-12)
 
