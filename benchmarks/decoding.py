@@ -31,7 +31,8 @@ import transformers
 from transformers import BartConfig, BartForConditionalGeneration
 
 from benchmarks.harness import DOCS, label_lengths, plt, read_json, table, write_measurements, write_text
-from fastformer import FastformerCache, FastformerConfig, FastformerForConditionalGeneration
+from fastformer import FastformerConfig, FastformerForConditionalGeneration
+from fastformer.modeling_fastformer import cache_nbytes
 
 WINDOW = 16  # steps averaged per length
 SETTINGS = ("lengths", "repeats", "source_length", "hidden_size", "heads", "intermediate_size", "encoder_layers",
@@ -101,14 +102,6 @@ def build_models(args) -> dict[str, transformers.PreTrainedModel]:
     }
 
 
-def cache_bytes(cache) -> int:
-    """Bytes held by a FastformerCache, or by BART's EncoderDecoderCache (self- and cross-attention K and V)."""
-    if isinstance(cache, FastformerCache):
-        return cache.nbytes
-    layers = cache.self_attention_cache.layers + cache.cross_attention_cache.layers
-    return sum(t.numel() * t.element_size() for layer in layers for t in (layer.keys, layer.values) if t is not None)
-
-
 def step(model, token, encoder_outputs, cache):
     """One greedy decoding step as generate() takes it: the logits of `token` and the cache to pass back."""
     outputs = model(decoder_input_ids=token, encoder_outputs=encoder_outputs, cache=cache, use_cache=True)
@@ -140,7 +133,7 @@ def decode(model, encoder_outputs, lengths) -> dict[int, tuple[float, int]]:
         token = logits.argmax(dim=-1, keepdim=True)
         seconds.append(time.perf_counter() - start)
         if generated in lengths:
-            sizes[generated] = cache_bytes(cache)
+            sizes[generated] = cache_nbytes(cache)
     return {n: (statistics.fmean(seconds[n - WINDOW : n]), sizes[n]) for n in lengths}
 
 

@@ -15,7 +15,7 @@ import copy
 
 import torch
 
-from fastformer import FastformerCache, FastformerConfig, FastformerForConditionalGeneration, FastformerModel, naive
+from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerModel, naive
 from fastformer.functional import additive_attention, causal_additive_attention
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -72,7 +72,7 @@ def model_rows(seq_len, devices):
     model = FastformerForConditionalGeneration(config).eval()
     source, target = torch.randint(1, config.vocab_size, (2, 64)), torch.randint(1, config.vocab_size, (2, length))
     full = model(source, decoder_input_ids=target, use_cache=False).logits
-    cache = FastformerCache(config)
+    cache = model.new_cache()
     encoder_outputs = model.get_encoder()(source)
     steps = [
         model(encoder_outputs=encoder_outputs, decoder_input_ids=target[:, t : t + 1], cache=cache).logits

@@ -708,11 +708,15 @@ class FastformerCache(DynamicCache):
 
 
 def cache_nbytes(cache: Cache) -> int:
-    """Bytes held by a generation cache of a Fastformer model (both parts of an `EncoderDecoderCache`)."""
+    """Bytes held by a transformers generation cache: a `FastformerCache`'s tensors, any other cache's keys and
+    values (or recurrent states), both parts of an `EncoderDecoderCache`."""
     if isinstance(cache, EncoderDecoderCache):
-        cross = cache.cross_attention_cache.layers
-        return cache.self_attention_cache.nbytes + sum(t.nbytes for layer in cross for t in (layer.keys, layer.values))
-    return cache.nbytes
+        return cache_nbytes(cache.self_attention_cache) + cache_nbytes(cache.cross_attention_cache)
+    if isinstance(cache, FastformerCache):
+        return cache.nbytes
+    tensors = [getattr(layer, name, None) for layer in cache.layers for name in ("keys", "values")]
+    tensors += [t for layer in cache.layers for t in getattr(layer, "recurrent_states", {}).values()]
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
 class FastformerDecoder(FastformerStack):
