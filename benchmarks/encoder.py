@@ -1,42 +1,15 @@
 """Encoder forward time, forward+backward time and peak memory against sequence length: Fastformer and its peers.
 
-Models, all with the same width, depth, heads and feed-forward size, random weights, no dropout, fp32, batch 1,
-eval mode, learned absolute positions up to the longest length:
-  - Fastformer: FastformerModel, no layer or query-value sharing (as many parameters as its peers), no pooler.
-    Its layers take the collapsed path (attention_implementation="collapsed", FastformerLayer.collapsed_attention:
-    the attention sub-layer's five Linear layers folded into one matrix per sequence).
-  - Fastformer-plain: the same model with attention_implementation="plain" (five Linear layers, then the
-    attention math).
-  - floor: FloorEncoder below, the plain path's Linear and LayerNorm work with the additive-attention math
-    removed: no implementation of the plain formulation can beat it; the collapsed one does less work.
-  - BERT: BertModel with sdpa attention.
-  - FNet: FNetModel (Fourier token mixing, no heads).
-  - Longformer: LongformerModel, sliding window of --attention-window tokens, no global tokens.
-  - BigBird: BigBirdModel, block_sparse attention, blocks of --block-size; transformers itself falls back to full
-    attention at lengths up to (5 + 2 * 3 random blocks) * block size (704 for blocks of 64).
-  - fast-transformer-pytorch: lucidrains' FastTransformer (pre-LN Fastformer with absolute positions), its
-    vocabulary projection removed so that it returns the final LayerNorm's output as the others do.
-Longformer and BigBird pad the input to a multiple of their window or block themselves and cut the output back.
+Models of the same width, depth, heads and feed-forward size, random weights, no dropout, fp32, batch 1, eval mode
+(the report's header describes each): Fastformer on its collapsed and plain paths, the floor (FloorEncoder), BERT,
+FNet, Longformer, BigBird and lucidrains' fast-transformer-pytorch, each wrapped as `(input_ids) -> last hidden
+states`. Per length every model is warmed up once; then each repeat measures every model in turn, the order
+alternating, and the tables report medians over repeats.
 
-Each model is wrapped as a callable `(input_ids) -> last hidden states`. Forward is timed under no_grad;
-forward+backward is `output.sum().backward()` with the gradients reset (set to None) first. Per length, every
-model is warmed up once; then each repeat measures every model in turn, the models' order alternating between
-repeats, and the tables report medians over repeats. A measurement is the mean over --iterations calls (by
-default as many as fill about 0.5 s, judged from the warm-up; 1 at long lengths).
-
-Not every model fits every length. Before a length, each model's forward+backward time and peak memory there
-are predicted from its two previous lengths (the growth between them extrapolated, quadratic after the first);
-a model predicted above --max-seconds per forward+backward or --max-memory-gb is "not run" at this length and
-longer ones, with the prediction as the reason. Peak memory is measured first, in a fresh process, so that a
-model that does not fit is found (its process killed) before the timing process tries it.
-
-Peak memory (Linux only): each (model, length) forward+backward runs once more in a fresh process, which builds
-that model alone, resets the kernel's peak resident memory (VmHWM) to the resident memory now (VmRSS), runs
-forward+backward and reads VmHWM (harness.peak_megabytes). The difference is the memory forward+backward needed
-beyond the built model: activations, temporaries and the parameters' gradients.
-
-The run's settings, parameters and header go to the CSV's .json beside it, from which --report rewrites the
-markdown report without measuring.
+Not every model fits every length: before a length, each model's forward+backward time and peak memory there are
+predicted from its two previous lengths (the growth extrapolated); a model predicted above --max-seconds or
+--max-memory-gb is not run at this length and longer ones. Peak memory (Linux) is measured first, in a fresh
+process that holds that model alone (harness.peak_megabytes), so that a model that does not fit is found there.
 
 Usage (`python -m benchmarks.suite` runs this and the decoding benchmark in one command):
     python -m benchmarks.encoder                                    # 512..65536 tokens, 3 repeats, 2 threads
@@ -45,8 +18,6 @@ Usage (`python -m benchmarks.suite` runs this and the decoding benchmark in one 
     python -m benchmarks.encoder --report                           # docs/ENCODER.md from docs/encoder.csv
 """
 
-import argparse
-import csv
 import math
 import statistics
 import sys
@@ -69,16 +40,17 @@ from transformers import (
 
 from benchmarks.harness import (
     DOCS,
+    arguments,
     calls_to_fill,
-    label_lengths,
+    csv_report,
+    log_log,
     memory_available_gb,
     peak_megabytes,
     plt,
-    read_json,
+    save_figure,
     seconds_per_call,
     table,
     write_measurements,
-    write_text,
 )
 from benchmarks.specs import ENCODER_RATIOS
 from fastformer import FastformerConfig, FastformerModel
@@ -91,11 +63,10 @@ TARGET_SECONDS = 0.5  # per measurement, when --iterations is not given
 class FloorEncoder(nn.Module):
     """The plain formulation's Linear and LayerNorm work with the additive-attention math removed.
 
-    Each layer runs the query, key, value and transform (W_r) Linear layers of FastformerAttention on the hidden
-    states, with u = key + value in place of the two additive poolings (the sum, so that the key's Linear is in
-    the backward pass as well), keeps the query residual, then attention_output and feed_forward exactly as
-    FastformerLayer does. No implementation that runs these Linear layers can beat it; Fastformer's collapsed
-    path folds the first five into one, so it can.
+    Each layer runs the query, key, value and transform (W_r) Linear layers of FastformerAttention, with
+    u = key + value in place of the two additive poolings (the sum keeps the key's Linear in the backward pass),
+    keeps the query residual, then attention_output and feed_forward as FastformerLayer does. No implementation
+    that runs these Linear layers can beat it; the collapsed path folds the first five into one, so it can.
     """
 
     def __init__(self, config: FastformerConfig):
@@ -116,33 +87,26 @@ class FloorEncoder(nn.Module):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__, threads=2, repeats=3, report="only rewrite --markdown from --csv and its .json")
     parser.add_argument("--lengths", type=int, nargs="+", default=[2**k for k in range(9, 17)])
     parser.add_argument("--models", nargs="+", choices=list(BUILDERS), default=list(BUILDERS))
-    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=None, help="calls per measurement (default: ~0.5 s)")
-    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument("--hidden-size", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--intermediate-size", type=int, default=1024)
     parser.add_argument("--vocab-size", type=int, default=30522)
-    parser.add_argument(
-        "--max-seconds", type=float, default=60.0, help="skip a model predicted slower per forward+backward"
-    )
-    parser.add_argument(
-        "--max-memory-gb",
-        type=float,
-        default=round(0.6 * memory_available_gb(), 1),
-        help="skip a model predicted to need more for forward+backward (default: 60%% of the memory available now)",
-    )
+    parser.add_argument("--max-seconds", type=float, default=60.0, help="skip a model predicted slower per "
+                        "forward+backward")  # fmt: skip
+    parser.add_argument("--max-memory-gb", type=float, default=round(0.6 * memory_available_gb(), 1),
+                        help="skip a model predicted to need more for forward+backward (default: 60%% of the memory "
+                        "available now)")  # fmt: skip
     parser.add_argument("--attention-window", type=int, default=256, help="Longformer's")
     parser.add_argument("--block-size", type=int, default=64, help="BigBird's")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--csv", type=Path, default=DOCS / "encoder.csv", help="every measurement")
     parser.add_argument("--markdown", type=Path, default=DOCS / "ENCODER.md", help="the report")
     parser.add_argument("--plots", type=Path, default=DOCS, help="folder for encoder_time.png, encoder_memory.png")
-    parser.add_argument("--report", action="store_true", help="only rewrite --markdown from --csv and its .json")
     args = parser.parse_args(argv)
     args.lengths = sorted(set(args.lengths))
     if not 1 <= args.lengths[0] <= args.lengths[-1] <= MAX_LENGTH:
@@ -152,46 +116,31 @@ def parse_args(argv=None):
     return args
 
 
-def bert_like(args) -> dict:
-    """The size settings BERT, FNet, Longformer and BigBird configs share."""
-    return dict(
-        vocab_size=args.vocab_size,
-        hidden_size=args.hidden_size,
-        num_hidden_layers=args.layers,
-        intermediate_size=args.intermediate_size,
-        hidden_dropout_prob=0.0,
-        max_position_embeddings=args.lengths[-1],
-        type_vocab_size=1,
-    )
+def bert_like(args, heads=True) -> dict:
+    """The size settings the BERT, FNet (no heads), Longformer and BigBird configs share."""
+    settings = dict(vocab_size=args.vocab_size, hidden_size=args.hidden_size, num_hidden_layers=args.layers,
+                    intermediate_size=args.intermediate_size, hidden_dropout_prob=0.0,
+                    max_position_embeddings=args.lengths[-1], type_vocab_size=1)  # fmt: skip
+    return {**settings, "num_attention_heads": args.heads, "attention_probs_dropout_prob": 0.0} if heads else settings
 
 
 def fastformer_config(args, attention_implementation="collapsed") -> FastformerConfig:
     return FastformerConfig(
-        vocab_size=args.vocab_size,
-        hidden_size=args.hidden_size,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        intermediate_size=args.intermediate_size,
-        share_layers=False,
-        share_query_value=False,
-        hidden_dropout_prob=0.0,
-        max_position_embeddings=args.lengths[-1],
+        vocab_size=args.vocab_size, hidden_size=args.hidden_size, num_hidden_layers=args.layers,
+        num_attention_heads=args.heads, intermediate_size=args.intermediate_size, share_layers=False,
+        share_query_value=False, hidden_dropout_prob=0.0, max_position_embeddings=args.lengths[-1],
         attention_implementation=attention_implementation,
-    )
+    )  # fmt: skip
 
 
-def last_hidden_state(model):
-    return lambda input_ids: model(input_ids=input_ids).last_hidden_state
+def hidden_states_of(model):
+    """`model` (a transformers encoder without its pooler) and its `(input_ids) -> last hidden states` callable."""
+    return model, lambda input_ids: model(input_ids=input_ids).last_hidden_state
 
 
-def build_fastformer(args):
-    model = FastformerModel(fastformer_config(args), add_pooling_layer=False)
-    return model, last_hidden_state(model)
-
-
-def build_fastformer_plain(args):
-    model = FastformerModel(fastformer_config(args, attention_implementation="plain"), add_pooling_layer=False)
-    return model, last_hidden_state(model)
+def build_fastformer(args, attention_implementation="collapsed"):
+    config = fastformer_config(args, attention_implementation)
+    return hidden_states_of(FastformerModel(config, add_pooling_layer=False))
 
 
 def build_floor(args):
@@ -200,39 +149,23 @@ def build_floor(args):
 
 
 def build_bert(args):
-    config = BertConfig(
-        **bert_like(args), num_attention_heads=args.heads, attention_probs_dropout_prob=0.0, attn_implementation="sdpa"
-    )
-    model = BertModel(config, add_pooling_layer=False)
-    return model, last_hidden_state(model)
+    config = BertConfig(**bert_like(args), attn_implementation="sdpa")
+    return hidden_states_of(BertModel(config, add_pooling_layer=False))
 
 
 def build_fnet(args):
-    model = FNetModel(FNetConfig(**bert_like(args)), add_pooling_layer=False)
-    return model, last_hidden_state(model)
+    return hidden_states_of(FNetModel(FNetConfig(**bert_like(args, heads=False)), add_pooling_layer=False))
 
 
 def build_longformer(args):
     settings = bert_like(args)
     settings["max_position_embeddings"] += 2  # RoBERTa-style positions start after the padding index 1
-    config = LongformerConfig(
-        **settings,
-        num_attention_heads=args.heads,
-        attention_probs_dropout_prob=0.0,
-        attention_window=args.attention_window,
-    )
-    model = LongformerModel(config, add_pooling_layer=False)
-    return model, last_hidden_state(model)
+    config = LongformerConfig(**settings, attention_window=args.attention_window)
+    return hidden_states_of(LongformerModel(config, add_pooling_layer=False))
 
 
 def build_bigbird(args):
-    config = BigBirdConfig(
-        **bert_like(args),
-        num_attention_heads=args.heads,
-        attention_probs_dropout_prob=0.0,
-        attention_type="block_sparse",
-        block_size=args.block_size,
-    )
+    config = BigBirdConfig(**bert_like(args), attention_type="block_sparse", block_size=args.block_size)
     model = BigBirdModel(config, add_pooling_layer=False)
 
     def call(input_ids):
@@ -245,29 +178,18 @@ def build_bigbird(args):
 
 
 def build_fast_transformer(args):
-    from fast_transformer_pytorch import FastTransformer
+    from fast_transformer_pytorch import FastTransformer  # noqa: PLC0415  (the [bench] extra, this model only)
 
-    model = FastTransformer(
-        num_tokens=args.vocab_size,
-        dim=args.hidden_size,
-        depth=args.layers,
-        max_seq_len=args.lengths[-1],
-        heads=args.heads,
-        dim_head=args.hidden_size // args.heads,
-        ff_mult=args.intermediate_size // args.hidden_size,
-        absolute_pos_emb=True,
-    )
+    model = FastTransformer(num_tokens=args.vocab_size, dim=args.hidden_size, depth=args.layers,
+                            max_seq_len=args.lengths[-1], heads=args.heads, dim_head=args.hidden_size // args.heads,
+                            ff_mult=args.intermediate_size // args.hidden_size, absolute_pos_emb=True)  # fmt: skip
     model.to_logits = model.to_logits[0]  # its final LayerNorm, without the vocabulary projection
-
-    def call(input_ids):
-        return model(input_ids, mask=torch.ones_like(input_ids, dtype=torch.bool))  # mask=None crashes
-
-    return model, call
+    return model, lambda input_ids: model(input_ids, mask=torch.ones_like(input_ids, dtype=torch.bool))  # None crashes
 
 
 BUILDERS = {
     "Fastformer": build_fastformer,
-    "Fastformer-plain": build_fastformer_plain,
+    "Fastformer-plain": lambda args: build_fastformer(args, attention_implementation="plain"),
     "floor": build_floor,
     "BERT": build_bert,
     "FNet": build_fnet,
@@ -416,15 +338,16 @@ def medians(rows) -> tuple[dict, list[str]]:
     return {key: statistics.median(found) for key, found in values.items()}, names
 
 
-def tables(rows, lengths) -> list[str]:
-    """The report's tables: per measure, model x length medians; then the ratios per length; then what was not run."""
+def tables(record, rows) -> list[str]:
+    """The header; per measure, model x length medians; the ratios per length; what was not run."""
     median, names = medians(rows)
+    lengths = record["settings"]["lengths"]
 
     def cell(column, name, length):
         value = median.get((column, name, length))
         return "not run" if value is None else f"{value:.{1 if column == 'peak_mb' else 2}f}"
 
-    lines = []
+    lines = header(record)
     for column, title in COLUMNS.items():
         cells = [[name, *(cell(column, name, n) for n in lengths)] for name in names]
         lines += [f"## {title}", "", *table(["model", *map(str, lengths)], cells), ""]
@@ -450,75 +373,46 @@ def tables(rows, lengths) -> list[str]:
     return lines
 
 
-def read_rows(path: Path) -> list[dict]:
-    """The measurements of encoder.csv, numbers as numbers, empty cells left out."""
-    types = {"length": int, "repeat": int, "forward_iterations": int, "forward_backward_iterations": int}
-    with path.open() as file:
-        return [{key: types.get(key, float)(value) if key not in ("model", "note") else value
-                 for key, value in row.items() if value != ""} for row in csv.DictReader(file)]  # fmt: skip
-
-
 def report(csv_path: Path, markdown: Path) -> str:
-    """The markdown report from the CSV and its .json; written to `markdown` and returned."""
-    record = read_json(csv_path.with_suffix(".json"))
-    return write_text(markdown, header(record) + tables(read_rows(csv_path), record["settings"]["lengths"]))
+    return csv_report(csv_path, markdown, tables)
 
 
-def plot(median, names, args):
+def plot(rows, args):
     """Log-log time against length (forward, forward+backward) and peak memory against length."""
+    median, names = medians(rows)
+
+    def lines(column):
+        return {name: [(n, median[column, name, n]) for n in args.lengths if (column, name, n) in median]
+                for name in names}  # fmt: skip
+
     figure, axes = plt.subplots(1, 2, figsize=(12, 5))
     for axis, column, title in zip(axes, ("forward_ms", "forward_backward_ms"), ("forward", "forward+backward")):
-        for name in names:
-            points = [(n, median[column, name, n]) for n in args.lengths if (column, name, n) in median]
-            axis.plot(*zip(*points), marker="o", label=name)
-        axis.set(xscale="log", yscale="log", xlabel="sequence length", ylabel="ms", title=title)
-        label_lengths(axis, args.lengths)
-        axis.grid(True, which="both", alpha=0.3)
+        log_log(axis, lines(column), args.lengths, "sequence length", "ms", title)
     axes[0].legend()
-    figure.tight_layout()
-    figure.savefig(args.plots / "encoder_time.png", dpi=120)
+    save_figure(figure, args.plots / "encoder_time.png")
     figure, axis = plt.subplots(figsize=(6, 5))
-    for name in names:
-        points = [(n, median["peak_mb", name, n]) for n in args.lengths if ("peak_mb", name, n) in median]
-        axis.plot(*zip(*points), marker="o", label=name)
-    axis.set(xscale="log", yscale="log", xlabel="sequence length", ylabel="MB", title="peak memory, forward+backward")
-    label_lengths(axis, args.lengths)
-    axis.grid(True, which="both", alpha=0.3)
+    log_log(axis, lines("peak_mb"), args.lengths, "sequence length", "MB", "peak memory, forward+backward")
     axis.legend()
-    figure.tight_layout()
-    figure.savefig(args.plots / "encoder_memory.png", dpi=120)
+    save_figure(figure, args.plots / "encoder_memory.png")
 
 
 SETTINGS = ("hidden_size", "layers", "heads", "intermediate_size", "vocab_size", "lengths", "attention_window",
             "block_size", "repeats", "threads")  # fmt: skip
 
 
-def run(args) -> dict:
-    """Measure, write the CSV (and its .json), the markdown report and the plots; return the medians by (column,
-    model, length)."""
+def run(args):
+    """Measure, then write the CSV (and its .json), the markdown report and the plots."""
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()  # BigBird's warning at every short input
     models = {name: build(name, args) for name in args.models}
     start = time.perf_counter()
     rows = measure(models, args)
-    write_measurements(
-        args.csv,
-        rows,
-        args,
-        SETTINGS,
-        {name: model for name, (model, _) in models.items()},
-        time.perf_counter() - start,
-    )
+    parameters = {name: model for name, (model, _) in models.items()}
+    write_measurements(args.csv, rows, args, SETTINGS, parameters, time.perf_counter() - start)
     print(report(args.csv, args.markdown))
-    median, names = medians(rows)
-    args.plots.mkdir(parents=True, exist_ok=True)
-    plot(median, names, args)
-    return median
+    plot(rows, args)
 
 
 if __name__ == "__main__":
     args = parse_args()
-    if args.report:
-        report(args.csv, args.markdown)
-    else:
-        run(args)
+    report(args.csv, args.markdown) if args.report else run(args)

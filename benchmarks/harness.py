@@ -1,7 +1,8 @@
-"""What every benchmark shares: the header a report starts with (command, date, machine), timing, peak memory in a
-fresh process, a script run stored and reused, markdown tables, one mean +- std, and docs that keep the part a
-person wrote."""
+"""What every benchmark shares: the command line, the header a report starts with (command, date, machine), timing,
+peak memory in a fresh process, a script run stored and reused, records, markdown tables and log-log plots, one
+mean +- std, and docs that keep the part a person wrote."""
 
+import argparse
 import csv
 import datetime
 import json
@@ -23,7 +24,7 @@ import torch
 import transformers
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402, F401  (after choosing the backend; the benchmarks plot with it)
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -33,6 +34,19 @@ SCRIPTS = REPO / "scripts"
 MARKER = "<!-- generated above; the reading below is written by hand and kept on regeneration -->"
 MEASURED = "<!-- measured by python -m benchmarks.deploy: everything below is generated -->"
 MEAN_STD = "Mean +- std: the mean over the seeds +- their sample standard deviation (n - 1)."
+
+
+def arguments(doc: str, threads: int | None = None, repeats: int | None = None, report: str | None = None):
+    """A parser showing `doc` as its help, with the options most benchmarks share: --threads, --repeats, --report
+    (each where its default or help is given)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if threads is not None:
+        parser.add_argument("--threads", type=int, default=threads, help="torch.set_num_threads")
+    if repeats is not None:
+        parser.add_argument("--repeats", type=int, default=repeats)
+    if report is not None:
+        parser.add_argument("--report", action="store_true", help=report)
+    return parser
 
 
 def cpu_name() -> str:
@@ -69,10 +83,21 @@ def memory_available_gb() -> float:
     return kib / 2**20
 
 
-def label_lengths(axis, lengths):
-    """The measured lengths as the log x axis's only labels."""
+def log_log(axis, lines: dict, lengths, xlabel: str, ylabel: str, title: str):
+    """Each of `lines` (label -> (x, y) points) on log-log axes, the measured `lengths` as the x axis's labels."""
+    for label, points in lines.items():
+        axis.plot(*zip(*points), marker="o", label=label)
+    axis.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=ylabel, title=title)
     axis.set_xticks(lengths, labels=map(str, lengths))
     axis.tick_params(axis="x", which="minor", labelbottom=False)
+    axis.grid(True, which="both", alpha=0.3)
+
+
+def save_figure(figure, path: Path, dpi: int = 120):
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=dpi)
+    plt.close(figure)
 
 
 def calls_to_fill(call, seconds: float = 0.5) -> int:
@@ -137,6 +162,26 @@ def read_json(path: Path, default=None):
     return json.loads(path.read_text()) if path.exists() else default
 
 
+def write_json(path: Path, record, indent: int = 1) -> None:
+    path.write_text(json.dumps(record, indent=indent) + "\n")
+
+
+def number(text: str):
+    """A CSV cell as the int or float it holds, or the text itself."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def read_csv(path: Path) -> list[dict]:
+    """The rows of a CSV that write_measurements wrote, numbers as numbers, empty cells left out."""
+    with path.open() as file:
+        return [{key: number(value) for key, value in row.items() if value != ""} for row in csv.DictReader(file)]
+
+
 def relative(text: str) -> str:
     """`text` with this repository's paths written relative to it."""
     return str(text).replace(str(REPO) + "/", "")
@@ -167,7 +212,7 @@ def run_stored(command: list[str], folder: Path, result, what: str, env=None) ->
     if process.returncode != 0:
         sys.exit(f"error: {what} failed:\n{process.stderr[-4000:]}")
     found = {"command": recorded, **result(folder, time.perf_counter() - start)}
-    done.write_text(json.dumps(found, indent=1) + "\n")
+    write_json(done, found)
     return found
 
 
@@ -206,17 +251,18 @@ def write_measurements(csv_path: Path, rows: list[dict], args, settings, models:
         "parameters": {name: sum(p.numel() for p in model.parameters()) for name, model in models.items()},
     }
     csv_path.parent.mkdir(parents=True, exist_ok=True)
-    csv_path.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+    write_json(csv_path.with_suffix(".json"), record)
     with csv_path.open("w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=list(dict.fromkeys(key for row in rows for key in row)))
         writer.writeheader()
         writer.writerows(rows)
 
 
-def write_text(path: Path, lines: list[str]) -> str:
-    text = "\n".join(lines) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+def csv_report(csv_path: Path, markdown: Path, render) -> str:
+    """`markdown` rewritten from write_measurements' records: `render(record, rows)` gives its lines; returns it."""
+    text = "\n".join(render(read_json(csv_path.with_suffix(".json")), read_csv(csv_path))) + "\n"
+    markdown.parent.mkdir(parents=True, exist_ok=True)
+    markdown.write_text(text)
     return text
 
 

@@ -1,10 +1,8 @@
 """The whole performance suite in one command: the encoder and decoding benchmarks, then the targets checked.
 
-Runs benchmarks/encoder.py (forward, forward+backward and peak memory against length, Fastformer vs the floor
-and its peers) and benchmarks/decoding.py (time per generated token and cache size, Fastformer vs BART), each
-writing its report, CSV and plots to --docs, then writes PERFORMANCE.md there: every target of the project's
-performance issue with the ratio measured in this run and whether it holds. Nothing is asserted: a target that
-does not hold is reported as such.
+Runs benchmarks.encoder and benchmarks.decoding, each writing its report, CSV and plots to --docs, then writes
+PERFORMANCE.md there: every target of the performance issue (specs) with the ratio this run measured and whether it
+holds. Nothing is asserted: a target that does not hold is reported as such.
 
 Usage:
     pip install -e ".[bench]"
@@ -13,68 +11,54 @@ Usage:
     python -m benchmarks.suite --report               # the three reports from the CSVs and .json in --docs
 """
 
-import argparse
-import json
 import operator
 import time
 from pathlib import Path
 
 from benchmarks import decoding, encoder
-from benchmarks.harness import DOCS, read_json, run_lines, table
+from benchmarks.harness import DOCS, arguments, flags, read_csv, read_json, run_lines, table, write_json
 from benchmarks.specs import DECODING_CACHE, DECODING_FASTER, DECODING_FLAT, ENCODER_MEASURES, ENCODER_TARGETS
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__, threads=2, repeats=3, report="only rewrite the reports from the records in --docs")
     parser.add_argument("--encoder-lengths", type=int, nargs="+", default=[2**k for k in range(9, 17)])
     parser.add_argument("--decoding-lengths", type=int, nargs="+", default=[2**k for k in range(6, 14)])
     parser.add_argument("--models", nargs="+", choices=list(encoder.BUILDERS), default=list(encoder.BUILDERS))
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument("--max-seconds", type=float, default=60.0, help="as benchmarks.encoder's")
     parser.add_argument("--max-memory-gb", type=float, default=None, help="as benchmarks.encoder's")
     parser.add_argument("--docs", type=Path, default=DOCS, help="where the reports, CSVs and plots go")
-    parser.add_argument("--report", action="store_true", help="only rewrite the reports from the records in --docs")
     return parser.parse_args(argv)
 
 
 def encoder_args(args):
-    argv = [
-        *("--lengths", *map(str, args.encoder_lengths)),
-        *("--models", *args.models),
-        *("--repeats", str(args.repeats), "--threads", str(args.threads), "--max-seconds", str(args.max_seconds)),
-        *("--csv", str(args.docs / "encoder.csv"), "--markdown", str(args.docs / "ENCODER.md")),
-        *("--plots", str(args.docs)),
-    ]
-    if args.max_memory_gb is not None:
-        argv += ["--max-memory-gb", str(args.max_memory_gb)]
-    return encoder.parse_args(argv)
+    return encoder.parse_args(flags({
+        "lengths": args.encoder_lengths, "models": args.models, "repeats": args.repeats, "threads": args.threads,
+        "max-seconds": args.max_seconds, "max-memory-gb": args.max_memory_gb, "csv": args.docs / "encoder.csv",
+        "markdown": args.docs / "ENCODER.md", "plots": args.docs,
+    }))  # fmt: skip
 
 
 def decoding_args(args):
-    return decoding.parse_args(
-        [
-            *("--lengths", *map(str, args.decoding_lengths)),
-            *("--repeats", str(args.repeats), "--threads", str(args.threads)),
-            *("--csv", str(args.docs / "decoding.csv"), "--markdown", str(args.docs / "DECODING.md")),
-            *("--plot", str(args.docs / "decoding.png")),
-        ]
-    )
+    return decoding.parse_args(flags({
+        "lengths": args.decoding_lengths, "repeats": args.repeats, "threads": args.threads,
+        "csv": args.docs / "decoding.csv", "markdown": args.docs / "DECODING.md", "plot": args.docs / "decoding.png",
+    }))  # fmt: skip
 
 
 COMPARE = {"<=": operator.le, ">=": operator.ge, ">": operator.gt, "==": operator.eq}
 
 
-def check(what, numerator, denominator, required) -> tuple[str, float | None, str, bool | None]:
-    """(what, measured ratio, required, holds); the ratio and the verdict None when either was not measured."""
+def check(what, numerator, denominator, required) -> list[str]:
+    """The table row of a target: what, the measured ratio, the required one, whether it holds."""
     if numerator is None or denominator is None:
-        return what, None, required, None
+        return [what, "not measured", required, "-"]
     value = numerator / denominator
     comparison, bound = required.split()
-    return what, value, required, COMPARE[comparison](value, float(bound))
+    return [what, f"{value:.2f}", required, "yes" if COMPARE[comparison](value, float(bound)) else "**no**"]
 
 
-def targets(encoded, decoded, cache) -> list[tuple[str, float | None, str, bool | None]]:
+def targets(encoded, decoded, cache) -> list[list[str]]:
     """Every target (specs) with the value this run measured."""
     rows = [
         check(f"encoder {ENCODER_MEASURES[t.measure]} at {t.length} tokens: {t.numerator} / {t.denominator}",
@@ -96,11 +80,8 @@ def targets(encoded, decoded, cache) -> list[tuple[str, float | None, str, bool 
 
 def report(docs: Path) -> str:
     """PERFORMANCE.md from the encoder's and the decoding's records in `docs` and the suite's own (its header)."""
-    encoded, _ = encoder.medians(encoder.read_rows(docs / "encoder.csv"))
-    decoded, cache, _ = decoding.medians(decoding.read_rows(docs / "decoding.csv"))
-    rows = [[what, "not measured" if value is None else f"{value:.2f}", required,
-             "-" if holds is None else ("yes" if holds else "**no**")]
-            for what, value, required, holds in targets(encoded, decoded, cache)]  # fmt: skip
+    encoded, _ = encoder.medians(read_csv(docs / "encoder.csv"))
+    decoded, cache, _ = decoding.medians(read_csv(docs / "decoding.csv"))
     lines = [
         "# Performance targets, measured",
         "",
@@ -108,7 +89,7 @@ def report(docs: Path) -> str:
         "- Details: [ENCODER.md](ENCODER.md) (encoder_time.png, encoder_memory.png, encoder.csv) and "
         "[DECODING.md](DECODING.md) (decoding.png, decoding.csv), written by the same run.",
         "",
-        *table(["target", "measured", "required", "holds"], rows),
+        *table(["target", "measured", "required", "holds"], targets(encoded, decoded, cache)),
     ]
     return "\n".join(lines) + "\n"
 
@@ -122,8 +103,7 @@ def main():
         start = time.perf_counter()
         encoder.run(encoder_args(args))
         decoding.run(decoding_args(args))
-        header = run_lines(args.threads, time.perf_counter() - start)
-        (args.docs / "performance.json").write_text(json.dumps({"header": header}, indent=1) + "\n")
+        write_json(args.docs / "performance.json", {"header": run_lines(args.threads, time.perf_counter() - start)})
     text = report(args.docs)
     print(text)
     (args.docs / "PERFORMANCE.md").write_text(text)
