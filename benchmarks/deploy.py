@@ -1,28 +1,19 @@
-"""ONNX Runtime against PyTorch eager on the CPU, side by side in one run: encoder latency (float32 and int8) and
-greedy decoding on the ONNX graphs with the state explicit, and what int8 costs a fine-tuned classifier. Writes
-docs/DEPLOY.md's measured part and docs/deploy.json.
+"""ONNX Runtime against PyTorch eager on the CPU, side by side in one run; writes docs/DEPLOY.md's measured part
+(below the MEASURED line; the text above it is written by hand) and docs/deploy.json. The report's sections say how
+each part ran:
 
-1. Latency: a FastformerModel of all-MiniLM-L6-v2's size (hidden 384, 6 layers, 12 heads, feed-forward 1,536;
-   random weights, which latency does not depend on), positions up to the longest length, batch 1, one padded-free
-   sequence of each --lengths. PyTorch eager under no_grad with --threads threads; ONNX Runtime
-   (CPUExecutionProvider, --threads intra-op threads) on the graph scripts/export_onnx.py writes and on its int8
-   quantization. A measurement is the mean over the calls that fill about 0.5 s (after one warm-up call); the
-   table gives the median over --repeats, the three runtimes measured in turn within each repeat. Also the
-   largest |difference| of last_hidden_state to PyTorch.
-2. Decoding: greedy, batch 1, --new_tokens tokens from a source of each --source_lengths, the seq2seq model of
-   the same size: PyTorch generate() against fastformer.export.onnx_greedy_generate on the exported graphs;
-   ms per token, whether both produce the same tokens, and the decoding state's size.
-3. int8 accuracy: a fine-tuned classifier (--classifier; default runs/20newsgroups, what the README's Quickstart
-   command writes) on a test split (--test_file; default the bundled 20 Newsgroups test texts), tokenized as the
-   model was trained (--max_length), batches of 32: accuracy with PyTorch, ONNX Runtime float32 and int8, how
-   often each agrees with PyTorch's prediction, the largest |logit difference| and ms per text.
+1. encoder latency, float32 and int8, on the graph scripts/export_onnx.py writes, for a FastformerModel of
+   all-MiniLM-L6-v2's size (specs.MINILM_SIZE, or --size) at each of --lengths;
+2. greedy decoding of --new_tokens tokens, PyTorch generate() against fastformer.export.onnx_greedy_generate on
+   the exported graphs, from a source of each --source_lengths;
+3. what int8 costs a fine-tuned classifier (--classifier; default what the README's Quickstart command writes) on
+   --test_file.
 
     python -m benchmarks.deploy                       # every part, docs/DEPLOY.md and docs/deploy.json
     python -m benchmarks.deploy --lengths 128 512     # a quick check
     python -m benchmarks.deploy --report              # docs/DEPLOY.md's measured part from docs/deploy.json
 """
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -34,7 +25,18 @@ import onnxruntime
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from benchmarks.harness import DOCS, MEASURED, REPO, read_json, run_lines, seconds_per_call, table
+from benchmarks.harness import (
+    DOCS,
+    MEASURED,
+    REPO,
+    arguments,
+    read_json,
+    read_jsonl,
+    run_lines,
+    seconds_per_call,
+    table,
+    write_json,
+)
 from benchmarks.specs import MINILM_SIZE
 from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerModel
 from fastformer.export import (
@@ -48,18 +50,16 @@ from fastformer.export import (
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__, threads=2, repeats=3, report="only rewrite the measured part from deploy.json")
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 4096])
     parser.add_argument("--source_lengths", type=int, nargs="+", default=[64, 1024], help="for decoding")
     parser.add_argument("--new_tokens", type=int, default=32, help="greedy tokens generated per source")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--size", default=None, help="JSON of config fields replacing MINILM_SIZE (tests)")
+    parser.add_argument("--size", type=json.loads, default=MINILM_SIZE, help="JSON of config fields replacing "
+                        "MINILM_SIZE (tests)")  # fmt: skip
     parser.add_argument("--classifier", type=Path, default=REPO / "runs" / "20newsgroups")
     parser.add_argument("--test_file", type=Path, default=REPO / "data" / "20newsgroups" / "test.jsonl")
     parser.add_argument("--max_length", type=int, default=256, help="the classifier's training length")
     parser.add_argument("--markdown", type=Path, default=DOCS / "DEPLOY.md")
-    parser.add_argument("--report", action="store_true", help="only rewrite the measured part from deploy.json")
     return parser.parse_args(argv)
 
 
@@ -83,10 +83,18 @@ def runtimes(model, folder: Path, threads: int) -> dict:
     return {"PyTorch eager": eager, **{name: (lambda inputs, s=s: s.run(None, inputs)) for name, s in sessions.items()}}
 
 
+def median_seconds(calls: dict, repeats: int) -> dict:
+    """Per name of `calls`, the median over `repeats` of seconds_per_call, the calls measured in turn each repeat."""
+    times = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            times[name].append(seconds_per_call(call))
+    return {name: statistics.median(found) for name, found in times.items()}
+
+
 def latency(args) -> dict:
-    size = json.loads(args.size) if args.size else MINILM_SIZE
     torch.manual_seed(0)
-    config = FastformerConfig(**size, max_position_embeddings=max(args.lengths))
+    config = FastformerConfig(**args.size, max_position_embeddings=max(args.lengths))
     model = FastformerModel(config, add_pooling_layer=False).eval()
     torch.set_num_threads(args.threads)
     rows = {}
@@ -96,28 +104,22 @@ def latency(args) -> dict:
             inputs = {"input_ids": np.random.default_rng(0).integers(config.vocab_size, size=(1, length)),
                       "attention_mask": np.ones((1, length), np.int64)}  # fmt: skip
             expected = run["PyTorch eager"](inputs)[0]
-            times = {name: [] for name in run}
-            for _ in range(args.repeats):
-                for name, call in run.items():
-                    times[name].append(seconds_per_call(lambda call=call: call(inputs)))
-            rows[length] = {
-                name: {"ms": 1000 * statistics.median(found),
-                       "max_abs_difference": float(np.abs(run[name](inputs)[0] - expected).max())}
-                for name, found in times.items()
-            }  # fmt: skip
+            seconds = median_seconds({name: lambda call=call: call(inputs) for name, call in run.items()}, args.repeats)
+            rows[length] = {name: {"ms": 1000 * seconds[name],
+                                   "max_abs_difference": float(np.abs(call(inputs)[0] - expected).max())}
+                            for name, call in run.items()}  # fmt: skip
             print(length, {name: f"{row['ms']:.1f} ms" for name, row in rows[length].items()}, flush=True)
-    return {"config": size, "rows": rows}
+    return {"config": args.size, "rows": rows}
 
 
 def decoding(args) -> dict:
     """Greedy decoding of --new_tokens tokens, batch 1: PyTorch generate() against the ONNX Runtime loop
     (fastformer.export.onnx_greedy_generate), the same seq2seq model of MINILM_SIZE (6 + 6 layers), per source
     length; ms per generated token (the encoder's pass included, once), and the decoding state's bytes."""
-    size = json.loads(args.size) if args.size else MINILM_SIZE
     torch.manual_seed(0)
     # no end of sequence: every run generates --new_tokens tokens
     special = dict(pad_token_id=0, decoder_start_token_id=101, bos_token_id=101, eos_token_id=None)
-    config = FastformerConfig(**size, **special, max_position_embeddings=max(args.source_lengths))
+    config = FastformerConfig(**args.size, **special, max_position_embeddings=max(args.source_lengths))
     model = FastformerForConditionalGeneration(config).eval()
     state_bytes = sum(tensor.numel() * tensor.element_size() for tensor in initial_state(config, 1))
     rows = {}
@@ -134,11 +136,8 @@ def decoding(args) -> dict:
                                                                   attention_mask.numpy(), args.new_tokens),
             }  # fmt: skip
             tokens = {name: call() for name, call in calls.items()}
-            times = {name: [] for name in calls}
-            for _ in range(args.repeats):
-                for name, call in calls.items():
-                    times[name].append(seconds_per_call(call))
-            rows[length] = {name: 1000 * statistics.median(found) / args.new_tokens for name, found in times.items()}
+            seconds = median_seconds(calls, args.repeats)
+            rows[length] = {name: 1000 * found / args.new_tokens for name, found in seconds.items()}
             rows[length]["same tokens"] = bool((tokens["PyTorch generate"] == tokens["ONNX Runtime loop"]).all())
             print(length, rows[length], flush=True)
     return {"state_bytes": state_bytes, "new_tokens": args.new_tokens, "rows": rows}
@@ -147,11 +146,9 @@ def decoding(args) -> dict:
 def accuracy(args) -> dict:
     model = AutoModelForSequenceClassification.from_pretrained(args.classifier).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.classifier)
-    texts, labels = [], []
-    for line in args.test_file.read_text().splitlines():
-        row = json.loads(line)
-        texts.append(row["text"])
-        labels.append(model.config.label2id[str(row["label"])])  # run_classification.py's labels, as strings
+    test = read_jsonl(args.test_file)
+    texts = [row["text"] for row in test]
+    labels = [model.config.label2id[str(row["label"])] for row in test]  # run_classification.py's labels: strings
     torch.set_num_threads(args.threads)
     found = {}
     with tempfile.TemporaryDirectory() as folder:
@@ -237,7 +234,7 @@ def main(argv=None):
     results["header"] = run_lines(args.threads, time.perf_counter() - start)
     for part in ("latency", "decoding"):
         results[part]["rows"] = {str(length): row for length, row in results[part]["rows"].items()}
-    record.write_text(json.dumps(results, indent=1) + "\n")
+    write_json(record, results)
     write(args.markdown, results)
 
 

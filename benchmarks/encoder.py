@@ -47,6 +47,7 @@ from benchmarks.harness import (
     memory_available_gb,
     peak_megabytes,
     plt,
+    random_ids,
     save_figure,
     seconds_per_call,
     table,
@@ -230,10 +231,6 @@ def skip_reason(name, length, history, args) -> str | None:
     return None
 
 
-def random_ids(length, args) -> torch.Tensor:
-    return torch.randint(1000, args.vocab_size, (1, length), generator=torch.Generator().manual_seed(length))
-
-
 def forward(model, call, input_ids):
     with torch.no_grad():
         call(input_ids)
@@ -249,7 +246,7 @@ def prepare_forward_backward(name, length, args):
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
     model, call = build(name, args)
-    input_ids = random_ids(length, args)
+    input_ids = random_ids(length, args.vocab_size)
     return lambda: forward_backward(model, call, input_ids)
 
 
@@ -268,7 +265,7 @@ def measure(models, args) -> list[dict]:
                 else:
                     memory[name] = round(peak, 1)
                     history.setdefault((name, "peak_gb"), []).append((length, peak / 1024))
-        input_ids = random_ids(length, args)
+        input_ids = random_ids(length, args.vocab_size)
         runnable = [name for name in models if skipped[name] is None]
         iterations = {}
         for name in runnable:  # warm-up, which also sets the number of calls per measurement

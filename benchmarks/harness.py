@@ -100,6 +100,12 @@ def save_figure(figure, path: Path, dpi: int = 120):
     plt.close(figure)
 
 
+def random_ids(length: int, vocab_size: int = 30000) -> torch.Tensor:
+    """A batch of one random sequence of `length` token ids from 1000 on (past a BERT vocabulary's special and
+    unused ones), the same for the same length."""
+    return torch.randint(1000, vocab_size, (1, length), generator=torch.Generator().manual_seed(length))
+
+
 def calls_to_fill(call, seconds: float = 0.5) -> int:
     """How many calls of `call()` fill about `seconds`, judged from one timed (warm-up) call."""
     start = time.perf_counter()

