@@ -32,6 +32,7 @@ from benchmarks.harness import (
     arguments,
     read_json,
     read_jsonl,
+    relative,
     run_lines,
     seconds_per_call,
     table,
@@ -166,8 +167,7 @@ def accuracy(args) -> dict:
                "max_abs_difference": float(np.abs(run["logits"] - reference).max()), "ms_per_text": run["ms"]}
         for name, run in found.items()
     }  # fmt: skip
-    shown = args.classifier.relative_to(REPO) if args.classifier.is_relative_to(REPO) else args.classifier
-    return {"classifier": str(shown), "texts": len(texts), "max_length": args.max_length, "rows": rows}
+    return {"classifier": relative(args.classifier), "texts": len(texts), "max_length": args.max_length, "rows": rows}
 
 
 def fields(config: dict) -> str:

@@ -10,11 +10,11 @@ For the models:
 Prints a markdown table. Usage: python -m benchmarks.parity [--seq-len 4096]
 """
 
-import argparse
 import copy
 
 import torch
 
+from benchmarks.harness import arguments, table
 from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerModel, naive
 from fastformer.functional import additive_attention, causal_additive_attention
 
@@ -84,17 +84,15 @@ def model_rows(seq_len, devices):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__)
     parser.add_argument("--seq-len", type=int, default=4096)
     args = parser.parse_args()
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-    print("| what | device | dtype | compared with | tokens | max abs error | relative error (L2) |")
-    print("|---|---|---|---|---|---|---|")
-    for row in [*function_rows(args.seq_len, devices), *model_rows(args.seq_len, devices)]:
-        what, device, dtype, reference, length, max_abs, relative = row
-        dtype = str(dtype).removeprefix("torch.")
-        print(f"| {what} | {device} | {dtype} | {reference} | {length} | {max_abs:.2e} | {relative:.2e} |")
+    rows = [[what, device, str(dtype).removeprefix("torch."), reference, length, f"{max_abs:.2e}", f"{relative:.2e}"]
+            for what, device, dtype, reference, length, max_abs, relative in
+            [*function_rows(args.seq_len, devices), *model_rows(args.seq_len, devices)]]  # fmt: skip
+    header = ["what", "device", "dtype", "compared with", "tokens", "max abs error", "relative error (L2)"]
+    print("\n".join(table(header, rows)))
 
 
 if __name__ == "__main__":

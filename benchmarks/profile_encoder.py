@@ -5,7 +5,6 @@ the floor, forward and forward+backward, at one length (the benchmarks' model si
     python -m benchmarks.profile_encoder --length 2048 --rows 8
 """
 
-import argparse
 import time
 from pathlib import Path
 
@@ -13,16 +12,15 @@ import torch
 from torch.profiler import profile
 
 from benchmarks import encoder
-from benchmarks.harness import DOCS, random_ids, run_lines, table
+from benchmarks.harness import DOCS, arguments, random_ids, run_lines, table
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__, threads=2)
     parser.add_argument("--length", type=int, default=16384)
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rows", type=int, default=10, help="operators per table")
     parser.add_argument("--markdown", type=Path, default=DOCS / "PROFILE.md")
-    args, _ = parser.parse_known_args(argv)
+    args = parser.parse_args(argv)
     # the model sizes and the rest exactly as benchmarks.encoder builds them
     settings = encoder.parse_args(["--lengths", str(args.length), "--threads", str(args.threads)])
     return args, settings

@@ -13,8 +13,6 @@ autocast as the recipe) and reports, on 32 validation articles, every 20 steps:
     python -m benchmarks.quality.encoder_collapse --converted runs/minilm-fastformer-seq2seq
 """
 
-import argparse
-import json
 import time
 from pathlib import Path
 
@@ -22,7 +20,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import fastformer  # noqa: F401  (registers Fastformer with the Auto classes)
-from benchmarks.harness import DOCS, REPO, read_jsonl, table
+from benchmarks.harness import DOCS, REPO, arguments, read_jsonl, table, write_json
 from benchmarks.quality.summarization import bert2bert_model  # the BERT2BERT row's model
 from fastformer.summarization import freeze_encoder  # what the recipe's --freeze_encoder does
 
@@ -30,7 +28,7 @@ DATA = REPO / "data" / "news_headlines"
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__)
     parser.add_argument("--converted", type=Path, required=True, help="convert_bert_to_fastformer.py --task seq2seq")
     parser.add_argument("--source", default=None, help="the BERT checkpoint BERT2BERT starts from (default: MiniLM)")
     parser.add_argument("--steps", type=int, default=100)
@@ -102,7 +100,7 @@ def main():
         for name in ("fastformer", "bert2bert")
         for frozen in (False, True)
     }
-    args.output.write_text(json.dumps({"learning_rate": args.learning_rate, "curves": results}, indent=1) + "\n")
+    write_json(args.output, {"learning_rate": args.learning_rate, "curves": results})
     rows = [[label, point["step"], f"{point['spread']:.4f}", f"{point['loss']:.3f}",
              f"{point['loss_other_article']:.3f}"] for label, curve in results.items() for point in curve]  # fmt: skip
     print("\n".join(table(["model", "step", "spread", "loss", "loss, another article's headline"], rows)))

@@ -1,27 +1,20 @@
-"""The paper's classification findings at small scale on real data: one command per table, then docs/RESULTS.md
-regenerated (the summarization table has its own command, `python -m benchmarks.quality.summarization`).
+"""The paper's classification findings at small scale on real data: one command per table of specs.TABLES, then
+docs/RESULTS.md regenerated (report.py, which also says how the tables were run).
 
-Each table of specs.TABLES trains its models from scratch with scripts/run_classification.py (the Transformer under
-the paper's pooling with baselines.py, which registers it and runs that script), and tunes every model the same
-way: each setting of specs.GRID (learning rate x warm-up steps) with the first seed, scored on a validation split
-drawn from the training documents; then the best setting with the other seeds. The table reports the test accuracy
-and macro-F1 of the best setting (mean +- std over the seeds), parameters, training time and the learning curve
-(evaluation after every epoch), and the grid itself.
+Each model trains from scratch with scripts/run_classification.py (the Transformer under the paper's pooling through
+baselines.py), tuned the same way: each setting of specs.GRID with the first seed, scored on a validation split drawn
+from the training documents; then the best setting with the other seeds. A run already in --runs with the same
+command is read back, not repeated: an interrupted table continues, and a model two tables share trains once.
 
     python -m benchmarks.quality.run classification --data ../shared/data/20newsgroups
     python -m benchmarks.quality.run interaction    --data ../shared/data/20newsgroups
     python -m benchmarks.quality.run sharing        --data ../shared/data/20newsgroups
 
---data is a folder of JSON-lines files, train.jsonl and test.jsonl with text/label. Each command draws its training,
-validation (from train.jsonl, disjoint from the training subset) and test subsets at random (seed 0; sizes: the
-table's samples, or the arguments), so a class-sorted file is fine. A run already in --runs with the same command is
-not repeated: an interrupted table continues where it stopped, and a model shared by two tables (the paper's
-default Fastformer) is trained once per seed and setting. After every table, docs/RESULTS.md is rewritten from all
-results in --runs (report.py).
+--data holds train.jsonl and test.jsonl (text, label); the subsets are drawn at random (seed 0; sizes: the table's
+samples or the arguments), so a class-sorted file is fine.
 """
 
 import argparse
-import json
 import math
 import random
 import sys
@@ -29,13 +22,13 @@ from pathlib import Path
 
 from safetensors import safe_open
 
-from benchmarks.harness import DOCS, REPO, SCRIPTS, flags, read_json, run_stored
+from benchmarks.harness import DOCS, REPO, SCRIPTS, arguments, flags, read_json, run_stored, write_json
 from benchmarks.quality.report import TABLES_FILE, best, write_report
 from benchmarks.quality.specs import BASELINES, FASTFORMER, GRID, SEEDS, TABLES, TRAINING, Setting
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__)
     parser.add_argument("table", choices=list(TABLES))
     parser.add_argument("--data", type=Path, required=True, help="folder with the data set's JSON-lines files")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
@@ -69,10 +62,9 @@ def prepare_data(args) -> dict[str, Path]:
     train, validation = draw(args.data / "train.jsonl", args.samples[:2])
     (test,) = draw(args.data / "test.jsonl", args.samples[2:])
     folder.mkdir(parents=True, exist_ok=True)
-    files = {}
-    for split, lines in (("train", train), ("validation", validation), ("test", test)):
-        files[split] = folder / f"{split}.jsonl"
-        files[split].write_text("\n".join(lines) + "\n")
+    files = {split: folder / f"{split}.jsonl" for split in ("train", "validation", "test")}
+    for path, lines in zip(files.values(), (train, validation, test)):
+        path.write_text("\n".join(lines) + "\n")
     return files
 
 
@@ -127,7 +119,7 @@ def main():
     for model in TABLES[args.table].rows:
         tuned(args, data, model)
     record = args.runs / TABLES_FILE
-    record.write_text(json.dumps({**read_json(record, {}), args.table: args.tag}, indent=2) + "\n")
+    write_json(record, {**read_json(record, {}), args.table: args.tag}, indent=2)
     write_report(args.runs, args.results)
 
 

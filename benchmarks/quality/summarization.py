@@ -1,38 +1,40 @@
 """The summarization table of docs/RESULTS.md: news articles -> headlines (data/news_headlines, the whole
-2,924 / 365 / 366 split), every model tuned on the validation split, scored once on the test split.
+2,924 / 365 / 366 split), every model tuned on the validation split, scored once on the test split (report.py
+describes the rows and the recipe).
 
     python -m benchmarks.quality.summarization                  # every row, then docs/RESULTS.md
     python -m benchmarks.quality.summarization --rows lead fastformer-512
 
-Rows (specs.ROWS): lead-k (the first k words of the article, k chosen on validation); the Fastformer encoder-decoder
-warm-started from all-MiniLM-L6-v2 (the folder that `convert_bert_to_fastformer.py --task seq2seq` writes, the
-README's command) at source 512 and 1,024 tokens; BERT2BERT from the same checkpoint (transformers'
-EncoderDecoderModel, softmax attention, source 512, its maximum); a Fastformer and a BART of the same size
-trained from scratch until their validation ROUGE-1 stops improving.
-
-Every trained row follows the recipe in configs/summarization/news_headlines.json (what the README runs), with
-its own model and the settings that the row changes, and gets the same tuning on the validation split:
-1. training: each setting of the row's grid at the cheaper specs.PROXY settings (source 256, 2 epochs), greedy decoding;
-   the warm-started rows' grid (specs.WARM_GRID) has the encoder frozen at three learning rates and fine-tuned at three
-   smaller ones, the rows from scratch (specs.SCRATCH_GRID) train everything at three;
+Every trained row of specs.ROWS follows configs/summarization/news_headlines.json with the settings it changes:
+1. training: each setting of the row's grid at the cheaper specs.PROXY settings, greedy decoding;
 2. decoding: each of specs.DECODING on the validation split, with the best model of step 1;
-3. the run itself with the best of both (validation after every epoch, the best epoch kept), then the test split.
-A model family (the warm-started Fastformer at 512 and 1,024 tokens) shares steps 1 and 2: a row whose family's
-tuning is recorded for another of its rows (under the current recipe) reads it back. ROUGE is scored here
-with rouge_score against the raw reference headlines, the same way for every row; finished steps are not
-repeated (their results are stored in RUNS/headlines, and copied to docs/results_summarization.json, which a fresh
-clone starts from: rows not asked for keep their recorded results).
+3. the run itself with the best of both (the best epoch kept), then the test split.
+A model family (specs.SummarizationRow.family) shares steps 1 and 2: a row reads back its family's tuning recorded
+for another row under the current recipe. Finished steps are stored in RUNS/headlines and not repeated; the results
+are copied to docs/results_summarization.json, which a fresh clone starts from.
 """
 
 import argparse
-import json
 import shutil
 import sys
 from pathlib import Path
 
 from transformers import AutoTokenizer, EncoderDecoderModel
 
-from benchmarks.harness import DOCS, REPO, SCRIPTS, flags, minilm, read_jsonl, recorded_command, run_stored
+from benchmarks.harness import (
+    DOCS,
+    REPO,
+    SCRIPTS,
+    arguments,
+    flags,
+    minilm,
+    read_json,
+    read_jsonl,
+    recorded_command,
+    relative,
+    run_stored,
+    write_json,
+)
 from benchmarks.quality.report import summarization_results, write_report
 from benchmarks.quality.specs import BERT2BERT_DROPOUT, DECODING, LEAD_WORDS, PROXY, ROWS
 from fastformer.summarization import rouge
@@ -47,7 +49,7 @@ def grid_name(setting: dict) -> str:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__)
     parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
     parser.add_argument("--recipe", type=Path, default=RECIPE, help="the argument file every trained row follows")
     parser.add_argument("--source", default=None, help="the BERT checkpoint BERT2BERT starts from (default: MiniLM)")
@@ -94,8 +96,8 @@ def run_script(args, settings: dict, what: str) -> dict:
         for checkpoint in folder.glob("checkpoint-*"):  # the kept best epoch is in the folder itself
             shutil.rmtree(checkpoint)
         return {
-            "metrics": json.loads((folder / "all_results.json").read_text()),
-            "log_history": json.loads(state.read_text())["log_history"] if state.exists() else [],
+            "metrics": read_json(folder / "all_results.json"),
+            "log_history": read_json(state, {"log_history": []})["log_history"],
             "predictions": predictions.read_text().splitlines() if predictions.exists() else None,
             "wall_seconds": seconds,
         }
@@ -124,17 +126,15 @@ def bert2bert(args) -> str:
         model, tokenizer = bert2bert_model(args.source)
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-    return str(folder.relative_to(REPO)) if folder.is_relative_to(REPO) else str(folder)
+    return relative(folder)
 
 
 def recipe(args, name: str) -> dict:
-    settings = {**json.loads(args.recipe.read_text()), **ROWS[name].settings}
+    settings = {**read_json(args.recipe), **ROWS[name].settings}
     if settings["model_name_or_path"] == "BERT2BERT":
         settings["model_name_or_path"] = bert2bert(args)
     if args.data != DATA:
-        settings.update(
-            {f"{split}_file": str(args.data / f"{split}.jsonl") for split in ("train", "validation", "test")}
-        )
+        settings |= {f"{split}_file": str(args.data / f"{split}.jsonl") for split in ("train", "validation", "test")}
     return settings
 
 
@@ -226,7 +226,7 @@ def main():
     results = summarization_results(args.runs, args.results.parent)  # what ran before, here or as docs/ records it
     for row in args.rows:
         results[row] = {"label": ROWS[row].label, **(lead(args) if row == "lead" else train(args, row, results))}
-        results_file.write_text(json.dumps(results, indent=1) + "\n")
+        write_json(results_file, results)
         print(f"{ROWS[row].label}: test {results[row]['test']}", flush=True)
     write_report(args.runs, args.results, headlines_data=args.data)
 
