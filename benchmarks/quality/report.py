@@ -6,14 +6,25 @@ of the recorded ones of their table row. What a person wrote below the marker li
     python -m benchmarks.quality.report        # rewrite docs/RESULTS.md from docs/ and runs/quality
 """
 
-import argparse
-import json
 import re
 import statistics
 import textwrap
 from pathlib import Path
 
-from benchmarks.harness import DOCS, MEAN_STD, REPO, mean_std, plt, read_json, read_jsonl, table, write_doc
+from benchmarks.harness import (
+    DOCS,
+    MEAN_STD,
+    REPO,
+    arguments,
+    mean_std,
+    plt,
+    read_json,
+    read_jsonl,
+    save_figure,
+    table,
+    write_doc,
+    write_json,
+)
 from benchmarks.quality.specs import (
     DATA,
     DATA_SIZES,
@@ -48,7 +59,7 @@ def stored_runs(runs: Path, record: Path) -> tuple[dict[str, str], list[dict]]:
     row's grid and seeds together), so that a fresh clone regenerates the report without losing what was measured."""
     recorded = read_json(record, {"tables": {}, "runs": []})
     tags = {**recorded["tables"], **read_json(runs / TABLES_FILE, {})}
-    local = [json.loads(path.read_text()) for path in runs.glob(f"*/*/*/{RESULT}")]
+    local = [read_json(path) for path in runs.glob(f"*/*/*/{RESULT}")]
     replaced = {run_group(run) for run in local}
     kept = [run for run in recorded["runs"] if run_group(run) not in replaced]
     return tags, sorted(kept + local, key=lambda run: (run["data"], run["command"]))
@@ -105,17 +116,13 @@ def classification_table(rows, results) -> list[str]:
             *table(["model", *settings], accuracies)]  # fmt: skip
 
 
-def plot_curves(spec, results, folder: Path) -> str | None:
-    """Validation accuracy after each epoch for the chosen setting, mean over seeds, one line per model; the file
-    name, or None."""
+def plot_curves(spec, results, folder: Path) -> str:
+    """Validation accuracy after each epoch for the chosen setting, mean over seeds, one line per model that ran;
+    the file name."""
     title, metric, scale = CLASSIFICATION[0]
     figure, axis = plt.subplots(figsize=(6, 4))
-    plotted = False
-    for row in spec.rows:
-        runs = results.get(row.key)
-        if not runs:
-            continue
-        _, runs = best(runs)
+    for row in (row for row in spec.rows if results.get(row.key)):
+        _, runs = best(results[row.key])
         curves = [
             [(entry["epoch"], entry[f"eval_{metric}"] * scale) for entry in run["curve"] if f"eval_{metric}" in entry]
             for run in runs
@@ -123,18 +130,11 @@ def plot_curves(spec, results, folder: Path) -> str | None:
         epochs = [epoch for epoch, _ in curves[0]]
         means = [statistics.fmean(curve[i][1] for curve in curves) for i in range(len(epochs))]
         axis.plot(epochs, means, marker="o", label=row.label)
-        plotted = True
-    if not plotted:
-        plt.close(figure)
-        return None
     axis.set(xlabel="epoch", ylabel=f"validation {title}", title=spec.title.split(":")[0] + " (mean over seeds)")
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize=8)
-    figure.tight_layout()
-    filename = f"results_{spec.name}.png"
-    figure.savefig(folder / filename, dpi=110)
-    plt.close(figure)
-    return filename
+    save_figure(figure, folder / f"results_{spec.name}.png", dpi=110)
+    return f"results_{spec.name}.png"
 
 
 def commands(results, rows) -> list[str]:
@@ -191,7 +191,7 @@ def summarization_section(results: dict, data: Path) -> list[str]:
     references = [row["summary"] for row in test]
     train, validation = read_jsonl(data / "train.jsonl"), read_jsonl(data / "validation.jsonl")
     training = {copied_key(row["summary"]) for row in train}
-    recipe = json.loads((REPO / "configs" / "summarization" / "news_headlines.json").read_text())
+    recipe = read_json(REPO / "configs" / "summarization" / "news_headlines.json")
     lines = [
         "## Summarization: news articles -> headlines, warm-started and from scratch",
         "",
@@ -318,7 +318,7 @@ def write_report(runs: Path, destination: Path, headlines_data: Path = HEADLINES
     raw = destination.parent / "results_runs.json"  # every run's numbers, curve and command, for the record
     tags, stored = stored_runs(runs, raw)
     by_table = load_results(stored, tags)
-    raw.write_text(json.dumps({"tables": tags, "runs": stored}, indent=1) + "\n")
+    write_json(raw, {"tables": tags, "runs": stored})
     lines = setup()
     for name, spec in TABLES.items():
         results = by_table.get(name, {})
@@ -327,29 +327,24 @@ def write_report(runs: Path, destination: Path, headlines_data: Path = HEADLINES
             lines += [f"## {spec.title}", "", f"Not run yet with the tuning protocol above: `{command}` runs it.", ""]
             continue
         source, train, validation, test = tags[name].rsplit("-", 3)
-        lines += [
-            f"## {spec.title}",
-            "",
-            f"Data: {int(train):,} training, {int(validation):,} validation (other training documents) and "
-            f"{int(test):,} test examples of {source}, drawn at random.",
-            "",
-            *classification_table(spec.rows, results),
-            "",
-        ]
         picture = plot_curves(spec, results, destination.parent)
-        if picture:
-            lines += [f"![learning curves]({picture})", ""]
-        lines += ["Command:", "", f"    {command}", "", "which ran, per model (chosen setting, first seed):", "",
-                  *commands(results, spec.rows), ""]  # fmt: skip
+        lines += [
+            f"## {spec.title}", "",
+            f"Data: {int(train):,} training, {int(validation):,} validation (other training documents) and "
+            f"{int(test):,} test examples of {source}, drawn at random.", "",
+            *classification_table(spec.rows, results), "", f"![learning curves]({picture})", "",
+            "Command:", "", f"    {command}", "", "which ran, per model (chosen setting, first seed):", "",
+            *commands(results, spec.rows), "",
+        ]  # fmt: skip
     headlines = summarization_results(runs, destination.parent)
     if headlines:
-        (destination.parent / "results_summarization.json").write_text(json.dumps(headlines, indent=1) + "\n")
+        write_json(destination.parent / "results_summarization.json", headlines)
         lines += summarization_section(headlines, headlines_data)
     write_doc(destination, lines)
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__)
     parser.add_argument("--runs", type=Path, default=REPO / "runs" / "quality")
     parser.add_argument("--results", type=Path, default=DOCS / "RESULTS.md")
     args = parser.parse_args()
