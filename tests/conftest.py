@@ -13,12 +13,16 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-import torch
-from transformers import AutoTokenizer
+# the suite runs offline, in this process too (huggingface_hub reads these when it is first imported)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-from fastformer import FastformerConfig
-from tests.hub_server import serve  # a loopback server speaking the Hub's HTTP API
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from transformers import AutoTokenizer  # noqa: E402
+
+from fastformer import FastformerConfig  # noqa: E402
+from tests.hub_server import serve  # noqa: E402  (a loopback server speaking the Hub's HTTP API)
 
 # the tiny models' defaults; a module whose assertions count with other numbers overrides `tiny_config`
 TINY = dict(

@@ -4,8 +4,6 @@ seq2seq model as an encoder graph and a decoding-step graph whose state is expli
 Runtime against generate()."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import onnxruntime
@@ -28,6 +26,7 @@ from fastformer.export import (
 )
 from fastformer.export import export_onnx as export_onnx_file
 from scripts import export_onnx
+from tests.cli import run_main
 
 HEADS = [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM]
 NEW_SHAPES = [(3, 7), (1, 41)]  # (batch, length): neither is EXAMPLE_SHAPE
@@ -148,8 +147,8 @@ def test_onnx_greedy_decoding_with_the_state_as_inputs_gives_the_tokens_of_gener
 
 
 def run_script(*flags):
-    return subprocess.run([sys.executable, export_onnx.__file__, *map(str, flags)], capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    flags = list(map(str, flags))
+    return run_main(export_onnx.main, [export_onnx.__file__, *flags], flags)
 
 
 @pytest.mark.slow

@@ -121,6 +121,23 @@ def test_sampling_with_cache_equals_without(build, model_class):
     assert runs[0].shape[0] == 6 and torch.equal(runs[0], runs[1])
 
 
+@pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
+def test_generate_fills_a_cache_the_user_made_and_reset_empties_it(build, model_class):
+    """As for transformers' other linear-attention models: generate(cache=...) fills the cache given (for the
+    encoder-decoder the source's keys and values too), and `reset()` makes it reusable."""
+    model = build(model_class, share_layers=False)
+    inputs = tokens(2, 7)
+    expected = generate(model, inputs, max_new_tokens=10).sequences
+    cache = model.new_cache()
+    first = generate(model, inputs, max_new_tokens=6, cache=cache).sequences
+    assert torch.equal(first, expected[:, : first.shape[1]]) and cache.get_seq_length() > 0
+    if model.config.is_encoder_decoder:
+        assert all(cache.is_updated.values()) and len(cache.is_updated) == model.config.num_decoder_layers
+    cache.reset()
+    assert cache.get_seq_length() == 0
+    assert torch.equal(generate(model, inputs, max_new_tokens=10, cache=cache).sequences, expected)
+
+
 @pytest.mark.parametrize("side", ["left", "right"])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_padded_sources_generate_as_single_runs(build, variant, side):

@@ -1,5 +1,7 @@
-"""The example scripts end to end, as users run them: real CLI processes, tiny configs, bundled real data; and
-in-process, the flags of transformers' own example scripts and the data preparation behind them."""
+"""The example scripts end to end, as users run them: their `main()` with a command line (in this process, as
+`python scripts/x.py ...` runs it, without a new interpreter's imports), real CLI processes where processes are
+the subject (2-process DDP through `accelerate launch`), tiny configs, bundled real data; the flags of
+transformers' own example scripts and the data preparation behind them."""
 
 import json
 import math
@@ -18,6 +20,7 @@ from transformers import AutoModelForMaskedLM
 from fastformer import FastformerConfig, FastformerForMaskedLM
 from fastformer.training import ModelArguments, load_model, parse_args, warn_emulated_bf16
 from scripts import run_classification, run_mlm, run_summarization
+from tests.cli import run_main
 
 TINY = {
     "fastformer": "hidden_size=32,num_attention_heads=4,intermediate_size=64",
@@ -34,12 +37,15 @@ def accelerate_launch(repo_root):
     return (sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config))
 
 
-def run(script, *args, launcher=(sys.executable,), check=True):
-    """Runs `script` (one of the scripts/ modules imported above) as a CLI process, offline."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    process = subprocess.run(
-        [*launcher, script.__file__, *map(str, args)], capture_output=True, text=True, env=env, timeout=600
-    )
+def run(script, *args, launcher=None, check=True):
+    """Runs `script` (one of the scripts/ modules imported above) offline with `args`: in this process, or as a
+    CLI process started by `launcher` (e.g. `accelerate_launch`)."""
+    command = [script.__file__, *map(str, args)]
+    if launcher is None:
+        process = run_main(script.main, command)
+    else:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+        process = subprocess.run([*launcher, *command], capture_output=True, text=True, env=env, timeout=600)
     if check:
         assert process.returncode == 0, f"{script.__name__} failed:\n{process.stdout[-3000:]}\n{process.stderr[-3000:]}"
     return process
@@ -218,7 +224,8 @@ def test_two_processes_train_with_world_size_two_and_count_each_example_once(rep
     assert "| `num_devices` | 2 |" in ModelCard.load(tmp_path / "ddp" / "README.md").text
     # the same checkpoint run by one process: the same 21 predictions in the same order and the same metrics,
     # so the 2-process gather (21 = 2 x 10 + 1 rows) dropped its padding duplicates
-    run(run_classification, "--output_dir", tmp_path / "single", "--model_name_or_path", tmp_path / "ddp", *data)
+    run(run_classification, "--output_dir", tmp_path / "single", "--model_name_or_path", tmp_path / "ddp", *data,
+        launcher=(sys.executable,))
     predictions = [(tmp_path / name / "predictions.jsonl").read_text().splitlines() for name in ("ddp", "single")]
     assert len(predictions[0]) == 21 and predictions[0] == predictions[1]
     distributed, single = results(tmp_path / "ddp"), results(tmp_path / "single")
@@ -241,7 +248,8 @@ def test_two_processes_reach_the_weights_of_one_process_with_the_same_global_bat
     launcher = accelerate_launch(repo_root)
     run(run_classification, "--output_dir", tmp_path / "ddp", "--per_device_train_batch_size", 4, *args,
         launcher=launcher)
-    run(run_classification, "--output_dir", tmp_path / "single", "--per_device_train_batch_size", 8, *args)
+    run(run_classification, "--output_dir", tmp_path / "single", "--per_device_train_batch_size", 8, *args,
+        launcher=(sys.executable,))
     for step in (1, 2, 3):
         distributed, single = (load_file(tmp_path / name / f"checkpoint-{step}" / "model.safetensors")
                                for name in ("ddp", "single"))

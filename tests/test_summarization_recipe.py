@@ -21,6 +21,7 @@ from fastformer.conversion import convert_bert
 from fastformer.summarization import freeze_encoder, rouge
 from fastformer.training import parse_args
 from scripts import run_summarization
+from tests.cli import run_main
 
 RECIPE = Path("configs/summarization/news_headlines.json")
 PATH_KEYS = ("model_name_or_path", "output_dir", "train_file", "validation_file", "test_file")
@@ -232,11 +233,11 @@ def test_headlines_count_as_copied_and_words_as_rouge_reads_them():
 
 
 def test_early_stopping_needs_the_best_model_kept(repo_root, converted, tmp_path):
-    process = subprocess.run(
-        [sys.executable, run_summarization.__file__, "--model_name_or_path", str(converted), "--output_dir",
-         str(tmp_path), "--do_train", "--early_stopping_patience", "2", "--max_source_length", "64", "--use_cpu",
-         "--report_to", "none"],
-        cwd=repo_root, env=OFFLINE, capture_output=True, text=True, timeout=600,
+    process = run_main(
+        run_summarization.main,
+        [run_summarization.__file__, "--model_name_or_path", str(converted), "--output_dir", str(tmp_path),
+         "--do_train", "--early_stopping_patience", "2", "--max_source_length", "64", "--use_cpu", "--report_to",
+         "none"],
     )  # fmt: skip
     assert process.returncode == 1
     assert "--early_stopping_patience needs --load_best_model_at_end" in process.stderr.strip().splitlines()[-1]
@@ -255,12 +256,13 @@ def test_early_stopping_needs_the_best_model_kept(repo_root, converted, tmp_path
     ids=["hub-shaped-name", "not-a-hub-name", "source-too-long"],
 )  # fmt: skip
 def test_a_missing_checkpoint_or_a_source_longer_than_the_positions_is_refused(
-    repo_root, converted, tmp_path, flags, message
+    repo_root, converted, tmp_path, flags, message, monkeypatch
 ):
-    process = subprocess.run(
-        [sys.executable, run_summarization.__file__, "--model_name_or_path", str(converted), "--output_dir",
-         str(tmp_path), "--do_train", "--use_cpu", "--report_to", "none", *flags],
-        cwd=repo_root, env=OFFLINE, capture_output=True, text=True, timeout=600,
+    monkeypatch.chdir(repo_root)  # the relative names are looked up from the repository, as a user runs it
+    process = run_main(
+        run_summarization.main,
+        [run_summarization.__file__, "--model_name_or_path", str(converted), "--output_dir", str(tmp_path),
+         "--do_train", "--use_cpu", "--report_to", "none", *flags],
     )  # fmt: skip
     assert process.returncode == 1
     assert message in process.stderr.strip().splitlines()[-1]
