@@ -3,12 +3,16 @@ peak memory in a fresh process, a script run stored and reused, records, markdow
 mean +- std, and docs that keep the part a person wrote."""
 
 import argparse
+import contextlib
 import csv
 import datetime
+import io
 import json
+import logging
 import os
 import platform
 import re
+import runpy
 import shlex
 import shutil
 import signal
@@ -18,6 +22,7 @@ import sys
 import time
 from multiprocessing import get_context
 from pathlib import Path
+from unittest import mock
 
 import matplotlib
 import torch
@@ -40,6 +45,10 @@ def arguments(doc: str, threads: int | None = None, repeats: int | None = None, 
     """A parser showing `doc` as its help, with the options most benchmarks share: --threads, --repeats, --report
     (each where its default or help is given)."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--in-process", action="store_true",
+        help="run the scripts in this process, not each in a new interpreter: seconds less per run, for tiny runs",
+    )  # fmt: skip
     if threads is not None:
         parser.add_argument("--threads", type=int, default=threads, help="torch.set_num_threads")
     if repeats is not None:
@@ -198,10 +207,38 @@ def recorded_command(command: list[str]) -> str:
     return " ".join(["python", *map(relative, command[1:])])
 
 
-def run_stored(command: list[str], folder: Path, result, what: str, env=None) -> dict:
-    """Runs `command` (a script writing into `folder`), then stores `result(folder, seconds)` with the command in
-    folder/benchmark_result.json. A stored result of the same command is read back instead of run again; one
-    of another command is removed first, with its folder."""
+def run_in_process(command: list[str]) -> subprocess.CompletedProcess:
+    """`command` (python, then a script's path or -m and a module, then their arguments) run in this process as
+    the interpreter would run it: as __main__ with that command line; its exit status (a `sys.exit(message)`
+    prints the message), standard output and error, transformers' log included. Without a new interpreter's
+    seconds of imports."""
+    module = command[1] == "-m"
+    argv = list(map(str, command[2:] if module else command[1:]))
+    stdout, stderr = io.StringIO(), io.StringIO()
+    log_handler = logging.StreamHandler(stderr)
+    transformers_log = logging.getLogger("transformers")
+    transformers_log.addHandler(log_handler)
+    try:
+        with mock.patch.object(sys, "argv", argv), contextlib.redirect_stdout(stdout), \
+                contextlib.redirect_stderr(stderr):  # fmt: skip
+            if module:
+                runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(argv[0], run_name="__main__")
+        status = 0
+    except SystemExit as exit_:
+        status = exit_.code if isinstance(exit_.code, int) else 1
+        if isinstance(exit_.code, str):
+            stderr.write(exit_.code + "\n")
+    finally:
+        transformers_log.removeHandler(log_handler)
+    return subprocess.CompletedProcess(command, status, stdout.getvalue(), stderr.getvalue())
+
+
+def run_stored(command: list[str], folder: Path, result, what: str, env=None, in_process=False) -> dict:
+    """Runs `command` (a script writing into `folder`; `in_process`: with `run_in_process`), then stores
+    `result(folder, seconds)` with the command in folder/benchmark_result.json. A stored result of the same
+    command is read back instead of run again; one of another command is removed first, with its folder."""
     done = folder / "benchmark_result.json"
     recorded = recorded_command(command)
     stored = read_json(done)
@@ -212,7 +249,10 @@ def run_stored(command: list[str], folder: Path, result, what: str, env=None) ->
         shutil.rmtree(folder)
     print(f"[{time.strftime('%H:%M:%S')}] {what}: {' '.join(command[1:])}", flush=True)
     start = time.perf_counter()
-    process = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env={**os.environ, **(env or {})})
+    if in_process:
+        process = run_in_process(command)
+    else:
+        process = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env={**os.environ, **(env or {})})
     if folder.exists():
         (folder / "log.txt").write_text(process.stdout + process.stderr)
     if process.returncode != 0:

@@ -9,7 +9,18 @@ from argparse import Namespace
 import pytest
 import torch
 
-from benchmarks import encoder, pretrained
+from benchmarks import encoder, harness, pretrained
+
+
+def test_a_script_runs_in_process_as_the_interpreter_runs_it(tmp_path):
+    """harness.run_in_process, which the quality benchmarks' --in-process (and the script tests) run scripts with:
+    a path or -m and a module, the command line, the exit status and message, the output."""
+    script = tmp_path / "script.py"
+    script.write_text("import sys\nif __name__ == '__main__':\n    print(sys.argv[1:])\n    sys.exit(sys.argv[1])\n")
+    process = harness.run_in_process(["python", script, "a failure"])
+    assert (process.returncode, process.stdout, process.stderr) == (1, "['a failure']\n", "a failure\n")
+    process = harness.run_in_process(["python", "-m", "benchmarks.quality.baselines", "--help"])
+    assert process.returncode == 0 and "--model_name_or_path" in process.stdout
 
 
 def test_predict_extrapolates_the_measured_growth():
@@ -123,6 +134,6 @@ def test_deploy_benchmark_measures_onnx_runtime_beside_pytorch(repo_root, build,
     report = (tmp_path / "DEPLOY.md").read_text()
     assert report.startswith("# Deploying\n\nA person's text.\n")  # the written part is kept
     assert "| ONNX Runtime int8 |" in report and "python -m benchmarks.deploy" in report
-    # a second run replaces the measured part, it does not append another
-    subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=repo_root, check=True)
+    # writing it again (here from deploy.json, as --report does) replaces the measured part, it does not append
+    subprocess.run([*command, "--report"], capture_output=True, text=True, timeout=600, cwd=repo_root, check=True)
     assert (tmp_path / "DEPLOY.md").read_text().count("### Encoder latency") == 1

@@ -10,6 +10,7 @@ import onnxruntime
 import pytest
 import torch
 
+from benchmarks.harness import run_in_process
 from fastformer import (
     FastformerForConditionalGeneration,
     FastformerForMaskedLM,
@@ -26,7 +27,6 @@ from fastformer.export import (
 )
 from fastformer.export import export_onnx as export_onnx_file
 from scripts import export_onnx
-from tests.cli import run_main
 
 HEADS = [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM]
 NEW_SHAPES = [(3, 7), (1, 41)]  # (batch, length): neither is EXAMPLE_SHAPE
@@ -147,8 +147,7 @@ def test_onnx_greedy_decoding_with_the_state_as_inputs_gives_the_tokens_of_gener
 
 
 def run_script(*flags):
-    flags = list(map(str, flags))
-    return run_main(export_onnx.main, [export_onnx.__file__, *flags], flags)
+    return run_in_process(["python", export_onnx.__file__, *flags])
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from benchmarks.quality.report import RESULT, TABLES_FILE, stored_runs, summariz
 
 def run_table(repo_root, table, tmp_path):
     command = [
-        sys.executable, "-m", "benchmarks.quality.run", table,
+        sys.executable, "-m", "benchmarks.quality.run", table, "--in-process",
         "--data", str(repo_root / "data" / "20newsgroups"), "--seeds", "0", "1", "--grid", "1e-3,2", "3e-4,2",
         "--train-samples", "40", "--validation-samples", "16", "--test-samples", "16",
         "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "docs" / "RESULTS.md"),

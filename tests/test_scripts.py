@@ -17,10 +17,10 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM
 
+from benchmarks.harness import run_in_process
 from fastformer import FastformerConfig, FastformerForMaskedLM
 from fastformer.training import ModelArguments, load_model, parse_args, warn_emulated_bf16
 from scripts import run_classification, run_mlm, run_summarization
-from tests.cli import run_main
 
 TINY = {
     "fastformer": "hidden_size=32,num_attention_heads=4,intermediate_size=64",
@@ -42,7 +42,7 @@ def run(script, *args, launcher=None, check=True):
     CLI process started by `launcher` (e.g. `accelerate_launch`)."""
     command = [script.__file__, *map(str, args)]
     if launcher is None:
-        process = run_main(script.main, command)
+        process = run_in_process([sys.executable, *command])
     else:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
         process = subprocess.run([*launcher, *command], capture_output=True, text=True, env=env, timeout=600)

@@ -15,13 +15,13 @@ import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, BertConfig, BertModel, EncoderDecoderConfig, EncoderDecoderModel
 
+from benchmarks.harness import run_in_process
 from benchmarks.quality import summarization
 from benchmarks.quality.report import copied_key, mean_words
 from fastformer.conversion import convert_bert
 from fastformer.summarization import freeze_encoder, rouge
 from fastformer.training import parse_args
 from scripts import run_summarization
-from tests.cli import run_main
 
 RECIPE = Path("configs/summarization/news_headlines.json")
 PATH_KEYS = ("model_name_or_path", "output_dir", "train_file", "validation_file", "test_file")
@@ -159,7 +159,7 @@ def test_benchmark_tunes_each_row_on_validation_and_scores_the_test_split(repo_r
 
     def benchmark(*rows, recipe_file=settings):
         return [
-            sys.executable, "-m", "benchmarks.quality.summarization", "--rows", *rows,
+            sys.executable, "-m", "benchmarks.quality.summarization", "--in-process", "--rows", *rows,
             "--recipe", str(recipe_file), "--data", str(data), "--runs", str(tmp_path / "runs"),
             "--results", str(tmp_path / "docs" / "RESULTS.md"),
             "--extra", "--max_source_length", "48", "--per_device_train_batch_size", "8", "--num_train_epochs", "2",
@@ -233,9 +233,8 @@ def test_headlines_count_as_copied_and_words_as_rouge_reads_them():
 
 
 def test_early_stopping_needs_the_best_model_kept(repo_root, converted, tmp_path):
-    process = run_main(
-        run_summarization.main,
-        [run_summarization.__file__, "--model_name_or_path", str(converted), "--output_dir", str(tmp_path),
+    process = run_in_process(
+        ["python", run_summarization.__file__, "--model_name_or_path", str(converted), "--output_dir", str(tmp_path),
          "--do_train", "--early_stopping_patience", "2", "--max_source_length", "64", "--use_cpu", "--report_to",
          "none"],
     )  # fmt: skip
@@ -259,9 +258,8 @@ def test_a_missing_checkpoint_or_a_source_longer_than_the_positions_is_refused(
     repo_root, converted, tmp_path, flags, message, monkeypatch
 ):
     monkeypatch.chdir(repo_root)  # the relative names are looked up from the repository, as a user runs it
-    process = run_main(
-        run_summarization.main,
-        [run_summarization.__file__, "--model_name_or_path", str(converted), "--output_dir", str(tmp_path),
+    process = run_in_process(
+        ["python", run_summarization.__file__, "--model_name_or_path", str(converted), "--output_dir", str(tmp_path),
          "--do_train", "--use_cpu", "--report_to", "none", *flags],
     )  # fmt: skip
     assert process.returncode == 1

@@ -101,7 +101,7 @@ def train(args, data, model, seed, setting) -> dict:
                 "curve": curve}  # fmt: skip
 
     what = f"{model.label}, lr {setting.learning_rate}, warm-up {setting.warmup_steps}, seed {seed}"
-    return run_stored(command, folder, result, what, env={"HF_HUB_OFFLINE": "1"})
+    return run_stored(command, folder, result, what, env={"HF_HUB_OFFLINE": "1"}, in_process=args.in_process)
 
 
 def tuned(args, data, model) -> None:

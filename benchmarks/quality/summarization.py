@@ -102,7 +102,8 @@ def run_script(args, settings: dict, what: str) -> dict:
             "wall_seconds": seconds,
         }
 
-    return run_stored(script_command(args, settings), Path(settings["output_dir"]), result, what)
+    command = script_command(args, settings)
+    return run_stored(command, Path(settings["output_dir"]), result, what, in_process=args.in_process)
 
 
 def bert2bert_model(source: str | None = None):
