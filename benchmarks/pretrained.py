@@ -483,7 +483,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     settings = read_json(args.converted / "conversion.json")
     if settings:
-        settings["command"] = pasteable(settings.get("command", "the README conversion command"))
+        settings["command"] = pasteable(settings.get("command", "the README conversion command"), minilm())
         header = [f"- Command: `{settings['command']}`"
                   + (f" ({settings['seconds'] / 60:.1f} min in all)" if "seconds" in settings else "")]  # fmt: skip
         runs["conversion"] = {"header": header, "settings": settings}
