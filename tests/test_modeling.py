@@ -133,6 +133,8 @@ def test_query_residual_adds_the_query_or_nothing(tiny_config, query_residual):
     """config.query_residual: the attention output is W_r u_i + q_i (the paper's) or W_r u_i alone."""
     torch.manual_seed(0)
     attention = FastformerLayer(tiny_config(query_residual=query_residual, share_query_value=False)).attention
+    for vector in (attention.query_weight, attention.key_weight):  # torch.empty until a model initializes them
+        torch.nn.init.normal_(vector)
     x = torch.randn(2, 7, HIDDEN)
     query, q, k, v = attention._project(x)
     (w_q, w_k), _ = attention._attention_arguments()
