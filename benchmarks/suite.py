@@ -25,6 +25,7 @@ def parse_args(argv=None):
     parser = arguments(__doc__, threads=2, repeats=3, report="only rewrite the reports from the records in --docs")
     parser.add_argument("--encoder-lengths", type=int, nargs="+", default=[2**k for k in range(9, 17)])
     parser.add_argument("--decoding-lengths", type=int, nargs="+", default=[2**k for k in range(6, 14)])
+    parser.add_argument("--generate-tokens", type=int, default=64, help="as benchmarks.decoding's")
     parser.add_argument("--models", nargs="+", choices=list(encoder.BUILDERS), default=list(encoder.BUILDERS))
     parser.add_argument("--max-seconds", type=float, default=60.0, help="as benchmarks.encoder's")
     parser.add_argument("--max-memory-gb", type=float, default=None, help="as benchmarks.encoder's")
@@ -42,7 +43,8 @@ def encoder_args(args):
 
 def decoding_args(args):
     return decoding.parse_args(flags({
-        "lengths": args.decoding_lengths, "repeats": args.repeats, "threads": args.threads,
+        "lengths": args.decoding_lengths, "generate-tokens": args.generate_tokens, "repeats": args.repeats,
+        "threads": args.threads,
         "csv": args.docs / "decoding.csv", "markdown": args.docs / "DECODING.md", "plot": args.docs / "decoding.png",
     }))  # fmt: skip
 

@@ -56,7 +56,8 @@ def test_skip_reason_names_the_prediction_and_the_limit():
 def test_suite_runs_and_reports_every_target(repo_root, tmp_path):
     command = [
         sys.executable, "-m", "benchmarks.suite",
-        "--encoder-lengths", "64", "128", "--decoding-lengths", "16", "32", "--repeats", "1", "--threads", "1",
+        "--encoder-lengths", "64", "128", "--decoding-lengths", "16", "32", "--generate-tokens", "8", "--repeats", "1",
+        "--threads", "1",
         "--models", "Fastformer", "floor", "BERT", "FNet", "--max-seconds", "1e-9", "--docs", str(tmp_path),
     ]  # fmt: skip
     process = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=repo_root)
