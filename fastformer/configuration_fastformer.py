@@ -138,6 +138,10 @@ class FastformerConfig(PreTrainedConfig):
             encoder's keys and values) or `"additive"` (one context per head pooled from the encoder values,
             c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j, then c * q_t for each decoder token: O(source) once,
             O(1) per generated token, and a cache of one vector per head).
+        tie_encoder_embeddings (`bool`, defaults to True): the encoder-decoder's encoder reads the decoder's word
+            embeddings (one matrix for the encoder, the decoder and the LM head); False gives the encoder its own,
+            as `fastformer.summarization.freeze_encoder` does so that a frozen encoder stays fixed (the decoder and
+            the LM head still share theirs).
         bos_token_id, decoder_start_token_id (`int`, *optional*): special ids for generation.
         eos_token_id (`int` or `list[int]`, *optional*): the id, or ids, that end a generated sequence.
         use_cache (`bool`, defaults to True): return the decoder's generation state (`FastformerCache`).
@@ -167,6 +171,7 @@ class FastformerConfig(PreTrainedConfig):
     attention_implementation: Literal["auto", "plain", "collapsed"] = "auto"
     num_decoder_layers: int | None = _positive_int(None)
     cross_attention_type: Literal["softmax", "additive"] = "softmax"
+    tie_encoder_embeddings: bool = True
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
     decoder_start_token_id: int | None = None

@@ -804,8 +804,9 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
 
     The encoder is `self.fastformer`, named as in `FastformerModel`, so a seq2seq checkpoint's encoder loads
     into `FastformerModel` and `FastformerForSequenceClassification` (and an encoder checkpoint warm-starts
-    this model). Encoder embeddings, decoder embeddings and the LM head share one matrix. `labels` are the
-    target ids (-100 where ignored); `decoder_input_ids` default to them shifted right after
+    this model). Encoder embeddings, decoder embeddings and the LM head share one matrix (the encoder has its own
+    with `config.tie_encoder_embeddings=False`). `labels` are the target ids (-100 where ignored);
+    `decoder_input_ids` default to them shifted right after
     `decoder_start_token_id`. Decoder and cross-attention weights are not returned as `*_attentions`.
     """
 
@@ -813,6 +814,8 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
         "decoder.embeddings.word_embeddings.weight": "fastformer.embeddings.word_embeddings.weight",
         "lm_head.weight": "fastformer.embeddings.word_embeddings.weight",
     }
+    # with `config.tie_encoder_embeddings=False`: the encoder has word embeddings of its own
+    _decoder_tied_weights_keys = {"lm_head.weight": "decoder.embeddings.word_embeddings.weight"}
     _no_split_modules = ["FastformerLayer", "FastformerDecoderLayer"]
     accepts_loss_kwargs = True
 
@@ -821,6 +824,8 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
             config = copy.deepcopy(config)
             config.is_encoder_decoder = True
         super().__init__(config)
+        if not config.tie_encoder_embeddings:
+            self._tied_weights_keys = self._decoder_tied_weights_keys
         self.fastformer = FastformerModel(config, add_pooling_layer=False)
         self.decoder = FastformerDecoder(config, cross_attention=True)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
@@ -906,6 +911,19 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
     def new_cache(self) -> EncoderDecoderCache:
         """An empty generation cache: the decoder's recurrent state, and the cross-attention's keys and values."""
         return EncoderDecoderCache(FastformerCache(self.config), DynamicCache())
+
+    def untie_encoder_embeddings(self):
+        """Gives the encoder word embeddings of its own, a copy of the shared matrix, so that training the decoder
+        and the LM head (which keep sharing theirs) leaves the encoder's as they are;
+        `config.tie_encoder_embeddings` becomes False and is saved with the model."""
+        if not self.config.tie_encoder_embeddings:
+            return
+        shared = self.get_input_embeddings()
+        own = nn.Embedding(shared.num_embeddings, shared.embedding_dim, padding_idx=shared.padding_idx)
+        own.weight = nn.Parameter(shared.weight.detach().clone(), requires_grad=shared.weight.requires_grad)
+        self.set_input_embeddings(own)
+        self.config.tie_encoder_embeddings = False
+        self._tied_weights_keys = self._decoder_tied_weights_keys
 
     def shift_labels_right(self, labels: torch.Tensor) -> torch.Tensor:
         """Decoder inputs for teacher forcing: `decoder_start_token_id`, then the labels without the last one."""

@@ -1,18 +1,62 @@
-"""What summarization with a Fastformer encoder-decoder needs beside the model: ROUGE scored offline, and the
-encoder frozen for a decoder-only fine-tune (scripts/run_summarization.py and benchmarks/quality use both)."""
+"""What summarization with an encoder-decoder needs beside the model: ROUGE scored offline; the encoder frozen for
+a decoder-only fine-tune, and its output then computed once per source (scripts/run_summarization.py and
+benchmarks/quality use these)."""
 
 import numpy as np
+import torch
+from transformers.modeling_outputs import BaseModelOutput
 
 ROUGE_TYPES = ["rouge1", "rouge2", "rougeL", "rougeLsum"]
 
 
 def freeze_encoder(model) -> None:
-    """No gradient for the encoder's parameters, but for those the decoder or the LM head also uses."""
+    """No gradient for any of the encoder's parameters, its word embeddings included: a Fastformer encoder-decoder's
+    encoder first gets embeddings of its own (`untie_encoder_embeddings`), so that training the decoder leaves the
+    encoder as it was. Refuses a model whose encoder still shares a parameter with the decoder or the LM head."""
+    if getattr(model.config, "tie_encoder_embeddings", False):
+        model.untie_encoder_embeddings()
     shared = {id(parameter) for parameter in model.get_decoder().parameters()}
     shared |= {id(parameter) for parameter in model.get_output_embeddings().parameters()}
-    for parameter in model.get_encoder().parameters():
-        if id(parameter) not in shared:
-            parameter.requires_grad_(False)
+    for name, parameter in model.get_encoder().named_parameters():
+        if id(parameter) in shared:
+            raise ValueError(f"The encoder's {name} is also the decoder's: a frozen encoder would still change")
+        parameter.requires_grad_(False)
+
+
+class CachedEncoderStates:
+    """Wraps a data collator: every batch also gets `encoder_outputs`, the frozen encoder's output (eval mode, no
+    gradient), computed once per distinct source and reused in every epoch, at evaluation and in generate(), so a
+    training step costs the decoder only. Only for an encoder that does not change (`freeze_encoder`): the cache
+    holds each source's states on the CPU, (real tokens, hidden size) each."""
+
+    def __init__(self, collator, model):
+        self.collator, self.model = collator, model
+        self.states = {}  # the real tokens' ids (bytes) -> their encoder states
+
+    def __call__(self, features):
+        batch = self.collator(features)
+        ids, mask = batch["input_ids"], batch["attention_mask"].to(torch.bool)
+        keys = [row[real].numpy().tobytes() for row, real in zip(ids, mask)]
+        missing = [index for index, key in enumerate(keys) if key not in self.states]
+        if missing:
+            self._encode(ids[missing], mask[missing], [keys[index] for index in missing])
+        hidden = torch.zeros(*ids.shape, self.states[keys[0]].shape[-1], dtype=self.states[keys[0]].dtype)
+        for row, key in enumerate(keys):
+            hidden[row, mask[row]] = self.states[key]
+        batch["encoder_outputs"] = BaseModelOutput(last_hidden_state=hidden)
+        return batch
+
+    @torch.no_grad()
+    def _encode(self, ids, mask, keys):
+        encoder = self.model.get_encoder()
+        training = encoder.training
+        device = next(encoder.parameters()).device
+        try:
+            states = encoder.eval()(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state.cpu()
+        finally:
+            encoder.train(training)
+        for row, key in enumerate(keys):
+            self.states[key] = states[row, mask[row]]
 
 
 def rouge(predictions: list[str], references: list[str]) -> dict[str, float]:

@@ -25,7 +25,7 @@ from transformers import (
     set_seed,
 )
 
-from fastformer.summarization import freeze_encoder, rouge
+from fastformer.summarization import CachedEncoderStates, freeze_encoder, rouge
 from fastformer.training import (
     REPO,
     SPLIT_FLAGS,
@@ -105,9 +105,18 @@ class SummarizationModelArguments(ModelArguments):
         default=False,
         metadata={
             "help": "Train the decoder only (as the transformers legacy seq2seq examples' --freeze_encoder): the "
-            "encoder stays as loaded, except weights it shares with the decoder (tied word embeddings). For "
-            "an encoder-decoder warm-started from an encoder checkpoint: fine-tuning the encoder through the new, "
-            "random cross-attention collapses its token representations (docs/RESULTS.md)."
+            "encoder stays as loaded, its word embeddings included (a Fastformer's encoder gets its own copy of the "
+            "matrix it shared with the decoder). For an encoder-decoder warm-started from an encoder checkpoint: "
+            "fine-tuning the encoder through the new, random cross-attention collapses its token representations "
+            "(docs/RESULTS.md)."
+        },
+    )
+    cache_encoder_states: bool = field(
+        default=False,
+        metadata={
+            "help": "With --freeze_encoder: compute the encoder's output once per article (eval mode) and reuse it "
+            "in every epoch, at evaluation and in generation, so a step costs the decoder only "
+            "(fastformer.summarization.CachedEncoderStates)."
         },
     )
 
@@ -175,6 +184,8 @@ def main():
     model.generation_config.update(**{name: value for name, value in decoding.items() if value is not None})
     if model_args.freeze_encoder:
         freeze_encoder(model)
+    elif model_args.cache_encoder_states:
+        fail("--cache_encoder_states needs --freeze_encoder: the states of an encoder in training go stale")
     callbacks = []
     if data_args.early_stopping_patience is not None:
         if not training_args.load_best_model_at_end:
@@ -203,15 +214,17 @@ def main():
         lengths = [np.count_nonzero(row != tokenizer.pad_token_id) for row in predictions]
         return {**rouge(decoded, references), "gen_len": float(np.mean(lengths))}
 
+    pad = label_pad_token_id(tokenizer, data_args)
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=pad)
+    if model_args.cache_encoder_states:
+        collator = CachedEncoderStates(collator, model)
     trainer = SummarizationTrainer(
         model=model,
         args=training_args,
         train_dataset=prepared.get("train"),
         eval_dataset=prepared.get("validation"),
         processing_class=tokenizer,
-        data_collator=DataCollatorForSeq2Seq(
-            tokenizer, model=model, label_pad_token_id=label_pad_token_id(tokenizer, data_args)
-        ),
+        data_collator=collator,
         compute_metrics=compute_metrics if training_args.predict_with_generate else None,
         callbacks=callbacks,
     )

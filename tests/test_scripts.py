@@ -160,6 +160,22 @@ def test_summarization_from_scratch(tmp_path, headlines, model_type):
 
 
 @pytest.mark.slow
+def test_summarization_with_a_frozen_encoder_reuses_its_cached_states(tmp_path, headlines):
+    summarize(tmp_path / "scratch", headlines)
+    summarize(tmp_path / "frozen", headlines, "--model_name_or_path", tmp_path / "scratch", "--freeze_encoder",
+              "--cache_encoder_states", "--num_train_epochs", 2)  # fmt: skip
+    assert_hub_ready(tmp_path / "frozen", "summarization", ROUGE)
+    scratch, frozen = (load_file(tmp_path / name / "model.safetensors") for name in ("scratch", "frozen"))
+    encoder = [name for name in scratch if name.startswith("fastformer.")]
+    assert encoder and all(torch.equal(frozen[name], scratch[name]) for name in encoder)
+    decoder = "decoder.embeddings.word_embeddings.weight"  # the LM head's too: tied weights are stored once
+    assert not torch.equal(frozen[decoder], scratch["fastformer.embeddings.word_embeddings.weight"])
+    process = run(run_summarization, "--output_dir", tmp_path / "refused", "--train_file", headlines[0],
+                  "--cache_encoder_states", *COMMON, check=False)  # fmt: skip
+    assert process.returncode == 1 and "--cache_encoder_states needs --freeze_encoder" in process.stderr
+
+
+@pytest.mark.slow
 def test_summarization_from_a_checkpoint_keeps_its_pipeline(tmp_path, headlines):
     summarize(tmp_path / "scratch", headlines)
     summarize(tmp_path / "tuned", headlines, "--model_name_or_path", tmp_path / "scratch")

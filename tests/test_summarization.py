@@ -1,0 +1,113 @@
+"""fastformer/summarization.py: a frozen encoder stays fixed (its word embeddings too), and its output, computed
+once per source by CachedEncoderStates, gives the training loss and the generated tokens of the end-to-end model."""
+
+import datasets
+import pytest
+import torch
+from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+from fastformer import FastformerForConditionalGeneration
+from fastformer.summarization import CachedEncoderStates, freeze_encoder
+
+VOCAB, PAD, START, EOS = 61, 0, 1, 2
+
+
+@pytest.fixture(scope="module")
+def tiny_config(tiny_config):
+    return lambda **overrides: tiny_config(**{**dict(vocab_size=VOCAB, pad_token_id=PAD, bos_token_id=START,
+                                                     decoder_start_token_id=START, eos_token_id=EOS,
+                                                     hidden_dropout_prob=0.1), **overrides})  # fmt: skip
+
+
+class Tokenizer:
+    """What DataCollatorForSeq2Seq reads of a tokenizer: the padding of token ids and labels."""
+
+    pad_token_id, padding_side = PAD, "right"
+
+    def pad(self, features, return_tensors="pt", **kwargs):
+        length = max(len(feature["input_ids"]) for feature in features)
+        ids = [feature["input_ids"] + [PAD] * (length - len(feature["input_ids"])) for feature in features]
+        mask = [[1] * len(feature["input_ids"]) + [0] * (length - len(feature["input_ids"])) for feature in features]
+        return {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(mask)}
+
+
+def articles(count=6, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(4, 12, (count,), generator=generator).tolist()
+    return [{"input_ids": torch.randint(3, VOCAB, (n,), generator=generator).tolist(),
+             "labels": torch.randint(3, VOCAB, (4,), generator=generator).tolist() + [EOS]}
+            for n in lengths]  # fmt: skip
+
+
+def collators(model):
+    plain = DataCollatorForSeq2Seq(Tokenizer(), model=model, label_pad_token_id=-100)
+    return plain, CachedEncoderStates(plain, model)
+
+
+def test_cached_states_give_the_loss_of_the_end_to_end_forward_with_an_eval_mode_encoder(build):
+    model = build(FastformerForConditionalGeneration, share_layers=False)
+    freeze_encoder(model)
+    plain, cached = collators(model)
+    batch = articles()  # lengths differ: padding in every batch
+    with torch.no_grad():
+        end_to_end = model(**plain(batch)).loss
+        model.decoder.train()  # a training step's decoder; the cache computes the encoder in eval mode
+        torch.manual_seed(3)
+        with_cache = model(**cached(batch)).loss
+        model.get_encoder().eval()
+        torch.manual_seed(3)
+        decoder_only_dropout = model(**plain(batch)).loss
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(**cached(batch)).loss, end_to_end, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(with_cache, decoder_only_dropout, rtol=1e-6, atol=1e-6)
+    assert len(cached.states) == len(batch)  # one entry per source, real tokens only
+    assert [tuple(state.shape) for state in cached.states.values()] == [(len(a["input_ids"]), 32) for a in batch]
+
+
+def test_freezing_unties_the_embeddings_and_training_leaves_every_encoder_parameter_as_it_was(build, tmp_path):
+    model = build(FastformerForConditionalGeneration).train()
+    assert model.get_input_embeddings().weight is model.lm_head.weight  # one matrix, before freezing
+    freeze_encoder(model)
+    assert model.config.tie_encoder_embeddings is False
+    assert model.get_input_embeddings().weight is not model.lm_head.weight
+    assert model.decoder.embeddings.word_embeddings.weight is model.lm_head.weight  # the decoder's stay tied
+    encoder = {name: p.clone() for name, p in model.get_encoder().named_parameters()}
+    head = model.lm_head.weight.clone()
+    _, cached = collators(model)
+    train = datasets.Dataset.from_list(articles(8))
+    args = Seq2SeqTrainingArguments(
+        tmp_path / "run", use_cpu=True, per_device_train_batch_size=4, num_train_epochs=3, learning_rate=1e-2,
+        save_strategy="no", report_to="none", disable_tqdm=True, remove_unused_columns=False,
+    )  # fmt: skip
+    Seq2SeqTrainer(model=model, args=args, train_dataset=train, data_collator=cached).train()
+    for name, parameter in model.get_encoder().named_parameters():
+        assert torch.equal(parameter, encoder[name]), name
+    assert not torch.equal(model.lm_head.weight, head)
+    assert len(cached.states) == 8  # each source encoded once in 3 epochs
+    model.save_pretrained(tmp_path / "saved")  # reloaded, the encoder keeps its matrix and the decoder its own
+    reloaded = FastformerForConditionalGeneration.from_pretrained(tmp_path / "saved")
+    assert torch.equal(reloaded.get_input_embeddings().weight, encoder["embeddings.word_embeddings.weight"])
+    assert torch.equal(reloaded.lm_head.weight, model.lm_head.weight)
+    assert reloaded.decoder.embeddings.word_embeddings.weight is reloaded.lm_head.weight
+
+
+def test_generation_from_cached_states_gives_the_end_to_end_tokens(build):
+    model = build(FastformerForConditionalGeneration, initializer_range=0.2)
+    freeze_encoder(model)
+    _, cached = collators(model)
+    batch = articles(seed=1)
+    with torch.no_grad():
+        inputs = {key: value for key, value in cached(batch).items() if key not in ("labels", "decoder_input_ids")}
+        expected = model.generate(**{key: inputs[key] for key in ("input_ids", "attention_mask")}, max_new_tokens=8)
+        assert torch.equal(model.generate(**inputs, max_new_tokens=8, num_beams=1), expected)
+        beams = model.generate(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], num_beams=3,
+                               max_new_tokens=8)  # fmt: skip
+        assert torch.equal(model.generate(**inputs, max_new_tokens=8, num_beams=3), beams)
+
+
+def test_freezing_refuses_an_encoder_that_shares_with_the_decoder(build):
+    model = build(FastformerForConditionalGeneration)
+    model.decoder.layers[0].feed_forward = model.fastformer.layers[0].feed_forward  # shared by hand
+    with pytest.raises(ValueError, match="is also the decoder's: a frozen encoder would still change"):
+        freeze_encoder(model)
