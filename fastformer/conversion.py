@@ -50,6 +50,9 @@ SHARED_CONFIG_FIELDS = (
     "hidden_dropout_prob", "layer_norm_eps", "initializer_range", "pad_token_id",
 )
 TASKS = ("encoder", "seq2seq")
+# how an encoder-decoder's cross-attention starts: the usual random initialization, or the projections of the
+# same layer's pretrained self-attention (Rothe et al., arXiv:1907.12461: fewer random weights)
+CROSS_ATTENTION_INITS = ("random", "self_attention")
 # sentence-transformers' pooling modes (6.x names; before 6.0 the flags pooling_mode_<name>) -> the Fastformer
 # pooler that computes the same vector
 SENTENCE_TRANSFORMERS_POOLING = {"mean": "mean", "mean_tokens": "mean", "cls": "cls", "cls_token": "cls"}
@@ -244,6 +247,18 @@ def copy_bert_weights(bert: BertModel, embeddings, layers) -> None:
         _copy_sublayer_output(bert_layer.output, layer.feed_forward.output)
 
 
+@torch.no_grad()
+def copy_bert_cross_attention(bert: BertModel, decoder_layers) -> None:
+    """Each decoder layer's cross-attention from the same BERT layer's softmax self-attention: its query, key and
+    value projections (an additive cross-attention has no key: its w_c stays as it is) and its output sub-layer."""
+    for bert_layer, layer in zip(bert.encoder.layer, decoder_layers, strict=True):
+        for name in ("query", "key", "value"):
+            if hasattr(layer.cross_attention, name):
+                source = getattr(bert_layer.attention.self, name)
+                getattr(layer.cross_attention, name).load_state_dict(source.state_dict())
+        _copy_sublayer_output(bert_layer.attention.output, layer.cross_attention_output)
+
+
 def _copy_sublayer_output(bert_output, output) -> None:
     output.dense.load_state_dict(bert_output.dense.state_dict())
     output.layer_norm.load_state_dict(bert_output.LayerNorm.state_dict())
@@ -255,13 +270,17 @@ def convert_bert(
     pooler_type: str = "cls",
     max_position_embeddings: int | None = None,
     task: str = "encoder",
+    cross_attention_init: str = "random",
     **config_overrides,
 ) -> FastformerModel | FastformerForConditionalGeneration:
     """A `FastformerModel` (`task="encoder"`) or `FastformerForConditionalGeneration` (`task="seq2seq"`) holding
     `bert`'s weights. In the encoder-decoder, as BERT2BERT (Rothe et al., arXiv:1907.12461), both the encoder and
     the decoder start from `bert` (the decoder's causal attention and feed-forward from BERT's layers, its
     embeddings and the LM head tied to BERT's word embeddings); the cross-attention starts from the usual random
-    initialization."""
+    initialization, or with `cross_attention_init="self_attention"` from the same layers' self-attention
+    (`copy_bert_cross_attention`)."""
+    if cross_attention_init not in CROSS_ATTENTION_INITS:
+        raise ValueError(f"cross_attention_init must be one of {CROSS_ATTENTION_INITS}, got {cross_attention_init!r}")
     config = fastformer_config(
         bert.config, pooler_type=pooler_type, max_position_embeddings=max_position_embeddings, task=task,
         **config_overrides,
@@ -273,6 +292,8 @@ def convert_bert(
         model = FastformerForConditionalGeneration(config)
         copy_bert_weights(bert, model.fastformer.embeddings, model.fastformer.layers)
         copy_bert_weights(bert, model.decoder.embeddings, model.decoder.layers)
+        if cross_attention_init == "self_attention":
+            copy_bert_cross_attention(bert, model.decoder.layers)
     return model.to(bert.dtype).eval()
 
 
@@ -286,10 +307,12 @@ def copy_encoder_layers(encoder: FastformerModel, decoder_layers) -> None:
 
 
 __all__ = [
+    "CROSS_ATTENTION_INITS",
     "SUPPORTED_MODEL_TYPES",
     "TASKS",
     "BertSource",
     "convert_bert",
+    "copy_bert_cross_attention",
     "copy_bert_weights",
     "copy_encoder_layers",
     "extend_positions",

@@ -31,6 +31,7 @@ from transformers import AutoTokenizer, DataCollatorWithPadding, SchedulerType, 
 from transformers.trainer_utils import get_last_checkpoint
 
 from fastformer.conversion import (
+    CROSS_ATTENTION_INITS,
     TASKS,
     convert_bert,
     copy_encoder_layers,
@@ -55,6 +56,11 @@ class ConversionArguments:
         metadata={"help": "encoder: a FastformerModel; seq2seq: an encoder-decoder warm-started from the source.",
                   "choices": list(TASKS)},
     )
+    cross_attention_init: str = field(
+        default="random",
+        metadata={"help": "With --task seq2seq: random, or self_attention (each decoder layer's cross-attention "
+                  "from the same source layer's self-attention projections).", "choices": list(CROSS_ATTENTION_INITS)},
+    )  # fmt: skip
     max_position_embeddings: int | None = field(
         default=None, metadata={"help": "Positions of the converted model (default: the source's); more repeat them."}
     )
@@ -246,6 +252,7 @@ def main(args: list[str] | None = None):
             pooler_type=source.pooler_type,
             max_position_embeddings=conversion_args.max_position_embeddings,
             task=conversion_args.task,
+            cross_attention_init=conversion_args.cross_attention_init,
             **special_ids,
         )
     except ValueError as error:
@@ -262,9 +269,9 @@ def main(args: list[str] | None = None):
             )
         run = dict(
             source=conversion_args.model_name_or_path, revision=conversion_args.model_revision,
-            task=conversion_args.task, max_position_embeddings=model.config.max_position_embeddings,
-            distill_file=str(distill_args.distill_file), text_column=distill_args.text_column,
-            max_seq_length=distill_args.max_seq_length, seed=training_args.seed,
+            task=conversion_args.task, cross_attention_init=conversion_args.cross_attention_init,
+            max_position_embeddings=model.config.max_position_embeddings, distill_file=str(distill_args.distill_file),
+            text_column=distill_args.text_column, max_seq_length=distill_args.max_seq_length, seed=training_args.seed,
         )
         if training_args.should_save:
             prepare_output_dir(output_dir, conversion_args.overwrite_output_dir, run)
@@ -287,6 +294,7 @@ def main(args: list[str] | None = None):
             "seconds": round(time.perf_counter() - started, 1),
             "source": conversion_args.model_name_or_path,
             "task": conversion_args.task,
+            "cross_attention_init": conversion_args.cross_attention_init,
             "max_position_embeddings": model.config.max_position_embeddings,
             "source_max_position_embeddings": source.model.config.max_position_embeddings,
             "distill_file": distill_args.distill_file,

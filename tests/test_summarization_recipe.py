@@ -21,7 +21,7 @@ from benchmarks.quality.report import copied_key, mean_words
 from fastformer.conversion import convert_bert
 from fastformer.summarization import freeze_encoder, rouge
 from fastformer.training import parse_args
-from scripts import run_summarization
+from scripts import convert_bert_to_fastformer, run_summarization
 
 RECIPE = Path("configs/summarization/news_headlines.json")
 PATH_KEYS = ("model_name_or_path", "output_dir", "train_file", "validation_file", "test_file")
@@ -89,6 +89,31 @@ def test_argument_file_with_an_unknown_key_or_no_file_is_refused(tmp_path):
     for path, message in [(tmp_path / "bad.json", "learning_rat"), (tmp_path / "none.json", "no such file")]:
         with pytest.raises(SystemExit, match=message):
             parse_args(run_summarization.ARGUMENTS, [str(path)])
+
+
+@pytest.mark.parametrize("cross_attention_type", ["softmax", "additive"])
+def test_cross_attention_can_start_from_the_same_layers_self_attention(bert, cross_attention_type):
+    """convert_bert(cross_attention_init="self_attention"): each decoder layer's cross-attention projections and
+    output sub-layer are the source layer's self-attention ones (an additive one has no key; its w_c is as
+    initialized); by default the cross-attention is random."""
+    model = convert_bert(bert, task="seq2seq", cross_attention_init="self_attention",
+                         cross_attention_type=cross_attention_type)  # fmt: skip
+    default = convert_bert(bert, task="seq2seq", cross_attention_type=cross_attention_type)
+    for bert_layer, layer, random_layer in zip(bert.encoder.layer, model.decoder.layers, default.decoder.layers,
+                                               strict=True):  # fmt: skip
+        source, cross = bert_layer.attention.self, layer.cross_attention
+        for name in ("query", "key", "value"):
+            if cross_attention_type == "softmax" or name != "key":
+                assert torch.equal(getattr(cross, name).weight, getattr(source, name).weight), name
+                assert torch.equal(getattr(cross, name).bias, getattr(source, name).bias), name
+                assert not torch.equal(getattr(random_layer.cross_attention, name).weight, getattr(source, name).weight)
+        assert torch.equal(layer.cross_attention_output.dense.weight, bert_layer.attention.output.dense.weight)
+        assert torch.equal(layer.cross_attention_output.layer_norm.weight, bert_layer.attention.output.LayerNorm.weight)
+    with pytest.raises(ValueError, match=r"cross_attention_init must be one of \('random', 'self_attention'\)"):
+        convert_bert(bert, task="seq2seq", cross_attention_init="copy")
+    flags = ["--model_name_or_path", "source", "--output_dir", "out", "--cross_attention_init", "self_attention"]
+    parsed, _, _ = parse_args(convert_bert_to_fastformer.ARGUMENTS, flags)  # the script's flag
+    assert parsed.cross_attention_init == "self_attention"
 
 
 def test_seq2seq_conversion_decoder_weights_equal_the_source(bert):
