@@ -1,6 +1,9 @@
 """What summarization with an encoder-decoder needs beside the model: ROUGE scored offline; the encoder frozen for
 a decoder-only fine-tune, and its output then computed once per source (scripts/run_summarization.py and
-benchmarks/quality use these)."""
+benchmarks/quality use these); pseudo-summaries of unlabeled text for pretraining the decoder
+(scripts/make_pseudo_summaries.py)."""
+
+import re
 
 import numpy as np
 import torch
@@ -57,6 +60,58 @@ class CachedEncoderStates:
             encoder.train(training)
         for row, key in enumerate(keys):
             self.states[key] = states[row, mask[row]]
+
+
+PSEUDO_SUMMARY_MODES = ("lead", "salient")
+SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]*[A-Z0-9])")
+
+
+def text_key(text: str) -> str:
+    """What identifies a text across copies (one cut shorter, other white space): its first 200 characters of words."""
+    return " ".join(text.split())[:200].lower()
+
+
+def pseudo_summary(text: str, mode: str = "lead", lead_words: int = 16) -> dict | None:
+    """A PEGASUS gap-sentence pair (arXiv:1912.08777) from unlabeled `text`: {"document": the text without the gap,
+    "summary": the gap}. "lead": the first sentence; "salient": the sentence of highest ROUGE-1 F1 against the rest
+    (PEGASUS' Ind-Orig). A text without sentence ends (e.g. lowercased, unpunctuated) gives its first `lead_words`
+    words in either mode. None when one side would be empty."""
+    if mode not in PSEUDO_SUMMARY_MODES:
+        raise ValueError(f"mode must be one of {PSEUDO_SUMMARY_MODES}, got {mode!r}")
+    sentences = [sentence for sentence in SENTENCE_END.split(" ".join(text.split())) if sentence]
+    if len(sentences) < 2:
+        words = text.split()
+        sentences = [" ".join(words[:lead_words]), " ".join(words[lead_words:])]
+        gap = 0
+    elif mode == "lead":
+        gap = 0
+    else:
+        from rouge_score import rouge_scorer  # noqa: PLC0415  (the [train] extra)
+
+        scorer = rouge_scorer.RougeScorer(["rouge1"], use_stemmer=True)
+        rest = [" ".join(sentences[:index] + sentences[index + 1 :]) for index in range(len(sentences))]
+        scores = [scorer.score(other, sentence)["rouge1"].fmeasure for sentence, other in zip(sentences, rest)]
+        gap = int(np.argmax(scores))
+    document = " ".join(sentences[:gap] + sentences[gap + 1 :])
+    if not document or not sentences[gap]:
+        return None
+    return {"document": document, "summary": sentences[gap]}
+
+
+def pseudo_summary_pairs(texts, held_out, mode: str = "lead", lead_words: int = 16) -> list[dict]:
+    """`pseudo_summary` of each of `texts` that is not among `held_out` (texts never to train on: a summarization
+    data set's validation and test documents) and not a copy of an earlier one (`text_key`), in order."""
+    seen = {text_key(text) for text in held_out}
+    pairs = []
+    for text in texts:
+        key = text_key(text)
+        if key in seen:
+            continue
+        seen.add(key)
+        pair = pseudo_summary(text, mode, lead_words)
+        if pair is not None:
+            pairs.append(pair)
+    return pairs
 
 
 def rouge(predictions: list[str], references: list[str]) -> dict[str, float]:
