@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from benchmarks import encoder, harness, pretrained
+from benchmarks.quality import training_step
 
 
 def test_a_script_runs_in_process_as_the_interpreter_runs_it(tmp_path):
@@ -31,6 +32,17 @@ def test_recorded_commands_name_the_bundled_minilm_as_the_readme_does(repo_root)
     assert folder not in recorded
     assert f"--model_name_or_path {harness.MINILM_IN_COMMANDS}" in (repo_root / "README.md").read_text()
     assert recorded.endswith(harness.MINILM_IN_COMMANDS)
+
+
+def test_training_step_benchmark_times_both_ways_at_toy_size(tmp_path):
+    size = "hidden_size=32,num_hidden_layers=2,num_attention_heads=4,intermediate_size=37,vocab_size=1100"
+    training_step.main(["--sources", "8", "16", "--batch-size", "2", "--repeats", "1", "--size", size,
+                        "--docs", str(tmp_path)])  # fmt: skip
+    record = json.loads((tmp_path / "training_step.json").read_text())
+    assert set(record["seconds"]) == {"8", "16"}
+    assert all(seconds[mode] > 0 for seconds in record["seconds"].values() for mode in training_step.MODES)
+    report = (tmp_path / "TRAINING_STEP.md").read_text()
+    assert "| 16 |" in report and harness.MARKER in report and "python" in report
 
 
 def test_predict_extrapolates_the_measured_growth():
