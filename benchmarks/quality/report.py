@@ -197,7 +197,7 @@ def summarization_section(results: dict, data: Path) -> list[str]:
         "",
         *textwrap.wrap(
             f"Data: the bundled news_headlines split, {len(test):,} test articles ({len(train):,} training, "
-            f"{len(validation):,} validation; cut to 1,024 tokens). Every trained row follows the recipe "
+            f"{len(validation):,} validation; cut to 2,048 tokens). Every trained row follows the recipe "
             f"`configs/summarization/news_headlines.json` with its own model: {recipe['num_train_epochs']} epochs of "
             f"batch {recipe['per_device_train_batch_size']}, AdamW, linear decay after 10% warm-up, target 32 tokens, "
             "bf16 autocast on the CPU, validation ROUGE-1 after every epoch and the best epoch kept; the rows from "
