@@ -39,10 +39,13 @@ def test_training_step_benchmark_times_both_ways_at_toy_size(tmp_path):
     training_step.main(["--sources", "8", "16", "--batch-size", "2", "--repeats", "1", "--size", size,
                         "--docs", str(tmp_path)])  # fmt: skip
     record = json.loads((tmp_path / "training_step.json").read_text())
-    assert set(record["seconds"]) == {"8", "16"}
-    assert all(seconds[mode] > 0 for seconds in record["seconds"].values() for mode in training_step.MODES)
+    assert {name: set(lengths) for name, lengths in record["seconds"].items()} == {
+        "Fastformer": {"8", "16"}, "BERT2BERT": {"8", "16"}
+    }  # fmt: skip
+    assert all(seconds[mode] > 0 for lengths in record["seconds"].values() for seconds in lengths.values()
+               for mode in training_step.MODES)  # fmt: skip
     report = (tmp_path / "TRAINING_STEP.md").read_text()
-    assert "| 16 |" in report and harness.MARKER in report and "python" in report
+    assert "| BERT2BERT | 16 |" in report and harness.MARKER in report and "python" in report
 
 
 def test_predict_extrapolates_the_measured_growth():

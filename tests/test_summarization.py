@@ -7,7 +7,14 @@ import json
 import datasets
 import pytest
 import torch
-from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer, Seq2SeqTrainingArguments
+from transformers import (
+    BertConfig,
+    DataCollatorForSeq2Seq,
+    EncoderDecoderConfig,
+    EncoderDecoderModel,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+)
 
 from benchmarks.harness import run_in_process
 from fastformer import FastformerForConditionalGeneration
@@ -68,6 +75,23 @@ def test_cached_states_give_the_loss_of_the_end_to_end_forward_with_an_eval_mode
     torch.testing.assert_close(with_cache, decoder_only_dropout, rtol=1e-6, atol=1e-6)
     assert len(cached.states) == len(batch)  # one entry per source, real tokens only
     assert [tuple(state.shape) for state in cached.states.values()] == [(len(a["input_ids"]), 32) for a in batch]
+
+
+def test_cached_states_serve_bert2bert_alike():
+    """The same collator and freezing for transformers' EncoderDecoderModel (the BERT2BERT rows)."""
+    bert = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+    config = EncoderDecoderConfig.from_encoder_decoder_configs(
+        BertConfig(**bert), BertConfig(**bert, is_decoder=True, add_cross_attention=True)
+    )
+    config.update(dict(pad_token_id=PAD, decoder_start_token_id=START, eos_token_id=EOS))
+    torch.manual_seed(0)
+    model = EncoderDecoderModel(config).eval()
+    freeze_encoder(model)
+    assert not any(parameter.requires_grad for parameter in model.encoder.parameters())
+    plain, cached = collators(model)
+    batch = articles()
+    with torch.no_grad():
+        torch.testing.assert_close(model(**cached(batch)).loss, model(**plain(batch)).loss, rtol=1e-6, atol=1e-6)
 
 
 def test_freezing_unties_the_embeddings_and_training_leaves_every_encoder_parameter_as_it_was(build, tmp_path):

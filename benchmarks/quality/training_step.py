@@ -1,8 +1,9 @@
 """What one summarization training step costs with the encoder frozen: end to end (the encoder runs in every step)
 against `CachedEncoderStates` (its output computed once per article, then only the decoder runs), by source
-length, beside the encoder pass alone. A MiniLM-size Fastformer encoder-decoder (hidden 384, 6 + 6 layers, 12
-heads, feed-forward 1536, vocabulary 30,522), random weights, fp32, AdamW over the trainable parameters; seconds
-per step (forward, backward, optimizer step), median over --repeats after a warm-up step.
+length, beside the encoder pass alone. MiniLM-size models (hidden 384, 6 + 6 layers, 12 heads, feed-forward 1536,
+vocabulary 30,522): the Fastformer encoder-decoder and BERT2BERT (transformers' EncoderDecoderModel of two BERTs,
+SDPA attention, 512 positions: its rows stop there), random weights, fp32, AdamW over the trainable parameters;
+seconds per step (forward, backward, optimizer step), median over --repeats after a warm-up step.
 
     python -m benchmarks.quality.training_step                 # sources 64 512 1024 2048, batch 16
     python -m benchmarks.quality.training_step --report        # docs/TRAINING_STEP.md from docs/training_step.json
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import BertConfig, EncoderDecoderConfig, EncoderDecoderModel
 
 from benchmarks.harness import DOCS, arguments, random_ids, read_json, run_lines, table, write_doc, write_json
 from fastformer import FastformerConfig, FastformerForConditionalGeneration
@@ -33,16 +35,28 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def build(args) -> FastformerForConditionalGeneration:
+BERT_POSITIONS = 512
+
+
+def build(args) -> dict[str, torch.nn.Module]:
+    """Both models, the encoder frozen as the recipe's --freeze_encoder, in training mode."""
     size = {key: int(value) for key, value in (item.split("=") for item in args.size.split(","))}
-    config = FastformerConfig(
+    special = dict(pad_token_id=0, decoder_start_token_id=101, eos_token_id=102)
+    fastformer = FastformerConfig(
         **size, share_layers=False, query_residual=False, max_position_embeddings=max(args.sources),
-        cross_attention_type=args.cross_attention, pad_token_id=0, decoder_start_token_id=101, eos_token_id=102,
+        cross_attention_type=args.cross_attention, **special,
     )  # fmt: skip
+    bert = dict(**size, max_position_embeddings=BERT_POSITIONS, attn_implementation="sdpa")
+    bert2bert = EncoderDecoderConfig.from_encoder_decoder_configs(
+        BertConfig(**bert), BertConfig(**bert, is_decoder=True, add_cross_attention=True)
+    )
+    bert2bert.update(special)
     torch.manual_seed(0)
-    model = FastformerForConditionalGeneration(config)
-    freeze_encoder(model)  # as the recipe's --freeze_encoder
-    return model.train()
+    models = {"Fastformer": FastformerForConditionalGeneration(fastformer), "BERT2BERT": EncoderDecoderModel(bert2bert)}
+    for model in models.values():
+        freeze_encoder(model)
+        model.train()
+    return models
 
 
 def median_seconds(call, repeats: int) -> float:
@@ -56,7 +70,7 @@ def median_seconds(call, repeats: int) -> float:
 
 
 def measure(model, args, source_length: int) -> dict[str, float]:
-    vocab = model.config.vocab_size
+    vocab = model.get_input_embeddings().num_embeddings
     inputs = {"input_ids": random_ids(args.batch_size * source_length, vocab).view(args.batch_size, -1),
               "attention_mask": torch.ones(args.batch_size, source_length, dtype=torch.long),
               "labels": random_ids(args.batch_size * args.target_length, vocab).view(args.batch_size, -1)}  # fmt: skip
@@ -80,18 +94,21 @@ def measure(model, args, source_length: int) -> dict[str, float]:
 
 def report(record) -> list[str]:
     settings = record["settings"]
-    rows = [[length, *(f"{seconds[mode]:.3f}" for mode in MODES), f"{seconds['end_to_end'] / seconds['cached']:.2f}"]
-            for length, seconds in record["seconds"].items()]  # fmt: skip
+    rows = [[name, length, *(f"{seconds[mode]:.3f}" for mode in MODES),
+             f"{seconds['end_to_end'] / seconds['cached']:.2f}"]
+            for name, lengths in record["seconds"].items() for length, seconds in lengths.items()]  # fmt: skip
     return [
         "# A summarization training step with the encoder frozen: end to end or from cached encoder states",
         "",
         *record["header"],
-        f"- Model: a Fastformer encoder-decoder ({settings['size']}, no layer sharing, {settings['cross_attention']} "
-        f"cross-attention), random weights, fp32; batch {settings['batch_size']}, {settings['target_length']}-token "
-        f"targets; AdamW over the trainable parameters. Seconds per step (forward, backward, optimizer step), median "
-        f"of {settings['repeats']} after a warm-up.",
+        f"- Models ({settings['size']}): a Fastformer encoder-decoder (no layer sharing, "
+        f"{settings['cross_attention']} cross-attention) and BERT2BERT (EncoderDecoderModel of two BERTs, SDPA, "
+        f"{BERT_POSITIONS} positions), random weights, fp32; batch {settings['batch_size']}, "
+        f"{settings['target_length']}-token targets; the encoder frozen (freeze_encoder); AdamW over the trainable "
+        f"parameters. Seconds per step (forward, backward, optimizer step), median of {settings['repeats']} after a "
+        "warm-up.",
         "",
-        *table(["source tokens", *(f"{name}, s" for name in MODES.values()), "end to end / cached"], rows),
+        *table(["model", "source tokens", *(f"{name}, s" for name in MODES.values()), "end to end / cached"], rows),
     ]
 
 
@@ -100,8 +117,10 @@ def main(argv=None):
     if not args.report:
         torch.set_num_threads(args.threads)
         start = time.perf_counter()
-        model = build(args)
-        seconds = {str(length): measure(model, args, length) for length in args.sources}
+        models = build(args)
+        seconds = {name: {str(length): measure(model, args, length) for length in args.sources
+                          if name == "Fastformer" or length <= BERT_POSITIONS}
+                   for name, model in models.items()}  # fmt: skip
         settings = {name: getattr(args, name) for name in ("size", "batch_size", "target_length", "cross_attention",
                                                            "repeats")}  # fmt: skip
         write_json(args.docs / "training_step.json", {"header": run_lines(args.threads, time.perf_counter() - start),
