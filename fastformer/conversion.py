@@ -281,6 +281,8 @@ def convert_bert(
     (`copy_bert_cross_attention`)."""
     if cross_attention_init not in CROSS_ATTENTION_INITS:
         raise ValueError(f"cross_attention_init must be one of {CROSS_ATTENTION_INITS}, got {cross_attention_init!r}")
+    if task == "encoder" and cross_attention_init != "random":
+        raise ValueError(f'cross_attention_init={cross_attention_init!r} is for task="seq2seq": an encoder has none')
     config = fastformer_config(
         bert.config, pooler_type=pooler_type, max_position_embeddings=max_position_embeddings, task=task,
         **config_overrides,

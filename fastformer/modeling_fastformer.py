@@ -244,14 +244,27 @@ class FastformerLayer(GradientCheckpointingLayer):
         self.attention_output = FastformerSublayerOutput(config, config.hidden_size)
         self.feed_forward = FastformerFeedForward(config)
 
+    def folds_plain_linears(self) -> bool:
+        """Whether the maps "collapsed" folds are plain `nn.Linear`s: its folding reads their `weight`, which a
+        wrapped layer (a PEFT adapter, a quantized layer) does not apply alone."""
+        attention = self.attention
+        maps = (attention.query, attention.key, attention.value, attention.transform, self.attention_output.dense)
+        return all(type(linear) is nn.Linear for linear in maps if linear is not None)
+
     def uses_collapsed_attention(self, hidden_states) -> bool:
         implementation = self.config.attention_implementation
         if implementation == "auto":
-            return self.config.interaction == "product" and 2 * hidden_states.shape[1] >= hidden_states.shape[2]
+            return (self.config.interaction == "product" and 2 * hidden_states.shape[1] >= hidden_states.shape[2]
+                    and self.folds_plain_linears())  # fmt: skip
         if implementation == "collapsed" and self.config.interaction != "product":
             raise ValueError(
                 'attention_implementation="collapsed" folds the "product" interaction\'s linear maps and needs '
                 f'interaction="product", got interaction={self.config.interaction!r}; use "auto" or "plain"'
+            )
+        if implementation == "collapsed" and not self.folds_plain_linears():
+            raise ValueError(
+                'attention_implementation="collapsed" folds the attention\'s nn.Linear weights, but some are wrapped '
+                '(e.g. by a PEFT adapter), whose output the folding would skip; use "auto" or "plain"'
             )
         return implementation == "collapsed"
 
@@ -608,10 +621,23 @@ class FastformerCacheLayer(LinearAttentionLayer):
         super().__init__(number_of_states=4)
 
     def update_recurrent_state(self, recurrent_states: torch.Tensor, state_idx: int = 0, **kwargs) -> torch.Tensor:
-        states = super().update_recurrent_state(recurrent_states, state_idx, **kwargs)
+        # the new state is kept as it is, not copied into a buffer (transformers' layers copy, for CUDA graphs):
+        # a state read earlier stays what it was, autograd can go back through several steps, and a new batch
+        # size needs no new buffers
+        if self.device is None:
+            self.device, self.dtype = recurrent_states.device, recurrent_states.dtype
+        self.recurrent_states[state_idx] = recurrent_states
+        self.is_recurrent_states_initialized[state_idx] = True
         # transformers' layers mark a previous state in `update_conv_state`; this layer has no convolution
         self.has_previous_state[state_idx] = True
-        return states
+        return recurrent_states
+
+    def reset(self) -> None:
+        """Empty, as a new layer: the next sequence may have another batch size."""
+        for index in range(self.number_of_states):
+            self.recurrent_states[index] = None
+            self.is_recurrent_states_initialized[index] = False
+            self.has_previous_state[index] = False
 
     def _map_rows(self, rows):
         for index, initialized in self.is_recurrent_states_initialized.items():
@@ -796,6 +822,11 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
     def _supports_default_dynamic_cache(cls) -> bool:
         return False  # the model makes its own FastformerCache on the first forward with use_cache=True
 
+    def checkpoints_layers(self) -> bool:
+        """Whether this forward checkpoints the layers, which then run without the cache (so none is kept); the
+        cheap conditions first: generation, in eval mode or without gradients, never walks the modules."""
+        return self.training and torch.is_grad_enabled() and self.is_activation_checkpointing
+
 
 class FastformerForConditionalGeneration(FastformerGenerativeModel):
     """Fastformer encoder + causal Fastformer decoder with cross-attention, for summarization and other
@@ -867,8 +898,9 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
             )
         elif isinstance(encoder_outputs, (tuple, list)):  # from return_dict=False
             encoder_outputs = BaseModelOutput(*encoder_outputs)
-        if labels is not None:
+        if labels is not None or self.checkpoints_layers():
             use_cache = False
+        if labels is not None:
             shape = None if decoder_input_ids is None else decoder_input_ids.shape
             labels = checked_token_labels(labels, self.config, shape)
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -924,6 +956,15 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
         self.set_input_embeddings(own)
         self.config.tie_encoder_embeddings = False
         self._tied_weights_keys = self._decoder_tied_weights_keys
+        self.all_tied_weights_keys = self.get_expanded_tied_weights_keys(all_submodels=False)
+
+    def resize_token_embeddings(self, *args, **kwargs):
+        if not self.config.tie_encoder_embeddings:
+            raise ValueError(
+                "resize_token_embeddings resizes the encoder's word embeddings, which are not the decoder's here "
+                "(tie_encoder_embeddings=False): resize before freeze_encoder / untie_encoder_embeddings"
+            )
+        return super().resize_token_embeddings(*args, **kwargs)
 
     def shift_labels_right(self, labels: torch.Tensor) -> torch.Tensor:
         """Decoder inputs for teacher forcing: `decoder_start_token_id`, then the labels without the last one."""
@@ -983,8 +1024,9 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         num_items_in_batch: torch.Tensor | int | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
-        if labels is not None:
+        if labels is not None or self.checkpoints_layers():
             use_cache = False
+        if labels is not None:
             labels = checked_token_labels(labels, self.config, None if input_ids is None else input_ids.shape)
         if use_cache and cache is None:
             cache = self.new_cache()

@@ -20,9 +20,13 @@ def freeze_encoder(model) -> None:
         model.untie_encoder_embeddings()
     shared = {id(parameter) for parameter in model.get_decoder().parameters()}
     shared |= {id(parameter) for parameter in model.get_output_embeddings().parameters()}
-    for name, parameter in model.get_encoder().named_parameters():
-        if id(parameter) in shared:
-            raise ValueError(f"The encoder's {name} is also the decoder's: a frozen encoder would still change")
+    encoder = dict(model.get_encoder().named_parameters())
+    also_decoders = [name for name, parameter in encoder.items() if id(parameter) in shared]
+    if also_decoders:  # e.g. BART's and T5's shared word embeddings, which their checkpoints tie again on loading
+        raise ValueError(
+            f"The encoder's {', '.join(also_decoders)} are also the decoder's: a frozen encoder would still change"
+        )
+    for parameter in encoder.values():
         parameter.requires_grad_(False)
 
 
@@ -30,7 +34,9 @@ class CachedEncoderStates:
     """Wraps a data collator: every batch also gets `encoder_outputs`, the frozen encoder's output (eval mode, no
     gradient), computed once per distinct source and reused in every epoch, at evaluation and in generate(), so a
     training step costs the decoder only. Only for an encoder that does not change (`freeze_encoder`): the cache
-    holds each source's states on the CPU, (real tokens, hidden size) each."""
+    holds each source's states on the CPU, (real tokens, hidden size) each. The encoder then runs without dropout
+    in training too (a frozen encoder run in every step would apply its dropout). For a DataLoader in this
+    process (`dataloader_num_workers=0`): a worker process would keep a cache of its own and run the model."""
 
     def __init__(self, collator, model):
         self.collator, self.model = collator, model

@@ -114,9 +114,9 @@ class SummarizationModelArguments(ModelArguments):
     cache_encoder_states: bool = field(
         default=False,
         metadata={
-            "help": "With --freeze_encoder: compute the encoder's output once per article (eval mode) and reuse it "
-            "in every epoch, at evaluation and in generation, so a step costs the decoder only "
-            "(fastformer.summarization.CachedEncoderStates)."
+            "help": "With --freeze_encoder: compute the encoder's output once per article (eval mode: no encoder "
+            "dropout in training either) and reuse it in every epoch, at evaluation and in generation, so a step "
+            "costs the decoder only (fastformer.summarization.CachedEncoderStates)."
         },
     )
 
@@ -183,9 +183,14 @@ def main():
                 "no_repeat_ngram_size": data_args.no_repeat_ngram_size}  # fmt: skip
     model.generation_config.update(**{name: value for name, value in decoding.items() if value is not None})
     if model_args.freeze_encoder:
-        freeze_encoder(model)
+        try:
+            freeze_encoder(model)
+        except ValueError as error:
+            fail(f"--freeze_encoder: {error}")
     elif model_args.cache_encoder_states:
         fail("--cache_encoder_states needs --freeze_encoder: the states of an encoder in training go stale")
+    if model_args.cache_encoder_states and training_args.dataloader_num_workers > 0:
+        fail("--cache_encoder_states runs the encoder in the collator: use it with --dataloader_num_workers 0")
     callbacks = []
     if data_args.early_stopping_patience is not None:
         if not training_args.load_best_model_at_end:

@@ -138,6 +138,46 @@ def test_generate_fills_a_cache_the_user_made_and_reset_empties_it(build, model_
     assert torch.equal(generate(model, inputs, max_new_tokens=10, cache=cache).sequences, expected)
 
 
+def test_a_reset_cache_takes_another_batch_size_and_states_read_earlier_stay_as_they_were(build):
+    model = build(FastformerForCausalLM)
+    cache = model.new_cache()
+    logits(model, tokens(4, 5), cache=cache)
+    earlier = cache.state_tensors()
+    copies = [tensor.clone() for tensor in earlier]
+    logits(model, tokens(4, 1, seed=2), cache=cache)  # one more step
+    assert all(torch.equal(tensor, copy) for tensor, copy in zip(earlier, copies))  # not overwritten in place
+    cache.reset()
+    assert cache.get_seq_length() == 0 and cache.state_tensors() == []
+    one = tokens(1, 5, seed=3)
+    torch.testing.assert_close(logits(model, one, cache=cache), logits(model, one, use_cache=False))
+
+
+def test_backward_through_several_cached_steps(build):
+    """Training through the recurrent state across calls (e.g. truncated backpropagation through time)."""
+    model = build(FastformerForCausalLM).train()
+    cache = model.new_cache()
+    loss = sum(model(tokens(2, 3, seed=step), cache=cache, use_cache=True).logits.sum() for step in range(3))
+    loss.backward()
+    assert all(p.grad is not None for name, p in model.named_parameters() if "layers" in name and "weight" in name)
+
+
+@pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
+def test_checkpointed_training_keeps_no_cache(build, model_class):
+    """Checkpointed layers run without the cache: a forward with use_cache=True returns none instead of one that
+    counted tokens but holds no state."""
+    model = build(model_class).train()
+    model.activation_checkpointing_enable()
+    ids = tokens(2, 5)
+    if model_class is FastformerForConditionalGeneration:
+        output = model(tokens(2, 4, seed=3), decoder_input_ids=ids, use_cache=True)
+    else:
+        output = model(ids, use_cache=True)
+    assert output.cache is None
+    if model_class is FastformerForCausalLM:
+        with torch.no_grad():  # without gradients nothing is checkpointed: generation keeps its cache
+            assert model(ids, use_cache=True).cache is not None
+
+
 @pytest.mark.parametrize("side", ["left", "right"])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_padded_sources_generate_as_single_runs(build, variant, side):

@@ -1,6 +1,7 @@
 """PEFT: LoRA on a Fastformer as on BERT (default targets, Trainer fine-tuning, adapter save and reload)."""
 
 import datasets
+import pytest
 import torch
 from peft import LoraConfig, PeftModel, TaskType, get_peft_model
 from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
@@ -59,3 +60,19 @@ def test_lora_fine_tune_with_trainer_then_reload_the_adapter_on_the_base(build, 
         torch.testing.assert_close(reloaded(input_ids=ids[:4]).logits, expected)
         plain = FastformerForSequenceClassification.from_pretrained(tmp_path / "base").eval()
         assert not torch.allclose(plain(input_ids=ids[:4]).logits, expected)  # the adapter changes the model
+
+
+def test_lora_changes_the_output_on_every_attention_path(build):
+    """The collapsed attention folds the Linear weights (it would skip an adapter): "auto" takes the plain path
+    under PEFT, and an explicit "collapsed" refuses."""
+    base = build(FastformerForSequenceClassification, share_query_value=False)
+    ids = torch.randint(1, 99, (2, 24))  # long enough for "auto" to collapse a plain model (hidden 32)
+    with torch.no_grad():
+        plain = base(input_ids=ids).logits
+        model = get_peft_model(base, LoraConfig(task_type=TaskType.SEQ_CLS, init_lora_weights=False))
+        with model.disable_adapter():
+            torch.testing.assert_close(model(input_ids=ids).logits, plain)
+        assert not torch.allclose(model(input_ids=ids).logits, plain, atol=1e-4)  # the adapter acts
+        base.config.attention_implementation = "collapsed"
+        with pytest.raises(ValueError, match="some are wrapped .e.g. by a PEFT adapter"):
+            model(input_ids=ids)

@@ -8,6 +8,8 @@ import datasets
 import pytest
 import torch
 from transformers import (
+    BartConfig,
+    BartForConditionalGeneration,
     BertConfig,
     DataCollatorForSeq2Seq,
     EncoderDecoderConfig,
@@ -100,6 +102,9 @@ def test_freezing_unties_the_embeddings_and_training_leaves_every_encoder_parame
     freeze_encoder(model)
     assert model.config.tie_encoder_embeddings is False
     assert model.get_input_embeddings().weight is not model.lm_head.weight
+    assert "fastformer.embeddings.word_embeddings.weight" not in model.all_tied_weights_keys.values()
+    with pytest.raises(ValueError, match="resize before freeze_encoder"):
+        model.resize_token_embeddings(VOCAB + 3)  # would resize the encoder's matrix alone
     assert model.decoder.embeddings.word_embeddings.weight is model.lm_head.weight  # the decoder's stay tied
     encoder = {name: p.clone() for name, p in model.get_encoder().named_parameters()}
     head = model.lm_head.weight.clone()
@@ -135,11 +140,17 @@ def test_generation_from_cached_states_gives_the_end_to_end_tokens(build):
         assert torch.equal(model.generate(**inputs, max_new_tokens=8, num_beams=3), beams)
 
 
-def test_freezing_refuses_an_encoder_that_shares_with_the_decoder(build):
+def test_freezing_refuses_an_encoder_that_shares_with_the_decoder_and_freezes_nothing(build):
     model = build(FastformerForConditionalGeneration)
     model.decoder.layers[0].feed_forward = model.fastformer.layers[0].feed_forward  # shared by hand
-    with pytest.raises(ValueError, match="is also the decoder's: a frozen encoder would still change"):
+    with pytest.raises(ValueError, match="are also the decoder's: a frozen encoder would still change"):
         freeze_encoder(model)
+    bart = BartForConditionalGeneration(BartConfig(vocab_size=VOCAB, d_model=16, encoder_layers=1, decoder_layers=1,
+                                                   encoder_attention_heads=2, decoder_attention_heads=2,
+                                                   encoder_ffn_dim=32, decoder_ffn_dim=32))  # fmt: skip
+    with pytest.raises(ValueError, match=r"The encoder's embed_tokens.weight are also the decoder's"):
+        freeze_encoder(bart)  # its shared embeddings: its checkpoints tie them again on loading
+    assert all(parameter.requires_grad for parameter in bart.parameters())  # refused before freezing any
 
 
 def test_pseudo_summaries_are_the_lead_or_the_most_salient_sentence_of_the_rest():

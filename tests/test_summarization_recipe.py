@@ -111,6 +111,8 @@ def test_cross_attention_can_start_from_the_same_layers_self_attention(bert, cro
         assert torch.equal(layer.cross_attention_output.layer_norm.weight, bert_layer.attention.output.LayerNorm.weight)
     with pytest.raises(ValueError, match=r"cross_attention_init must be one of \('random', 'self_attention'\)"):
         convert_bert(bert, task="seq2seq", cross_attention_init="copy")
+    with pytest.raises(ValueError, match='is for task="seq2seq": an encoder has none'):
+        convert_bert(bert, cross_attention_init="self_attention")
     flags = ["--model_name_or_path", "source", "--output_dir", "out", "--cross_attention_init", "self_attention"]
     parsed, _, _ = parse_args(convert_bert_to_fastformer.ARGUMENTS, flags)  # the script's flag
     assert parsed.cross_attention_init == "self_attention"
