@@ -733,6 +733,15 @@ class FastformerCache(DynamicCache):
         self.seen_tokens, self.positions = 0, None
 
 
+class FastformerEncoderDecoderCache(EncoderDecoderCache):
+    """The encoder-decoder's generation cache: a `FastformerCache` and the cross-attention's `DynamicCache`. Beam
+    search reorders the decoder's state only: it picks beams among those of the same source, whose cross-attention
+    rows are equal copies, so copying every source's keys and values at every step would change nothing."""
+
+    def reorder_cache(self, beam_idx: torch.LongTensor):
+        self.self_attention_cache.reorder_cache(beam_idx)
+
+
 def cache_nbytes(cache: Cache) -> int:
     """Bytes held by a transformers generation cache: a `FastformerCache`'s tensors, any other cache's keys and
     values (or recurrent states), both parts of an `EncoderDecoderCache`."""
@@ -940,9 +949,9 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
             encoder_attentions=encoder_outputs.attentions,
         )
 
-    def new_cache(self) -> EncoderDecoderCache:
+    def new_cache(self) -> FastformerEncoderDecoderCache:
         """An empty generation cache: the decoder's recurrent state, and the cross-attention's keys and values."""
-        return EncoderDecoderCache(FastformerCache(self.config), DynamicCache())
+        return FastformerEncoderDecoderCache(FastformerCache(self.config), DynamicCache())
 
     def untie_encoder_embeddings(self):
         """Gives the encoder word embeddings of its own, a copy of the shared matrix, so that training the decoder
@@ -1063,6 +1072,7 @@ for _cls, _auto_class in AUTO_CLASSES.items():
 
 __all__ = [
     "FastformerCache",
+    "FastformerEncoderDecoderCache",
     "FastformerForCausalLM",
     "FastformerForConditionalGeneration",
     "FastformerForMaskedLM",

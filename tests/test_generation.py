@@ -340,6 +340,20 @@ def test_cache_rows_follow_beam_reordering_and_cannot_be_cropped(build):
         cache.crop(1)
 
 
+def test_beam_reordering_leaves_the_source_side_alone(build):
+    """Beams of one source share its cross-attention keys and values: reordering moves the decoder's state only."""
+    model = build(FastformerForConditionalGeneration, share_layers=False)
+    cache = model.new_cache()
+    logits(model, tokens(3, 4), cache=cache)
+    cross = [(layer.keys, layer.values) for layer in cache.cross_attention_cache.layers]
+    states = [tensor.clone() for tensor in cache.self_attention_cache.state_tensors()]
+    cache.reorder_cache(torch.tensor([2, 0, 0]))
+    assert all(layer.keys is keys and layer.values is values
+               for layer, (keys, values) in zip(cache.cross_attention_cache.layers, cross))  # fmt: skip
+    for old, new in zip(states, cache.self_attention_cache.state_tensors()):
+        assert torch.equal(new, old[[2, 0, 0]])
+
+
 def test_decoding_past_the_positions_is_a_clear_error(build):
     model = build(FastformerForCausalLM, max_position_embeddings=8)
     with pytest.raises(ValueError, match="reaches 9 tokens but `max_position_embeddings` is 8"):
