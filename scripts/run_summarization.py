@@ -79,6 +79,11 @@ class DataTrainingArguments(DataArguments):
         default=None,
         metadata={"help": "Beam search's length penalty (> 1 favours longer outputs); saved in the generation config."},
     )
+    min_target_length: int | None = field(
+        default=None,
+        metadata={"help": "Generate at least this many tokens in evaluation and prediction (min_new_tokens); saved in "
+                  "the generation config."},
+    )
     no_repeat_ngram_size: int | None = field(
         default=None,
         metadata={"help": "Never generate an n-gram of this size twice; saved in the generation config."},
@@ -144,7 +149,23 @@ def tokenize(batch, *, tokenizer, data_args, text_column, summary_column, eos_to
 
 
 class SummarizationTrainer(ModelCardTrainerMixin, Seq2SeqTrainer):
-    pass
+    def prediction_step(self, model, inputs, *args, **kwargs):
+        """As Seq2SeqTrainer's, but a batch's `encoder_outputs` (--cache_encoder_states) reach generate() as a copy:
+        generate() expands them for beam search in place (transformers 5.24), and the loss forward that follows
+        reads the same batch."""
+        states = inputs.get("encoder_outputs")
+        if states is None:
+            return super().prediction_step(model, inputs, *args, **kwargs)
+        generate = self.model.generate
+
+        def generate_from_a_copy(*positional, encoder_outputs, **named):
+            return generate(*positional, encoder_outputs=type(encoder_outputs)(**encoder_outputs), **named)
+
+        self.model.generate = generate_from_a_copy
+        try:
+            return super().prediction_step(model, inputs, *args, **kwargs)
+        finally:
+            del self.model.generate
 
 
 def main():
@@ -180,7 +201,8 @@ def main():
             fail(f"the model config has no {name}: set it with --config_overrides {name}=ID")
     # the decoding flags go into the generation config, so the saved model generates as it was evaluated
     decoding = {"num_beams": data_args.num_beams, "length_penalty": data_args.length_penalty,
-                "no_repeat_ngram_size": data_args.no_repeat_ngram_size}  # fmt: skip
+                "no_repeat_ngram_size": data_args.no_repeat_ngram_size,
+                "min_new_tokens": data_args.min_target_length}  # fmt: skip
     model.generation_config.update(**{name: value for name, value in decoding.items() if value is not None})
     if model_args.freeze_encoder:
         try:

@@ -5,6 +5,7 @@ pseudo-summaries of unlabeled text (scripts/make_pseudo_summaries.py) never use 
 import json
 
 import datasets
+import numpy
 import pytest
 import torch
 from transformers import (
@@ -138,6 +139,26 @@ def test_generation_from_cached_states_gives_the_end_to_end_tokens(build):
         beams = model.generate(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], num_beams=3,
                                max_new_tokens=8)  # fmt: skip
         assert torch.equal(model.generate(**inputs, max_new_tokens=8, num_beams=3), beams)
+
+
+def test_trainer_predicts_from_cached_states_with_beams_as_end_to_end(build, tmp_path):
+    """run_summarization.py's trainer generates with beams and computes the loss from one cached batch: generate()
+    expands given encoder_outputs in place, which broke the loss forward after it (batch 6 against 18 rows)."""
+    from scripts.run_summarization import SummarizationTrainer  # noqa: PLC0415
+
+    model = build(FastformerForConditionalGeneration, initializer_range=0.2).eval()
+    freeze_encoder(model)
+    plain, cached = collators(model)
+    test = datasets.Dataset.from_list(articles(6, seed=2))
+    args = Seq2SeqTrainingArguments(
+        tmp_path / "run", use_cpu=True, per_device_eval_batch_size=6, predict_with_generate=True,
+        generation_num_beams=3, generation_max_length=8, report_to="none", disable_tqdm=True,
+        remove_unused_columns=False,
+    )  # fmt: skip
+    found = [SummarizationTrainer(model=model, args=args, data_collator=collator).predict(test)
+             for collator in (plain, cached)]  # fmt: skip
+    assert numpy.array_equal(found[1].predictions, found[0].predictions)
+    assert found[1].metrics["test_loss"] == pytest.approx(found[0].metrics["test_loss"], rel=1e-6)
 
 
 def test_freezing_refuses_an_encoder_that_shares_with_the_decoder_and_freezes_nothing(build):

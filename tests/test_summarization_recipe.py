@@ -16,7 +16,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, BertConfig, BertModel, EncoderDecoderConfig, EncoderDecoderModel
 
 from benchmarks.harness import run_in_process
-from benchmarks.quality import summarization
+from benchmarks.quality import specs, summarization
 from benchmarks.quality.report import copied_key, mean_words
 from fastformer.conversion import convert_bert
 from fastformer.summarization import freeze_encoder, rouge
@@ -174,12 +174,21 @@ def test_recipe_trains_a_converted_checkpoint_and_generates(repo_root, recipe, c
 
 
 @pytest.mark.slow
-def test_benchmark_tunes_each_row_on_validation_and_scores_the_test_split(repo_root, recipe, converted, tmp_path):
+def test_benchmark_tunes_each_family_by_levers_and_scores_the_test_split(
+    repo_root, recipe, bert, tokenizer, converted, tmp_path
+):
     data = tmp_path / "data"
     data.mkdir()
     for split, rows in (("train", 16), ("validation", 6), ("test", 6)):
         lines = (repo_root / recipe[f"{split}_file"]).read_text().splitlines()[:rows]
         (data / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    unlabeled = tmp_path / "unlabeled.jsonl"  # 8 texts, and a validation article that must not be used
+    validation = json.loads((data / "validation.jsonl").read_text().splitlines()[0])["document"]
+    lines = (repo_root / recipe["train_file"]).read_text().splitlines()[100:108]
+    unlabeled.write_text("".join(json.dumps({"text": json.loads(line)["document"]}) + "\n" for line in lines)
+                         + json.dumps({"text": validation}) + "\n")  # fmt: skip
+    source = tmp_path / "bert"  # the conversion's source, for the cross-attention copied from its self-attention
+    bert.save_pretrained(source)
     (tmp_path / "docs").mkdir()
     settings = tmp_path / "recipe.json"
     settings.write_text(json.dumps({**recipe, "model_name_or_path": str(converted)}))
@@ -188,8 +197,9 @@ def test_benchmark_tunes_each_row_on_validation_and_scores_the_test_split(repo_r
         return [
             sys.executable, "-m", "benchmarks.quality.summarization", "--in-process", "--rows", *rows,
             "--recipe", str(recipe_file), "--data", str(data), "--runs", str(tmp_path / "runs"),
-            "--results", str(tmp_path / "docs" / "RESULTS.md"),
-            "--extra", "--max_source_length", "48", "--per_device_train_batch_size", "8", "--num_train_epochs", "2",
+            "--results", str(tmp_path / "docs" / "RESULTS.md"), "--source", str(source),
+            "--unlabeled", f"{unlabeled}:text",
+            "--extra", "--max_source_length", "48", "--per_device_train_batch_size", "8", "--num_train_epochs", "1",
         ]  # fmt: skip
 
     command = benchmark("lead", "fastformer-512")
@@ -199,25 +209,36 @@ def test_benchmark_tunes_each_row_on_validation_and_scores_the_test_split(repo_r
     lead, model = results["lead"], results["fastformer-512"]
     assert 1 <= lead["chosen"]["k"] <= 40 and len(lead["predictions"]) == 6
     assert lead["test"]["rouge1"] > 0  # the article's first words share some with its headline
-    grid = [run["setting"] for run in model["tuning"]["training"]]
-    assert sorted((run["freeze_encoder"], run["learning_rate"]) for run in grid) == [
-        (False, 3e-5), (False, 1e-4), (False, 3e-4), (True, 3e-4), (True, 1e-3), (True, 3e-3)
-    ]  # fmt: skip
-    assert len(model["tuning"]["decoding"]) == 8
-    best = max(model["tuning"]["training"], key=lambda run: run["rouge1"])["setting"]
-    assert {key: model["chosen"][key] for key in best} == best and model["chosen"]["num_beams"] in (1, 4)
+    levers = model["tuning"]["levers"]
+    assert [run["lever"] for run in levers] == ["recipe", *(lever.name for lever in specs.LEVERS)]
+    # each lever adds its settings to the best so far: the kept ones accumulate
+    best = dict(specs.LEVER_BASE)
+    for run, lever in zip(levers[1:], specs.LEVERS):
+        assert run["settings"] == {**best, **lever.settings}
+        best = run["settings"] if run["kept"] else best
+    assert model["chosen"]["training"] == best
+    assert len(model["tuning"]["decoding"]) == len(specs.DECODING)
+    assert model["chosen"]["decoding"] == max(model["tuning"]["decoding"], key=lambda run: run["rouge1"])["setting"]
     assert len(model["predictions"]) == 6 and model["decode_ms"] > 0 and model["train_seconds"] > 0
-    assert len(model["validation_curve"]) == 2  # evaluated after each epoch (2 here)
+    # the pseudo-summaries: from the training and unlabeled articles, never the validation article
+    pairs = (tmp_path / "runs" / "headlines" / "pseudo_summaries" / "lead.jsonl").read_text()
+    assert pairs and validation.split(". ")[1][:40] not in pairs
+    # the start with the copied cross-attention equals the source's self-attention
+    starts = tmp_path / "runs" / "headlines" / "starts"
+    start = AutoModelForSeq2SeqLM.from_pretrained(starts / "fastformer-self_attention")
+    torch.testing.assert_close(start.decoder.layers[1].cross_attention.key.weight,
+                               bert.encoder.layer[1].attention.self.key.weight)  # fmt: skip
     report = (tmp_path / "docs" / "RESULTS.md").read_text()
-    assert "| lead-k (first k words) |" in report
+    assert "| lead-k (first k words) |" in report and "| fastformer | the recipe as it is |" in report
     assert "| BERT2BERT (softmax), warm-started, source 512 | not run yet |" in report
     first = json.loads((data / "test.jsonl").read_text().splitlines()[0])
     assert f"   - reference: {first['summary']}" in report
-    trained = re.findall(r"\] (.+?): ", process.stdout)
-    assert len(trained) == 6 + 8 + 1  # six training settings, eight decodings, the run; lead-k trains nothing
+    trained = re.findall(r"\] (.+?): \S+\.py ", process.stdout)
+    # the recipe, each lever, the pretraining stage once, each decoding, the test prediction; lead-k trains nothing
+    assert len(trained) == 1 + len(specs.LEVERS) + 1 + len(specs.DECODING) + 1
     # a second call reads the stored runs back instead of training again
     again = subprocess.run(command, cwd=repo_root, env=OFFLINE, capture_output=True, text=True, timeout=900)
-    assert again.returncode == 0 and not re.findall(r"\] (.+?): ", again.stdout)
+    assert again.returncode == 0 and not re.findall(r"\] (.+?): \S+\.py ", again.stdout)
 
     # a fresh clone: no runs, only docs/results_summarization.json; another row of the family reads the recorded
     # tuning back (it trains only its own run), and the rows not asked for keep their recorded results
@@ -225,21 +246,22 @@ def test_benchmark_tunes_each_row_on_validation_and_scores_the_test_split(repo_r
     longer = subprocess.run(benchmark("fastformer-1024"), cwd=repo_root, env=OFFLINE, capture_output=True,
                             text=True, timeout=900)  # fmt: skip
     assert longer.returncode == 0, longer.stderr[-3000:]
-    assert re.findall(r"\] (.+?): ", longer.stdout) == ["Fastformer, warm-started, source 1,024"]
+    ran = re.findall(r"\] (.+?): \S+\.py ", longer.stdout)
+    stage = ["fastformer: pretraining lead"] if best["pretrain"] else []
+    label = "Fastformer, warm-started, source 1,024"
+    assert ran == [*stage, f"fastformer: {label}", f"{label}: test"]
     results = json.loads((tmp_path / "docs" / "results_summarization.json").read_text())
     assert results["fastformer-1024"]["tuning"] == model["tuning"] and results["lead"] == lead
     assert results["fastformer-512"]["test"] == model["test"]
+    assert "--max_source_length 1024" in results["fastformer-1024"]["commands"][-1]
     # under another recipe the recorded tuning is not the family's any more: it would run again
     changed = tmp_path / "changed.json"
     changed.write_text(json.dumps({**recipe, "model_name_or_path": str(converted), "weight_decay": 0.0}))
     for arguments, expected in ((settings, model["tuning"]), (changed, None)):
         args = summarization.parse_args(benchmark("fastformer-1024", recipe_file=arguments)[3:])
         assert summarization.stored_tuning(args, "fastformer-1024", results) == expected
-    # nor is a tuning whose grid differs from the row's, nor one recorded for another family
-    args = summarization.parse_args(benchmark("fastformer-1024")[3:])
-    fewer = {"fastformer-512": {**model, "tuning": {**model["tuning"], "training": model["tuning"]["training"][1:]}}}
-    assert summarization.stored_tuning(args, "fastformer-1024", fewer) is None
-    assert summarization.stored_tuning(args, "fastformer-scratch", results) is None
+    # nor is one recorded for another family
+    assert summarization.stored_tuning(args, "bert2bert-512", results) is None
 
 
 def test_freeze_encoder_fixes_all_of_a_bert2bert_encoder_and_nothing_of_its_decoder(bert):

@@ -1,25 +1,32 @@
 """The summarization table of docs/RESULTS.md: news articles -> headlines (data/news_headlines, the whole
-2,924 / 365 / 366 split), every model tuned on the validation split, scored once on the test split (report.py
-describes the rows and the recipe).
+2,924 / 365 / 366 split), every model family tuned on the validation split, scored once on the test split
+(report.py describes the rows and the recipe).
 
-    python -m benchmarks.quality.summarization                  # every row, then docs/RESULTS.md
-    python -m benchmarks.quality.summarization --rows lead fastformer-512
+    python -m benchmarks.quality.summarization --rows lead fastformer-512 bert2bert-512   # the family tunings
+    python -m benchmarks.quality.summarization --rows fastformer-2048                      # one more row
 
-Every trained row of specs.ROWS follows configs/summarization/news_headlines.json with the settings it changes:
-1. training: each setting of the row's grid at the cheaper specs.PROXY settings, greedy decoding;
-2. decoding: each of specs.DECODING on the validation split, with the best model of step 1;
-3. the run itself with the best of both (the best epoch kept), then the test split.
-A model family (specs.SummarizationRow.family) shares steps 1 and 2: a row reads back its family's tuning recorded
-for another row under the current recipe. Finished steps are stored in RUNS/headlines and not repeated; the results
-are copied to docs/results_summarization.json, which a fresh clone starts from.
+Every trained row follows configs/summarization/news_headlines.json (float32, the encoder frozen and its states
+computed once per article) with the settings it changes. A model family (specs.SummarizationRow.family: the
+Fastformer rows, BERT2BERT) is tuned once, at the recipe's source length, on the validation split:
+1. levers: from specs.LEVER_BASE, each of specs.LEVERS in turn is added to the best settings so far and kept if it
+   raises validation ROUGE-1 (greedy decoding): the start's cross-attention, a pseudo-summary pretraining stage,
+   training settings;
+2. decoding: each of specs.DECODING on the validation split, with the best model of step 1.
+A row then trains with the family's chosen settings at its own source length (the family's best run itself at the
+recipe's) and predicts the test split with the chosen decoding. Finished runs are stored in RUNS/headlines and not
+repeated; a row reads back its family's tuning recorded for another row under the current recipe; the results are
+copied to docs/results_summarization.json, which a fresh clone starts from.
 """
 
 import argparse
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
-from transformers import AutoTokenizer, EncoderDecoderModel
+import numpy as np
+import torch
+from transformers import AutoTokenizer, BertModel, EncoderDecoderModel
 
 from benchmarks.harness import (
     DOCS,
@@ -30,22 +37,27 @@ from benchmarks.harness import (
     minilm,
     read_json,
     read_jsonl,
-    recorded_command,
     relative,
     run_stored,
     write_json,
 )
 from benchmarks.quality.report import summarization_results, write_report
-from benchmarks.quality.specs import BERT2BERT_DROPOUT, DECODING, LEAD_WORDS, PROXY, ROWS
+from benchmarks.quality.specs import (
+    BERT2BERT_DROPOUT,
+    DECODING,
+    LEAD_WORDS,
+    LEVER_BASE,
+    LEVERS,
+    PRETRAIN,
+    ROWS,
+)
+from fastformer import FastformerForConditionalGeneration
+from fastformer.conversion import copy_bert_cross_attention
 from fastformer.summarization import rouge
 
 RECIPE = REPO / "configs" / "summarization" / "news_headlines.json"
 DATA = REPO / "data" / "news_headlines"
-
-
-def grid_name(setting: dict) -> str:
-    """A training setting's folder and name: lr0.001, or lr0.0001-encoder-trained."""
-    return f"lr{setting['learning_rate']:g}" + ("-encoder-trained" if setting.get("freeze_encoder") is False else "")
+UNLABELED = REPO / "data" / "distillation" / "train.jsonl.gz"
 
 
 def parse_args(argv=None):
@@ -56,6 +68,9 @@ def parse_args(argv=None):
     parser.add_argument("--runs", type=Path, default=REPO / "runs" / "quality", help="runs in RUNS/headlines")
     parser.add_argument("--results", type=Path, default=DOCS / "RESULTS.md", help="the report to rewrite")
     parser.add_argument("--data", type=Path, default=DATA, help="train/validation/test.jsonl with document, summary")
+    parser.add_argument("--unlabeled", nargs="+", default=[f"{UNLABELED}:text"],
+                        help="FILE:FIELD of the unlabeled texts for pseudo-summaries (with the training articles)")
+    parser.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of the script runs")
     parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more script flags (e.g. for a test)")
     args = parser.parse_args(argv)
     args.folder = args.runs / "headlines"
@@ -81,34 +96,42 @@ def lead(args) -> dict:
     }
 
 
-def script_command(args, settings: dict) -> list[str]:
-    """scripts/run_summarization.py with `settings` (+ --extra)."""
-    return [sys.executable, str(SCRIPTS / "run_summarization.py"), *flags(settings), *args.extra]
+def script_command(args, script: str, settings: dict) -> list[str]:
+    """scripts/`script` with `settings` (+ --extra)."""
+    return [sys.executable, str(SCRIPTS / script), *flags(settings), *args.extra]
 
 
 def run_script(args, settings: dict, what: str) -> dict:
-    """scripts/run_summarization.py with `settings` (+ --extra); its all_results.json, trainer_state.json and
-    test predictions. Stored: a finished run of the same command is read back, not repeated."""
+    """scripts/run_summarization.py with `settings` (+ --extra); its all_results.json and test predictions.
+    Stored: a finished run of the same command is read back, not repeated."""
 
     def result(folder, seconds) -> dict:
-        state = folder / "trainer_state.json"
         predictions = folder / "generated_predictions.txt"
-        for checkpoint in folder.glob("checkpoint-*"):  # the kept best epoch is in the folder itself
+        for checkpoint in folder.glob("checkpoint-*"):
             shutil.rmtree(checkpoint)
         return {
             "metrics": read_json(folder / "all_results.json"),
-            "log_history": read_json(state, {"log_history": []})["log_history"],
             "predictions": predictions.read_text().splitlines() if predictions.exists() else None,
             "wall_seconds": seconds,
         }
 
-    command = script_command(args, settings)
-    return run_stored(command, Path(settings["output_dir"]), result, what, in_process=args.in_process)
+    command = script_command(args, "run_summarization.py", settings)
+    env = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else None
+    return run_stored(command, Path(settings["output_dir"]), result, what, env=env, in_process=args.in_process)
 
 
-def bert2bert_model(source: str | None = None):
+def with_tokenizer(model, tokenizer, folder: Path) -> str:
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return relative(folder)
+
+
+def bert2bert_model(source: str | None = None, cross_attention_init: str = "random"):
     """transformers' EncoderDecoderModel with encoder and decoder from `source` (default: all-MiniLM-L6-v2), its
-    special tokens set from the tokenizer; returns the model and the tokenizer."""
+    special tokens set from the tokenizer; with `cross_attention_init="self_attention"` each decoder layer's
+    cross-attention starts as a copy of its self-attention (query, key, value, output). Returns the model and the
+    tokenizer."""
     source = source or minilm()
     tokenizer = AutoTokenizer.from_pretrained(source)
     model = EncoderDecoderModel.from_encoder_decoder_pretrained(source, source, **BERT2BERT_DROPOUT)
@@ -117,105 +140,219 @@ def bert2bert_model(source: str | None = None):
     for name, value in special.items():
         setattr(model.config, name, value)
     model.generation_config.update(**special)
+    if cross_attention_init == "self_attention":
+        for layer in model.decoder.bert.encoder.layer:
+            layer.crossattention.load_state_dict(layer.attention.state_dict())
     return model, tokenizer
 
 
-def bert2bert(args) -> str:
-    """The BERT2BERT row's starting folder (bert2bert_model from --source), saved once."""
-    folder = args.folder / "bert2bert-init"
+def fastformer_start(converted: str, cross_attention_init: str, source: str | None = None):
+    """The converted seq2seq checkpoint with its cross-attention as `cross_attention_init` asks: as converted when
+    its conversion.json says so, else re-initialized ("random", the model's own initialization) or copied from the
+    conversion's source BERT ("self_attention", as `convert_bert` does). Returns the model and the tokenizer."""
+    model = FastformerForConditionalGeneration.from_pretrained(converted)
+    tokenizer = AutoTokenizer.from_pretrained(converted)
+    conversion = read_json(Path(converted) / "conversion.json", {})
+    if conversion.get("cross_attention_init", "random") != cross_attention_init:
+        layers = model.get_decoder().layers
+        if cross_attention_init == "random":
+            torch.manual_seed(0)
+            for layer in layers:
+                for module in (layer.cross_attention, layer.cross_attention_output):
+                    module.apply(model._init_weights)
+        else:
+            copy_bert_cross_attention(BertModel.from_pretrained(source or conversion["source"]), layers)
+    return model, tokenizer
+
+
+def start_folder(args, family: str, cross_attention_init: str, converted: str) -> str:
+    """The family's starting checkpoint with the cross-attention `cross_attention_init`, saved once."""
+    folder = args.folder / "starts" / f"{family}-{cross_attention_init}"
     if not (folder / "config.json").exists():
-        model, tokenizer = bert2bert_model(args.source)
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
+        if family == "bert2bert":
+            model, tokenizer = bert2bert_model(args.source, cross_attention_init)
+        else:
+            if read_json(Path(converted) / "conversion.json", {}).get("cross_attention_init") == cross_attention_init:
+                return converted
+            model, tokenizer = fastformer_start(converted, cross_attention_init, args.source)
+        return with_tokenizer(model, tokenizer, folder)
     return relative(folder)
 
 
-def recipe(args, name: str) -> dict:
-    settings = {**read_json(args.recipe), **ROWS[name].settings}
-    if settings["model_name_or_path"] == "BERT2BERT":
-        settings["model_name_or_path"] = bert2bert(args)
+def pseudo_summaries(args, mode: str) -> str:
+    """make_pseudo_summaries.py's pairs (`mode`) from --unlabeled and the training articles, never from a
+    validation or test article; written once."""
+    output = args.folder / "pseudo_summaries" / f"{mode}.jsonl"
+    if not output.exists():
+        texts = [f"{args.data / 'train.jsonl'}:document", *args.unlabeled]
+        held_out = [f"{args.data / f'{split}.jsonl'}:document" for split in ("validation", "test")]
+        command = script_command(args, "make_pseudo_summaries.py", {})[:2]
+        command += ["--output", str(output), "--mode", mode, "--texts", *texts, "--held_out", *held_out]
+        process = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+        if process.returncode != 0:
+            sys.exit(f"error: make_pseudo_summaries.py failed:\n{process.stderr[-4000:]}")
+    return relative(output)
+
+
+def recipe(args) -> dict:
+    settings = read_json(args.recipe)
     if args.data != DATA:
         settings |= {f"{split}_file": str(args.data / f"{split}.jsonl") for split in ("train", "validation", "test")}
     return settings
 
 
-def scored(found: dict) -> dict:
-    """A tuning run as the results keep it: its setting and validation ROUGE-1."""
-    return {"setting": found["setting"], "rouge1": found["metrics"]["eval_rouge1"]}
+def family_of(row: str) -> str:
+    return ROWS[row].family
 
 
-def final_settings(args, row: str, chosen: dict) -> dict:
-    """Step 3's settings: the recipe with the row's changes and the settings chosen on validation."""
-    return {**recipe(args, row), **chosen, "output_dir": str(args.folder / row)}
+def setting_name(setting: dict) -> str:
+    """A folder name for a cumulative lever setting: its values in order, e.g. random-none-ls0.1."""
+    parts = []
+    for key, value in setting.items():
+        short = {"cross_attention_init": "", "pretrain": "pretrain-", "label_smoothing_factor": "ls",
+                 "learning_rate": "lr"}.get(key, key)  # fmt: skip
+        parts.append(f"{short}{value:g}" if isinstance(value, float) else f"{short}{value}")
+    return "-".join(parts)
+
+
+def training_run(args, family: str, setting: dict, source_length: int | None, what: str) -> dict:
+    """The headline run of `family` with a lever `setting` (its pretraining stage first, when it has one): trained
+    on the training split, scored on the validation split with greedy decoding. Its result, with the seconds of
+    training (the stage's included) and the commands."""
+    base = recipe(args)
+    converted = base["model_name_or_path"]
+    start = start_folder(args, family, setting["cross_attention_init"], converted)
+    script = {key: value for key, value in setting.items() if key not in LEVER_BASE}
+    length = {} if source_length is None else {"max_source_length": source_length}
+    name = setting_name(setting) + (f"-source{source_length}" if source_length else "")
+    folder = args.folder / "tuning" / family
+    commands, seconds = [], 0.0
+    if setting["pretrain"]:  # the recipe's settings from the start: the later levers' runs share the stage
+        stage = {
+            **base, **PRETRAIN, "model_name_or_path": start,
+            "train_file": pseudo_summaries(args, setting["pretrain"]), "do_eval": False, "do_predict": False,
+            "validation_file": None, "test_file": None, "cache_encoder_states": False,
+            "output_dir": str(folder / "pretrain" / f"{setting['cross_attention_init']}-{setting['pretrain']}"),
+        }  # fmt: skip
+        pretrained = run_script(args, stage, f"{family}: pretraining {setting['pretrain']}")
+        commands.append(pretrained["command"])
+        seconds += pretrained["metrics"]["train_runtime"]
+        start = relative(stage["output_dir"])
+    settings = {
+        **base, **script, **length, "model_name_or_path": start, "do_predict": False, "test_file": None,
+        "num_beams": 1, "length_penalty": None, "no_repeat_ngram_size": None, "output_dir": str(folder / name),
+    }  # fmt: skip
+    found = run_script(args, settings, f"{family}: {what}")
+    return {**found, "commands": [*commands, found["command"]],
+            "train_seconds": seconds + found["metrics"]["train_runtime"], "output_dir": settings["output_dir"]}
+
+
+def length_window(args, model: str) -> tuple[int, int]:
+    """The 5th and 95th percentile of the training headlines' lengths in `model`'s tokens (end of sequence
+    included)."""
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    summaries = [row["summary"] for row in read_jsonl(args.data / "train.jsonl")]
+    lengths = [len(ids) + 1 for ids in tokenizer(summaries, add_special_tokens=False)["input_ids"]]
+    low, high = np.percentile(lengths, [5, 95])
+    return int(low), int(np.ceil(high))
+
+
+def decoding_flags(args, setting: dict, model: str) -> dict:
+    """The script flags of a DECODING setting."""
+    flags = {key: value for key, value in setting.items() if key != "length_window"}
+    if setting.get("length_window"):
+        low, high = length_window(args, model)
+        flags |= {"min_target_length": low, "generation_max_length": high + 1}  # + the decoder's start token
+    return flags
+
+
+def decoding_run(args, model: str, setting: dict, output_dir: Path, what: str, test: bool = False) -> dict:
+    """`model` (a trained run's folder) scored on the validation split, and with `test` the test split predicted,
+    with a DECODING setting."""
+    settings = {
+        **recipe(args), **decoding_flags(args, setting, model), "model_name_or_path": relative(model),
+        "do_train": False, "do_predict": test, "output_dir": str(output_dir),
+    }  # fmt: skip
+    if not test:
+        settings["test_file"] = None
+    return run_script(args, settings, what)
+
+
+def decoding_name(setting: dict) -> str:
+    return "-".join(f"{key}{value}" for key, value in setting.items())
+
+
+def tune(args, family: str) -> dict:
+    """Steps 1 and 2 for `family`: the levers in turn, then the decodings, on the validation split."""
+    best = dict(LEVER_BASE)
+    found = training_run(args, family, best, None, "levers: the recipe")
+    levers = [{"lever": "recipe", "settings": dict(best), "rouge1": found["metrics"]["eval_rouge1"], "kept": True,
+               "train_seconds": found["train_seconds"]}]  # fmt: skip
+    best_run = found
+    for lever in LEVERS:
+        setting = {**best, **lever.settings}
+        found = training_run(args, family, setting, None, f"levers: {lever.name}")
+        kept = found["metrics"]["eval_rouge1"] > best_run["metrics"]["eval_rouge1"]
+        levers.append({"lever": lever.name, "settings": setting, "rouge1": found["metrics"]["eval_rouge1"],
+                       "kept": kept, "train_seconds": found["train_seconds"]})  # fmt: skip
+        if kept:
+            best, best_run = setting, found
+    decoding = []
+    for setting in DECODING:
+        name = decoding_name(setting)
+        output = args.folder / "tuning" / family / "decoding" / name
+        scored = decoding_run(args, best_run["output_dir"], setting, output, f"{family}: decoding {name}")
+        decoding.append({"setting": setting, "rouge1": scored["metrics"]["eval_rouge1"]})
+    chosen_decoding = max(decoding, key=lambda run: run["rouge1"])["setting"]
+    return {"levers": levers, "decoding": decoding, "chosen": {"training": best, "decoding": chosen_decoding}}
 
 
 def stored_tuning(args, row: str, results: dict) -> dict | None:
     """The tuning of the row's family that `results` records for another row of it, if it is what the tuning would
-    run now: that row's recorded command is the one the current recipe gives it, and its training settings and
-    decodings are the row's grid and DECODING. Otherwise None."""
-    family = ROWS[row].family
-    siblings = [name for name in results if name != row and name in ROWS and ROWS[name].family == family]
-    for name in siblings:
-        stored = results[name]
-        tuning = stored.get("tuning")
-        if tuning is None:
+    run now: the levers and decodings are specs.LEVERS and DECODING, and the recipe is the one it ran under.
+    Otherwise None."""
+    family = family_of(row)
+    names = ["recipe", *(lever.name for lever in LEVERS)]
+    for name, stored in results.items():
+        if name == row or name not in ROWS or family_of(name) != family or "tuning" not in stored:
             continue
-        command = recorded_command(script_command(args, final_settings(args, name, stored["chosen"])))
-        grids = ([run["setting"] for run in tuning["training"]], [run["setting"] for run in tuning["decoding"]])
-        if command == stored["command"] and grids == (ROWS[row].grid, DECODING):
+        tuning = stored["tuning"]
+        same = [lever["lever"] for lever in tuning["levers"]] == names and \
+            [run["setting"] for run in tuning["decoding"]] == DECODING and stored.get("recipe") == recipe(args)
+        if same:
             return tuning
     return None
 
 
-def tune(args, row: str) -> dict:
-    """Steps 1 and 2 for the row's family: the training setting, then the decoding, on the validation split."""
-    family = ROWS[row].family
-    folder = args.folder / "tuning" / family
-    base = recipe(args, row)
-    base.update({**PROXY, "do_predict": False, "test_file": None, "early_stopping_patience": None})
-    runs = {}
-    for setting in ROWS[row].grid:
-        name = grid_name(setting)
-        settings = {**base, **setting, "output_dir": str(folder / name)}
-        runs[name] = {"setting": setting, **run_script(args, settings, f"{family}: {name} (proxy)")}
-    best_training = max(runs, key=lambda name: runs[name]["metrics"]["eval_rouge1"])
-    decoding = {}
-    for setting in DECODING:
-        name = "-".join(f"{key}{value}" for key, value in setting.items())
-        settings = {
-            **base, **setting, "model_name_or_path": str(folder / best_training), "do_train": False,
-            "output_dir": str(folder / "decoding" / name), "load_best_model_at_end": False, "eval_strategy": "no",
-        }  # fmt: skip
-        decoding[name] = {"setting": setting, **run_script(args, settings, f"{family}: decoding {name}")}
-    best_decoding = max(decoding.values(), key=lambda found: found["metrics"]["eval_rouge1"])["setting"]
-    return {
-        "training": [scored(found) for found in runs.values()],
-        "decoding": [scored(found) for found in decoding.values()],
-        "chosen": {**runs[best_training]["setting"], **best_decoding},
-    }
-
-
 def train(args, row: str, results: dict) -> dict:
-    """The row's tuning (a family's is run once: recorded for another of its rows, it is read back), its run and
-    test scores."""
-    tuning = stored_tuning(args, row, results) or tune(args, row)
-    settings = final_settings(args, row, tuning["chosen"])
-    result = run_script(args, settings, ROWS[row].label)
-    predictions = result["predictions"]
+    """The row's family tuning (a family's is run once: recorded for another of its rows, it is read back), its
+    training run with the chosen settings at its source length, and its test predictions with the chosen
+    decoding."""
+    family = family_of(row)
+    tuning = stored_tuning(args, row, results) or tune(args, family)
+    length = ROWS[row].settings.get("max_source_length")
+    if length == recipe(args)["max_source_length"]:
+        length = None
+    trained = training_run(args, family, tuning["chosen"]["training"], length, ROWS[row].label)
+    decoding = tuning["chosen"]["decoding"]
+    output = Path(trained["output_dir"]) / "test"
+    predicted = decoding_run(args, trained["output_dir"], {**decoding, **(ROWS[row].settings or {})}, output,
+                             f"{ROWS[row].label}: test", test=True)  # fmt: skip
+    predictions = predicted["predictions"]
     references = [found["summary"] for found in read_jsonl(args.data / "test.jsonl")]
     if predictions is None or len(predictions) != len(references):
-        sys.exit(f"summarization.py: error: {settings['output_dir']} has no prediction for every test article")
-    metrics = result["metrics"]
-    evaluations = [entry for entry in result["log_history"] if "eval_rouge1" in entry]
+        sys.exit(f"summarization.py: error: {output} has no prediction for every test article")
     return {
         "tuning": tuning,
         "chosen": tuning["chosen"],
-        "command": result["command"],
+        "recipe": recipe(args),
+        "commands": [*trained["commands"], predicted["command"]],
         "test": rouge(predictions, references),
-        "validation_curve": [(entry["epoch"], entry["eval_rouge1"]) for entry in evaluations],
-        # training time without the per-epoch validation; prediction time per test article (generation included)
-        "train_seconds": metrics["train_runtime"] - sum(entry["eval_runtime"] for entry in evaluations),
-        "decode_ms": 1000 * metrics["test_runtime"] / len(predictions),
+        "validation_rouge1": predicted["metrics"]["eval_rouge1"],
+        "train_seconds": trained["train_seconds"],
+        # prediction time per test article: the encoder's pass, generation with the chosen decoding, the loss
+        "decode_ms": 1000 * predicted["metrics"]["test_runtime"] / len(predictions),
+        "threads": args.threads,
         "predictions": predictions,
     }
 
@@ -224,11 +361,12 @@ def main():
     args = parse_args()
     args.folder.mkdir(parents=True, exist_ok=True)
     results_file = args.folder / "results.json"
-    results = summarization_results(args.runs, args.results.parent)  # what ran before, here or as docs/ records it
     for row in args.rows:
-        results[row] = {"label": ROWS[row].label, **(lead(args) if row == "lead" else train(args, row, results))}
-        write_json(results_file, results)
-        print(f"{ROWS[row].label}: test {results[row]['test']}", flush=True)
+        results = summarization_results(args.runs, args.results.parent)  # here or as docs/ records it
+        found = {"label": ROWS[row].label, **(lead(args) if row == "lead" else train(args, row, results))}
+        # another runner may have finished rows meanwhile: write this row into the file as it is now
+        write_json(results_file, {**read_json(results_file, {}), row: found})
+        print(f"{ROWS[row].label}: test {found['test']}", flush=True)
     write_report(args.runs, args.results, headlines_data=args.data)
 
 
