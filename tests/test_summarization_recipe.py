@@ -275,6 +275,19 @@ def test_benchmark_tunes_each_family_by_levers_and_scores_the_test_split(
     assert summarization.stored_tuning(args, "bert2bert-512", results) is None
 
 
+def test_bert2bert_cross_attention_can_start_from_the_same_layers_self_attention(bert, tokenizer, tmp_path):
+    """The BERT2BERT rows' lever alike: each decoder layer's cross-attention a copy of its self-attention."""
+    bert.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    random, _ = summarization.bert2bert_model(str(tmp_path))
+    copied, _ = summarization.bert2bert_model(str(tmp_path), cross_attention_init="self_attention")
+    for layer, before in zip(copied.decoder.bert.encoder.layer, random.decoder.bert.encoder.layer, strict=True):
+        for name, tensor in layer.attention.state_dict().items():
+            torch.testing.assert_close(layer.crossattention.state_dict()[name], tensor, msg=name)
+        assert not torch.equal(before.crossattention.self.key.weight, before.attention.self.key.weight)
+    torch.testing.assert_close(copied.encoder.embeddings.word_embeddings.weight, bert.embeddings.word_embeddings.weight)
+
+
 def test_freeze_encoder_fixes_all_of_a_bert2bert_encoder_and_nothing_of_its_decoder(bert):
     """BERT2BERT (EncoderDecoderModel) shares no parameter between encoder and decoder: freezing fixes the whole
     encoder and leaves the decoder trainable (tests/test_summarization.py: the Fastformer's, untied first)."""

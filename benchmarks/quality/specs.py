@@ -107,6 +107,7 @@ LEVERS = (
           {"cross_attention_init": "self_attention"}),
     Lever("pseudo-summary pretraining", "first 1 epoch on lead-sentence pseudo-summaries of the unlabeled text",
           {"pretrain": "lead"}),
+    Lever("label smoothing", "label smoothing 0.1", {"label_smoothing_factor": 0.1}),
 )  # fmt: skip
 # the pretraining stage: one epoch over the pairs at half the source length (the texts' median is ~225 words), the
 # recipe's settings otherwise; lead sentences are ~20 words
@@ -118,7 +119,7 @@ LEVER_DECODING = {"num_beams": 1, "length_penalty": 1.0, "no_repeat_ngram_size":
 DECODING = [
     LEVER_DECODING,
     {"num_beams": 1, "length_penalty": 1.0, "no_repeat_ngram_size": 3},
-    {"num_beams": 4, "length_penalty": 1.0, "no_repeat_ngram_size": 3},
+    *({"num_beams": 4, "length_penalty": penalty, "no_repeat_ngram_size": 3} for penalty in (0.6, 1.0)),
     {"num_beams": 4, "length_penalty": 1.0, "no_repeat_ngram_size": 3, "length_window": True},
 ]  # fmt: skip
 # BERT2BERT: no dropout on the attention weights, which would make CPU SDPA fall back to its unfused kernel
