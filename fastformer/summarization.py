@@ -12,10 +12,19 @@ from transformers.modeling_outputs import BaseModelOutput
 ROUGE_TYPES = ["rouge1", "rouge2", "rougeL", "rougeLsum"]
 
 
-def freeze_encoder(model) -> None:
+def encoder_layers(encoder) -> list:
+    """The encoder's layers in order: a Fastformer's (one per application: `applied_layers`) or a BERT's."""
+    if hasattr(encoder, "applied_layers"):
+        return [layer for _, layer in encoder.applied_layers()]
+    return list(encoder.encoder.layer)
+
+
+def freeze_encoder(model, train_top_layers: int = 0) -> None:
     """No gradient for any of the encoder's parameters, its word embeddings included: a Fastformer encoder-decoder's
     encoder first gets embeddings of its own (`untie_encoder_embeddings`), so that training the decoder leaves the
-    encoder as it was. Refuses a model whose encoder still shares a parameter with the decoder or the LM head."""
+    encoder as it was. Refuses a model whose encoder still shares a parameter with the decoder or the LM head.
+    `train_top_layers`: the encoder's last layers that still train (refused where they are also lower layers, as
+    with a Fastformer's `share_layers`)."""
     if getattr(model.config, "tie_encoder_embeddings", False):
         model.untie_encoder_embeddings()
     shared = {id(parameter) for parameter in model.get_decoder().parameters()}
@@ -26,8 +35,16 @@ def freeze_encoder(model) -> None:
         raise ValueError(
             f"The encoder's {', '.join(also_decoders)} are also the decoder's: a frozen encoder would still change"
         )
+    layers = encoder_layers(model.get_encoder())
+    if not 0 <= train_top_layers <= len(layers):
+        raise ValueError(f"train_top_layers must be between 0 and the encoder's {len(layers)} layers")
+    top = layers[len(layers) - train_top_layers :]
+    if any(layer in layers[: len(layers) - train_top_layers] for layer in top):
+        raise ValueError("The encoder's top layers are also its lower ones (shared layers): they cannot train alone")
     for parameter in encoder.values():
         parameter.requires_grad_(False)
+    for layer in top:
+        layer.requires_grad_(True)
 
 
 class CachedEncoderStates:

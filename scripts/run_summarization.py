@@ -116,6 +116,13 @@ class SummarizationModelArguments(ModelArguments):
             "(docs/RESULTS.md)."
         },
     )
+    train_encoder_layers: int = field(
+        default=0,
+        metadata={
+            "help": "With --freeze_encoder: the encoder's top layers that still train (e.g. once the decoder has "
+            "settled, at a small learning rate)."
+        },
+    )
     cache_encoder_states: bool = field(
         default=False,
         metadata={
@@ -206,11 +213,15 @@ def main():
     model.generation_config.update(**{name: value for name, value in decoding.items() if value is not None})
     if model_args.freeze_encoder:
         try:
-            freeze_encoder(model)
+            freeze_encoder(model, model_args.train_encoder_layers)
         except ValueError as error:
             fail(f"--freeze_encoder: {error}")
     elif model_args.cache_encoder_states:
         fail("--cache_encoder_states needs --freeze_encoder: the states of an encoder in training go stale")
+    elif model_args.train_encoder_layers:
+        fail("--train_encoder_layers needs --freeze_encoder (which freezes the layers below them)")
+    if model_args.cache_encoder_states and model_args.train_encoder_layers:
+        fail("--cache_encoder_states needs the whole encoder frozen: the states of layers in training go stale")
     if model_args.cache_encoder_states and training_args.dataloader_num_workers > 0:
         fail("--cache_encoder_states runs the encoder in the collator: use it with --dataloader_num_workers 0")
     callbacks = []

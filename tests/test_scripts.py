@@ -177,6 +177,10 @@ def test_summarization_with_a_frozen_encoder_reuses_its_cached_states(tmp_path, 
                   "--model_name_or_path", tmp_path / "scratch", "--freeze_encoder", "--cache_encoder_states",
                   "--dataloader_num_workers", 2, *COMMON, check=False)  # fmt: skip
     assert process.returncode == 1 and "use it with --dataloader_num_workers 0" in process.stderr
+    process = run(run_summarization, "--output_dir", tmp_path / "refused", "--train_file", headlines[0],
+                  "--model_name_or_path", tmp_path / "scratch", "--freeze_encoder", "--cache_encoder_states",
+                  "--train_encoder_layers", 1, *COMMON, check=False)  # fmt: skip
+    assert process.returncode == 1 and "needs the whole encoder frozen" in process.stderr
 
 
 @pytest.mark.slow

@@ -127,6 +127,28 @@ def test_freezing_unties_the_embeddings_and_training_leaves_every_encoder_parame
     assert reloaded.decoder.embeddings.word_embeddings.weight is reloaded.lm_head.weight
 
 
+def test_the_encoders_top_layers_can_train_while_the_rest_stays_frozen(build):
+    model = build(FastformerForConditionalGeneration, share_layers=False, num_hidden_layers=3).train()
+    freeze_encoder(model, train_top_layers=1)
+    encoder = model.get_encoder()
+    trainable = {name for name, p in encoder.named_parameters() if p.requires_grad}
+    assert trainable and all(name.startswith("layers.2.") for name in trainable)
+    assert {name for name, _ in encoder.layers[2].named_parameters()} == {name[len("layers.2."):] for name in trainable}
+    before = {name: p.clone() for name, p in encoder.named_parameters()}
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    plain, _ = collators(model)
+    for _ in range(2):
+        model(**plain(articles())).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    for name, parameter in encoder.named_parameters():
+        assert torch.equal(parameter, before[name]) != (name in trainable), name
+    with pytest.raises(ValueError, match="between 0 and the encoder's 3 layers"):
+        freeze_encoder(build(FastformerForConditionalGeneration, share_layers=False, num_hidden_layers=3), 4)
+    with pytest.raises(ValueError, match="shared layers"):
+        freeze_encoder(build(FastformerForConditionalGeneration, share_layers=True, num_hidden_layers=3), 1)
+
+
 def test_generation_from_cached_states_gives_the_end_to_end_tokens(build):
     model = build(FastformerForConditionalGeneration, initializer_range=0.2)
     freeze_encoder(model)

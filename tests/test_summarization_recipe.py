@@ -224,6 +224,10 @@ def test_benchmark_tunes_each_family_by_levers_and_scores_the_test_split(
         assert run["settings"] == {**best, **lever.settings}
         best = run["settings"] if run["kept"] else best
     assert model["chosen"]["training"] == best
+    # unfreezing records the encoder's token-state spread before and after, and is kept only while it stays up
+    unfreezing = next(run for run in levers if run["lever"] == "unfreezing")
+    before, after = unfreezing["spread"]
+    assert before > 0 and (after >= specs.SPREAD_KEPT * before or not unfreezing["kept"])
     assert len(model["tuning"]["decoding"]) == len(specs.DECODING)
     assert model["chosen"]["decoding"] == max(model["tuning"]["decoding"], key=lambda run: run["rouge1"])["setting"]
     assert len(model["predictions"]) == 6 and model["decode_ms"] > 0 and model["train_seconds"] > 0

@@ -36,6 +36,7 @@ from benchmarks.quality.specs import (
     ROWS,
     SEEDS,
     SIZE,
+    SPREAD_KEPT,
     TABLES,
     TRAINING,
 )
@@ -154,8 +155,11 @@ def lever_text(settings: dict) -> str:
         parts.append(f"{settings['pretrain']} pseudo-summary pretraining")
     if "label_smoothing_factor" in settings:
         parts.append(f"label smoothing {settings['label_smoothing_factor']:g}")
-    if "learning_rate" in settings:
-        parts.append(f"lr {settings['learning_rate']:g}")
+    then = settings.get("continue")
+    if then:
+        layers = then.get("train_encoder_layers")
+        parts.append(f"then {then['num_train_epochs']} epoch at lr {then['learning_rate']:g}"
+                     + (f", encoder's top {layers} layers trained" if layers else ", encoder frozen"))  # fmt: skip
     return ", ".join(parts)
 
 
@@ -245,15 +249,20 @@ def summarization_section(results: dict, data: Path) -> list[str]:
     if tuned:
         labels = {lever.name: lever.label for lever in LEVERS} | {"recipe": "the recipe as it is"}
         levers = [[family, labels.get(run["lever"], run["lever"]), lever_text(run["settings"]), f"{run['rouge1']:.2f}",
-                   "yes" if run["kept"] else "no", f"{run['train_seconds'] / 60:.1f}"]
+                   "yes" if run["kept"] else "no", f"{run['train_seconds'] / 60:.1f}",
+                   " -> ".join(f"{value:.3f}" for value in run.get("spread", []))]
                   for family, found in tuned.items() for run in found["levers"]]  # fmt: skip
         decodings = [[family, decoding_text(run["setting"]), f"{run['rouge1']:.2f}"]
                      for family, found in tuned.items() for run in found["decoding"]]  # fmt: skip
         lines += [
             "Levers, in order, on the validation split (ROUGE-1, greedy; each added to the best settings so far, kept "
             "if it", f"raised ROUGE-1; pretraining: {PRETRAIN['num_train_epochs']} epoch of the lead sentence of each "
-            "unlabeled text from the rest, never a", "validation or test article, before the headlines):", "",
-            *table(["model family", "lever", "settings", "validation ROUGE-1", "kept", "training min"], levers), "",
+            "unlabeled text from the rest, never a", "validation or test article, before the headlines; training min "
+            "includes every stage; token-state spread: the", "encoder's, before -> after unfreezing, as "
+            f"encoder_collapse.py measures it; unfreezing is kept only if it stays above {SPREAD_KEPT:.0%} of",
+            "the frozen encoder's):", "",
+            *table(["model family", "lever", "settings", "validation ROUGE-1", "kept", "training min",
+                    "token-state spread"], levers), "",
             f"Decoding, with each family's best model ({len(DECODING)} settings; the length window: between the 5th "
             "and 95th percentile of", "the training headlines' lengths in tokens):", "",
             *table(["model family", "decoding", "validation ROUGE-1"], decodings), "",

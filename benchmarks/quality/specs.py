@@ -92,8 +92,9 @@ LEAD_WORDS = range(1, 41)
 @dataclass(frozen=True)
 class Lever:
     """One step of a model family's tuning on the validation split: the settings it adds to the best so far. Keys
-    beside the script's flags: `cross_attention_init` (the start: "random" or "self_attention") and `pretrain` (a
-    pseudo-summary pretraining stage before the headlines: its pseudo-summary mode)."""
+    beside the script's flags: `cross_attention_init` (the start: "random" or "self_attention"), `pretrain` (a
+    pseudo-summary pretraining stage before the headlines: its pseudo-summary mode) and `continue` (the flags of a
+    second stage from the headline run's model)."""
 
     name: str
     label: str
@@ -108,7 +109,15 @@ LEVERS = (
     Lever("pseudo-summary pretraining", "first 1 epoch on lead-sentence pseudo-summaries of the unlabeled text",
           {"pretrain": "lead"}),
     Lever("label smoothing", "label smoothing 0.1", {"label_smoothing_factor": 0.1}),
+    # once the decoder has settled: a second stage, its control first
+    Lever("one more epoch", "then 1 epoch at lr 3e-5, the encoder frozen",
+          {"continue": {"learning_rate": 3e-5, "num_train_epochs": 1}}),
+    Lever("unfreezing", "then 1 epoch at lr 3e-5 with the encoder's top 2 layers trained (kept only while the token "
+          "states stay apart)",
+          {"continue": {"learning_rate": 3e-5, "num_train_epochs": 1, "train_encoder_layers": 2}}),
 )  # fmt: skip
+# unfreezing is kept only while the encoder's token-state spread stays above this share of the frozen encoder's
+SPREAD_KEPT = 0.5
 # the pretraining stage: one epoch over the pairs at half the source length (the texts' median is ~225 words), the
 # recipe's settings otherwise; lead sentences are ~20 words
 PRETRAIN = {"num_train_epochs": 1, "max_source_length": 256, "max_target_length": 48}

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import AutoTokenizer, BertModel, EncoderDecoderModel
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, BertModel, EncoderDecoderModel
 
 from benchmarks.harness import (
     DOCS,
@@ -51,6 +51,7 @@ from benchmarks.quality.specs import (
     LEVERS,
     PRETRAIN,
     ROWS,
+    SPREAD_KEPT,
 )
 from fastformer import FastformerForConditionalGeneration
 from fastformer.conversion import copy_bert_cross_attention
@@ -218,7 +219,8 @@ def setting_name(setting: dict) -> str:
     parts = []
     for key, value in setting.items():
         short = {"cross_attention_init": "", "pretrain": "pretrain-", "label_smoothing_factor": "ls",
-                 "learning_rate": "lr"}.get(key, key)  # fmt: skip
+                 "learning_rate": "lr", "num_train_epochs": "epochs",
+                 "train_encoder_layers": "layers"}.get(key, key)  # fmt: skip
         parts.append(f"{short}{value:g}" if isinstance(value, float) else f"{short}{value}")
     return "-".join(parts)
 
@@ -229,9 +231,10 @@ def training_run(args, family: str, setting: dict, source_length: int | None, wh
     training (the stage's included) and the commands."""
     base = recipe(args)
     start = start_folder(args, family, setting["cross_attention_init"], args.converted)
-    script = {key: value for key, value in setting.items() if key not in LEVER_BASE}
+    script = {key: value for key, value in setting.items() if key not in LEVER_BASE and key != "continue"}
     length = {} if source_length is None else {"max_source_length": source_length}
-    name = setting_name(setting) + (f"-source{source_length}" if source_length else "")
+    name = setting_name({key: value for key, value in setting.items() if key != "continue"})
+    name += f"-source{source_length}" if source_length else ""
     folder = args.folder / "tuning" / family
     commands, seconds = [], 0.0
     if setting["pretrain"]:  # the recipe's settings from the start: the later levers' runs share the stage
@@ -250,8 +253,34 @@ def training_run(args, family: str, setting: dict, source_length: int | None, wh
         **LEVER_DECODING, "output_dir": str(folder / name),
     }  # fmt: skip
     found = run_script(args, settings, f"{family}: {what}")
-    return {**found, "commands": [*commands, found["command"]],
+    then = setting.get("continue")
+    if then:  # a second stage from the run's model
+        commands.append(found["command"])
+        seconds += found["metrics"]["train_runtime"]
+        settings = {
+            **settings, **then, "model_name_or_path": relative(settings["output_dir"]),
+            "output_dir": f"{settings['output_dir']}-then-{setting_name(then)}",
+        }  # fmt: skip
+        if then.get("train_encoder_layers"):  # the states of layers in training cannot be cached
+            settings["cache_encoder_states"] = False
+        found = run_script(args, settings, f"{family}: {what}, then {setting_name(then)}")
+    return {**found, "commands": [*commands, found["command"]], "start": settings["model_name_or_path"],
             "train_seconds": seconds + found["metrics"]["train_runtime"], "output_dir": settings["output_dir"]}
+
+
+def token_spread(args, model: str) -> float:
+    """How much the encoder's last-layer states differ across the first 50 positions of 32 validation articles
+    (source 256): the mean over features of their standard deviation across positions, as encoder_collapse.py
+    measures it (0 = every token alike)."""
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    encoder = AutoModelForSeq2SeqLM.from_pretrained(model).get_encoder().eval()
+    rows = read_jsonl(args.data / "validation.jsonl")[:32]
+    length = min(256, encoder.config.max_position_embeddings)
+    inputs = tokenizer([row["document"] for row in rows], max_length=length, truncation=True, padding=True,
+                       return_tensors="pt", return_token_type_ids=False)  # fmt: skip
+    with torch.no_grad():
+        states = encoder(**inputs).last_hidden_state
+    return states[:, :50].std(dim=1).mean().item()
 
 
 def length_window(args, model: str) -> tuple[int, int]:
@@ -300,8 +329,12 @@ def tune(args, family: str) -> dict:
         setting = {**best, **lever.settings}
         found = training_run(args, family, setting, None, f"levers: {lever.name}")
         kept = found["metrics"]["eval_rouge1"] > best_run["metrics"]["eval_rouge1"]
-        levers.append({"lever": lever.name, "settings": setting, "rouge1": found["metrics"]["eval_rouge1"],
-                       "kept": kept, "train_seconds": found["train_seconds"]})  # fmt: skip
+        record = {"lever": lever.name, "settings": setting, "rouge1": found["metrics"]["eval_rouge1"],
+                  "train_seconds": found["train_seconds"]}  # fmt: skip
+        if (setting.get("continue") or {}).get("train_encoder_layers"):  # kept only while the states stay apart
+            record["spread"] = [token_spread(args, model) for model in (found["start"], found["output_dir"])]
+            kept = kept and record["spread"][1] >= SPREAD_KEPT * record["spread"][0]
+        levers.append({**record, "kept": kept})
         if kept:
             best, best_run = setting, found
     decoding = []
