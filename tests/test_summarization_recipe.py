@@ -292,6 +292,25 @@ def test_bert2bert_cross_attention_can_start_from_the_same_layers_self_attention
     torch.testing.assert_close(copied.encoder.embeddings.word_embeddings.weight, bert.embeddings.word_embeddings.weight)
 
 
+def test_fastformer_start_with_random_cross_attention_from_a_self_attention_conversion(bert, tokenizer, tmp_path):
+    """The Fastformer family's random-cross-attention start, derived from a conversion that copied the
+    self-attention: new weights (transformers' own init would keep the loaded ones), the rest as converted."""
+    converted = convert_bert(bert, max_position_embeddings=128, task="seq2seq", cross_attention_init="self_attention")
+    converted.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    (tmp_path / "conversion.json").write_text(json.dumps({"cross_attention_init": "self_attention"}))
+    model, _ = summarization.fastformer_start(str(tmp_path), "random")
+    std = model.config.initializer_range
+    for layer, source in zip(model.decoder.layers, bert.encoder.layer, strict=True):
+        key = layer.cross_attention.key
+        assert not torch.allclose(key.weight, source.attention.self.key.weight)
+        assert abs(key.weight.std().item() - std) < 0.25 * std and not key.bias.any()
+        assert torch.equal(layer.cross_attention_output.layer_norm.weight, torch.ones(32))
+    for name, tensor in converted.state_dict().items():
+        if ".cross_attention" not in name:
+            torch.testing.assert_close(model.state_dict()[name], tensor, msg=name)
+
+
 def test_freeze_encoder_fixes_all_of_a_bert2bert_encoder_and_nothing_of_its_decoder(bert):
     """BERT2BERT (EncoderDecoderModel) shares no parameter between encoder and decoder: freezing fixes the whole
     encoder and leaves the decoder trainable (tests/test_summarization.py: the Fastformer's, untied first)."""

@@ -127,7 +127,7 @@ def run_script(args, settings: dict, what: str) -> dict:
     return run_stored(command, Path(settings["output_dir"]), result, what, env=env, in_process=args.in_process)
 
 
-def with_tokenizer(model, tokenizer, folder: Path) -> str:
+def save_start(model, tokenizer, folder: Path) -> str:
     folder.parent.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -163,13 +163,28 @@ def fastformer_start(converted: str, cross_attention_init: str, source: str | No
     if conversion.get("cross_attention_init", "random") != cross_attention_init:
         layers = model.get_decoder().layers
         if cross_attention_init == "random":
-            torch.manual_seed(0)
-            for layer in layers:
-                for module in (layer.cross_attention, layer.cross_attention_output):
-                    module.apply(model._init_weights)
+            randomize_cross_attention(layers, model.config.initializer_range)
         else:
             copy_bert_cross_attention(BertModel.from_pretrained(source or conversion["source"]), layers)
     return model, tokenizer
+
+
+@torch.no_grad()
+def randomize_cross_attention(layers, std: float) -> None:
+    """The cross-attention of each decoder layer (and its output sub-layer) as a new model initializes it: linear
+    weights ~ N(0, std) with zero biases, layer norms at one and zero. torch's own init functions: transformers'
+    `_init_weights` leaves loaded weights as they are."""
+    torch.manual_seed(0)
+    for layer in layers:
+        for module in (*layer.cross_attention.modules(), *layer.cross_attention_output.modules()):
+            if isinstance(module, torch.nn.Linear):
+                torch.nn.init.normal_(module.weight, std=std)
+                torch.nn.init.zeros_(module.bias)
+            elif isinstance(module, torch.nn.LayerNorm):
+                torch.nn.init.ones_(module.weight)
+                torch.nn.init.zeros_(module.bias)
+        if getattr(layer.cross_attention, "context_weight", None) is not None:
+            torch.nn.init.normal_(layer.cross_attention.context_weight, std=std)
 
 
 def start_folder(args, family: str, cross_attention_init: str, converted: str) -> str:
@@ -182,7 +197,7 @@ def start_folder(args, family: str, cross_attention_init: str, converted: str) -
             if read_json(Path(converted) / "conversion.json", {}).get("cross_attention_init") == cross_attention_init:
                 return converted
             model, tokenizer = fastformer_start(converted, cross_attention_init, args.source)
-        return with_tokenizer(model, tokenizer, folder)
+        return save_start(model, tokenizer, folder)
     return relative(folder)
 
 
@@ -215,7 +230,7 @@ def family_of(row: str) -> str:
 
 
 def setting_name(setting: dict) -> str:
-    """A folder name for a cumulative lever setting: its values in order, e.g. random-none-ls0.1."""
+    """A folder name for a lever setting: its values in order, e.g. self_attention-pretrain-lead-ls0.1."""
     parts = []
     for key, value in setting.items():
         short = {"cross_attention_init": "", "pretrain": "pretrain-", "label_smoothing_factor": "ls",
