@@ -24,6 +24,7 @@ from fastformer.training import parse_args
 from scripts import convert_bert_to_fastformer, run_summarization
 
 RECIPE = Path("configs/summarization/news_headlines.json")
+PRETRAINING = Path("configs/summarization/pseudo_summaries.json")
 PATH_KEYS = ("model_name_or_path", "output_dir", "train_file", "validation_file", "test_file")
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
@@ -67,14 +68,33 @@ def test_argument_file_paths_are_relative_to_the_repository_and_exist(repo_root,
         assert not Path(recipe[key]).is_absolute() and ".." not in Path(recipe[key]).parts, key
     for key in ("train_file", "validation_file", "test_file"):
         assert (repo_root / recipe[key]).is_file(), key
-    # the model is the folder that the README's conversion command writes, just before it runs the recipe
+    # the README's commands in order: the conversion writes the model that the pretraining stage starts from (on
+    # the pseudo-summaries written just before it), which writes the model that the recipe fine-tunes
     readme = (repo_root / "README.md").read_text()
+    pretraining = json.loads((repo_root / PRETRAINING).read_text())
     conversion = next(line for line in readme.splitlines() if "--task seq2seq" in line and "convert_bert" in line)
-    assert f"--output_dir {recipe['model_name_or_path']} " in conversion
-    assert readme.index(conversion) < readme.index(f"python scripts/run_summarization.py {RECIPE}")
-    config = repo_root / recipe["model_name_or_path"] / "config.json"
+    assert f"--output_dir {pretraining['model_name_or_path']} " in conversion
+    pairs = f"python scripts/make_pseudo_summaries.py --output {pretraining['train_file']}"
+    assert pretraining["output_dir"] == recipe["model_name_or_path"]
+    commands = [conversion, pairs, f"python scripts/run_summarization.py {PRETRAINING}",
+                f"python scripts/run_summarization.py {RECIPE}"]  # fmt: skip
+    assert [readme.index(command) for command in commands] == sorted(readme.index(command) for command in commands)
+    config = repo_root / pretraining["model_name_or_path"] / "config.json"
     if config.exists():  # once that command has run
         assert json.loads(config.read_text())["is_encoder_decoder"]
+
+
+def test_pretraining_argument_file_is_the_benchmarks_stage(repo_root, monkeypatch):
+    """configs/summarization/pseudo_summaries.json is the pretraining stage the summarization benchmark ran, with
+    the README's paths, and parses with the script's parser."""
+    monkeypatch.chdir(repo_root)
+    pretraining = json.loads((repo_root / PRETRAINING).read_text())
+    args = summarization.parse_args([])
+    paths = (pretraining["model_name_or_path"], pretraining["train_file"], pretraining["output_dir"])
+    stage = summarization.pretraining(summarization.recipe(args), *paths)
+    assert {key: value for key, value in stage.items() if value is not None} == pretraining
+    model_args, data_args, training_args = parse_args(run_summarization.ARGUMENTS, [str(PRETRAINING)])
+    assert model_args.freeze_encoder and not model_args.cache_encoder_states and not training_args.do_eval
 
 
 def test_argument_file_holds_what_the_benchmark_chose_on_validation(repo_root, recipe):

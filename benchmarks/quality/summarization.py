@@ -240,6 +240,16 @@ def setting_name(setting: dict) -> str:
     return "-".join(parts)
 
 
+def pretraining(base: dict, start: str, train_file: str, output_dir: str) -> dict:
+    """The pseudo-summary pretraining stage's settings: `base` (the recipe) with specs.PRETRAIN, trained on
+    `train_file` only, the encoder frozen and run in every step (one epoch: nothing to reuse)."""
+    return {
+        **base, **PRETRAIN, "model_name_or_path": start, "train_file": train_file, "do_eval": False,
+        "do_predict": False, "validation_file": None, "test_file": None, "cache_encoder_states": False,
+        "output_dir": output_dir,
+    }  # fmt: skip
+
+
 def training_run(args, family: str, setting: dict, source_length: int | None, what: str) -> dict:
     """The headline run of `family` with a lever `setting` (its pretraining stage first, when it has one): trained
     on the training split, scored on the validation split with greedy decoding. Its result, with the seconds of
@@ -253,12 +263,8 @@ def training_run(args, family: str, setting: dict, source_length: int | None, wh
     folder = args.folder / "tuning" / family
     commands, seconds = [], 0.0
     if setting["pretrain"]:  # the recipe's settings from the start: the later levers' runs share the stage
-        stage = {
-            **base, **PRETRAIN, "model_name_or_path": start,
-            "train_file": pseudo_summaries(args, setting["pretrain"]), "do_eval": False, "do_predict": False,
-            "validation_file": None, "test_file": None, "cache_encoder_states": False,
-            "output_dir": str(folder / "pretrain" / f"{setting['cross_attention_init']}-{setting['pretrain']}"),
-        }  # fmt: skip
+        output = folder / "pretrain" / f"{setting['cross_attention_init']}-{setting['pretrain']}"
+        stage = pretraining(base, start, pseudo_summaries(args, setting["pretrain"]), str(output))
         pretrained = run_script(args, stage, f"{family}: pretraining {setting['pretrain']}")
         commands.append(pretrained["command"])
         seconds += pretrained["metrics"]["train_runtime"]
