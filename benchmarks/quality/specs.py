@@ -109,9 +109,7 @@ LEVERS = (
     Lever("pseudo-summary pretraining", "first 1 epoch on lead-sentence pseudo-summaries of the unlabeled text",
           {"pretrain": "lead"}),
     Lever("label smoothing", "label smoothing 0.1", {"label_smoothing_factor": 0.1}),
-    # once the decoder has settled: a second stage, its control first
-    Lever("one more epoch", "then 1 epoch at lr 3e-5, the encoder frozen",
-          {"continue": {"learning_rate": 3e-5, "num_train_epochs": 1}}),
+    # once the decoder has settled: a second stage
     Lever("unfreezing", "then 1 epoch at lr 3e-5 with the encoder's top 2 layers trained (kept only while the token "
           "states stay apart)",
           {"continue": {"learning_rate": 3e-5, "num_train_epochs": 1, "train_encoder_layers": 2}}),
@@ -128,7 +126,7 @@ LEVER_DECODING = {"num_beams": 1, "length_penalty": 1.0, "no_repeat_ngram_size":
 DECODING = [
     LEVER_DECODING,
     {"num_beams": 1, "length_penalty": 1.0, "no_repeat_ngram_size": 3},
-    *({"num_beams": 4, "length_penalty": penalty, "no_repeat_ngram_size": 3} for penalty in (0.6, 1.0)),
+    {"num_beams": 4, "length_penalty": 1.0, "no_repeat_ngram_size": 3},
     {"num_beams": 4, "length_penalty": 1.0, "no_repeat_ngram_size": 3, "length_window": True},
 ]  # fmt: skip
 # BERT2BERT: no dropout on the attention weights, which would make CPU SDPA fall back to its unfused kernel
