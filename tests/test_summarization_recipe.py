@@ -25,6 +25,7 @@ from scripts import convert_bert_to_fastformer, run_summarization
 
 RECIPE = Path("configs/summarization/news_headlines.json")
 PRETRAINING = Path("configs/summarization/pseudo_summaries.json")
+SECOND_STAGE = Path("configs/summarization/news_headlines_unfreeze.json")
 PATH_KEYS = ("model_name_or_path", "output_dir", "train_file", "validation_file", "test_file")
 OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
@@ -76,8 +77,11 @@ def test_argument_file_paths_are_relative_to_the_repository_and_exist(repo_root,
     assert f"--output_dir {pretraining['model_name_or_path']} " in conversion
     pairs = f"python scripts/make_pseudo_summaries.py --output {pretraining['train_file']}"
     assert pretraining["output_dir"] == recipe["model_name_or_path"]
+    second = json.loads((repo_root / SECOND_STAGE).read_text())
+    assert second["model_name_or_path"] == recipe["output_dir"] and second["output_dir"] == "runs/headlines-minilm"
     commands = [conversion, pairs, f"python scripts/run_summarization.py {PRETRAINING}",
-                f"python scripts/run_summarization.py {RECIPE}"]  # fmt: skip
+                f"python scripts/run_summarization.py {RECIPE}",
+                f"python scripts/run_summarization.py {SECOND_STAGE}"]  # fmt: skip
     assert [readme.index(command) for command in commands] == sorted(readme.index(command) for command in commands)
     config = repo_root / pretraining["model_name_or_path"] / "config.json"
     if config.exists():  # once that command has run
@@ -103,10 +107,16 @@ def test_argument_file_holds_what_the_benchmark_chose_on_validation(repo_root, r
     row = json.loads((repo_root / "docs" / "results_summarization.json").read_text())["fastformer-512"]
     assert recipe["max_source_length"] == 512
     chosen, decoding = row["chosen"]["training"], dict(row["chosen"]["decoding"])
+    second = json.loads((repo_root / SECOND_STAGE).read_text())
+    last = second if chosen.get("continue") else recipe  # the file that predicts the test split
     if decoding.pop("length_window", False):
-        assert {"min_target_length", "generation_max_length"} <= recipe.keys()
-    assert {key: recipe[key] for key in decoding} == decoding
+        assert {"min_target_length", "generation_max_length"} <= last.keys()
+    assert {key: last[key] for key in decoding} == decoding
     assert recipe.get("label_smoothing_factor", 0.0) == chosen.get("label_smoothing_factor", 0.0)
+    # the second stage: the recipe with the chosen stage's flags, the encoder then run in every step
+    stage = {**recipe, **(chosen.get("continue") or {}), "cache_encoder_states": False}
+    assert {key: value for key, value in second.items() if key not in PATH_KEYS} == {
+        key: value for key, value in stage.items() if key not in PATH_KEYS}  # fmt: skip
     # and everything else as the benchmark ran it
     assert {key: value for key, value in recipe.items() if key not in summarization.TUNED} == row["recipe"]
 
