@@ -119,10 +119,10 @@ SPREAD_KEPT = 0.5
 # the pretraining stage: one epoch over the pairs at half the source length (the texts' median is ~225 words), the
 # recipe's settings otherwise; lead sentences are ~20 words
 PRETRAIN = {"num_train_epochs": 1, "max_source_length": 256, "max_target_length": 48}
-# the decodings each family's best model is scored with on the validation split; "length_window": generate between
-# the 5th and 95th percentile of the training headlines' lengths in tokens
 # the levers' runs are scored with greedy search (which has no length penalty: 1.0 is neutral)
 LEVER_DECODING = {"num_beams": 1, "length_penalty": 1.0, "no_repeat_ngram_size": 0}
+# the decodings each family's best model is scored with on the validation split; "length_window": generate between
+# the 5th and 95th percentile of the training headlines' lengths in tokens
 DECODING = [
     LEVER_DECODING,
     {"num_beams": 1, "length_penalty": 1.0, "no_repeat_ngram_size": 3},
