@@ -211,6 +211,8 @@ def main():
                 "no_repeat_ngram_size": data_args.no_repeat_ngram_size,
                 "min_new_tokens": data_args.min_target_length}  # fmt: skip
     model.generation_config.update(**{name: value for name, value in decoding.items() if value is not None})
+    if model_args.cache_encoder_states and model_args.train_encoder_layers:
+        fail("--cache_encoder_states needs the whole encoder frozen: the states of layers in training go stale")
     if model_args.freeze_encoder:
         try:
             freeze_encoder(model, model_args.train_encoder_layers)
@@ -220,8 +222,6 @@ def main():
         fail("--cache_encoder_states needs --freeze_encoder: the states of an encoder in training go stale")
     elif model_args.train_encoder_layers:
         fail("--train_encoder_layers needs --freeze_encoder (which freezes the layers below them)")
-    if model_args.cache_encoder_states and model_args.train_encoder_layers:
-        fail("--cache_encoder_states needs the whole encoder frozen: the states of layers in training go stale")
     if model_args.cache_encoder_states and training_args.dataloader_num_workers > 0:
         fail("--cache_encoder_states runs the encoder in the collator: use it with --dataloader_num_workers 0")
     callbacks = []
