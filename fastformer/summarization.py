@@ -53,13 +53,19 @@ class CachedEncoderStates:
     training step costs the decoder only. Only for an encoder that does not change (`freeze_encoder`): the cache
     holds each source's states on the CPU, (real tokens, hidden size) each. The encoder then runs without dropout
     in training too (a frozen encoder run in every step would apply its dropout). For a DataLoader in this
-    process (`dataloader_num_workers=0`): a worker process would keep a cache of its own and run the model."""
+    process (`dataloader_num_workers=0`): a worker process would keep a cache of its own and run the model.
+    `sources` (lists of token ids, e.g. every split's `input_ids`) are encoded at the first call, sorted by length
+    (`encode_all`), so that the time is counted where the states are first needed."""
 
-    def __init__(self, collator, model):
+    def __init__(self, collator, model, sources=(), batch_size: int = 32):
         self.collator, self.model = collator, model
         self.states = {}  # the real tokens' ids (bytes) -> their encoder states
+        self.sources, self.batch_size = list(sources), batch_size
 
     def __call__(self, features):
+        if self.sources:
+            sources, self.sources = self.sources, []
+            self.encode_all(sources, self.batch_size)
         batch = self.collator(features)
         ids, mask = batch["input_ids"], batch["attention_mask"].to(torch.bool)
         keys = [row[real].numpy().tobytes() for row, real in zip(ids, mask)]
@@ -71,6 +77,24 @@ class CachedEncoderStates:
             hidden[row, mask[row]] = self.states[key]
         batch["encoder_outputs"] = BaseModelOutput(last_hidden_state=hidden)
         return batch
+
+    def encode_all(self, sources, batch_size: int = 32) -> None:
+        """Caches the states of every one of `sources` (lists of token ids) not cached yet, in batches of sources of
+        about the same length: the collator's batches come in random order and pad every source to the longest
+        (2.4x the real tokens in the bundled headlines' batches of 16 at source 2,048), sorted ones hardly at all.
+        The states are the ones a collated batch would get."""
+        pending = {}
+        for ids in sources:
+            ids = torch.tensor(ids, dtype=torch.long)
+            pending.setdefault(ids.numpy().tobytes(), ids)
+        keys = sorted((key for key in pending if key not in self.states), key=lambda key: len(pending[key]))
+        for start in range(0, len(keys), batch_size):
+            chunk = keys[start : start + batch_size]
+            rows = [pending[key] for key in chunk]
+            ids = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
+            mask = torch.nn.utils.rnn.pad_sequence([torch.ones_like(row, dtype=torch.bool) for row in rows],
+                                                   batch_first=True)  # fmt: skip
+            self._encode(ids, mask, chunk)
 
     @torch.no_grad()
     def _encode(self, ids, mask, keys):

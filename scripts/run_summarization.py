@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from functools import partial
 
+import datasets
 import numpy as np
 from transformers import (
     AutoModelForSeq2SeqLM,
@@ -255,7 +256,10 @@ def main():
     pad = label_pad_token_id(tokenizer, data_args)
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=pad)
     if model_args.cache_encoder_states:
-        collator = CachedEncoderStates(collator, model)
+        # every split's sources up front, sorted by length (a streamed split's as its batches come)
+        sources = [ids for split in prepared.values() if isinstance(split, datasets.Dataset)
+                   for ids in split["input_ids"]]  # fmt: skip
+        collator = CachedEncoderStates(collator, model, sources, training_args.per_device_eval_batch_size)
     trainer = SummarizationTrainer(
         model=model,
         args=training_args,

@@ -80,6 +80,24 @@ def test_cached_states_give_the_loss_of_the_end_to_end_forward_with_an_eval_mode
     assert [tuple(state.shape) for state in cached.states.values()] == [(len(a["input_ids"]), 32) for a in batch]
 
 
+def test_sources_encoded_up_front_in_sorted_batches_get_the_states_of_collated_batches(build):
+    model = build(FastformerForConditionalGeneration, share_layers=False)
+    freeze_encoder(model)
+    batch = articles(count=7, seed=1)
+    plain, lazy = collators(model)
+    sources = [article["input_ids"] for article in batch]
+    up_front = CachedEncoderStates(plain, model, sources + sources[:2], batch_size=3)  # a repeat is encoded once
+    model.get_encoder().train()
+    expected, found = lazy(batch), up_front(batch[2:5])  # the first call encodes all 7, in sorted batches of 3
+    assert up_front.states.keys() == lazy.states.keys() and not up_front.sources
+    for key, states in lazy.states.items():
+        torch.testing.assert_close(up_front.states[key], states, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(found["encoder_outputs"].last_hidden_state,
+                               lazy(batch[2:5])["encoder_outputs"].last_hidden_state)  # fmt: skip
+    assert expected["encoder_outputs"].last_hidden_state.shape[:2] == expected["input_ids"].shape
+    assert model.get_encoder().training  # the encoder's mode is as it was
+
+
 def test_cached_states_serve_bert2bert_alike():
     """The same collator and freezing for transformers' EncoderDecoderModel (the BERT2BERT rows)."""
     bert = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)

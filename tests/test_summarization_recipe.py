@@ -283,19 +283,22 @@ def test_benchmark_tunes_each_family_by_levers_and_scores_the_test_split(
     assert again.returncode == 0 and not re.findall(r"\] (.+?): \S+\.py ", again.stdout)
 
     # a fresh clone: no runs, only docs/results_summarization.json; another row of the family reads the recorded
-    # tuning back (it trains only its own run), and the rows not asked for keep their recorded results
+    # tuning back (it trains only its own run, with the row's training settings), and the rows not asked for keep
+    # their recorded results
     shutil.rmtree(tmp_path / "runs")
-    longer = subprocess.run(benchmark("fastformer-1024"), cwd=repo_root, env=OFFLINE, capture_output=True,
+    longer = subprocess.run(benchmark("fastformer-2048"), cwd=repo_root, env=OFFLINE, capture_output=True,
                             text=True, timeout=900)  # fmt: skip
     assert longer.returncode == 0, longer.stderr[-3000:]
     ran = re.findall(r"\] (.+?): \S+\.py ", longer.stdout)
     stage = ["fastformer: pretraining lead"] if best["pretrain"] else []
-    label = "Fastformer, warm-started, source 1,024"
+    label = "Fastformer, warm-started, source 2,048"
     assert ran == [*stage, f"fastformer: {label}", f"{label}: test"]
     results = json.loads((tmp_path / "docs" / "results_summarization.json").read_text())
-    assert results["fastformer-1024"]["tuning"] == model["tuning"] and results["lead"] == lead
+    assert results["fastformer-2048"]["tuning"] == model["tuning"] and results["lead"] == lead
     assert results["fastformer-512"]["test"] == model["test"]
-    assert "--max_source_length 1024" in results["fastformer-1024"]["commands"][-1]
+    *training, test = results["fastformer-2048"]["commands"]
+    assert "--max_source_length 2048" in test and "--train_sampling_strategy" not in test
+    assert all("--train_sampling_strategy group_by_length" in command for command in training[len(stage):])
     # under another recipe the recorded tuning is not the family's any more: it would run again
     changed = tmp_path / "changed.json"
     changed.write_text(json.dumps({**recipe, "weight_decay": 0.0}))

@@ -250,16 +250,19 @@ def pretraining(base: dict, start: str, train_file: str, output_dir: str) -> dic
     }  # fmt: skip
 
 
-def training_run(args, family: str, setting: dict, source_length: int | None, what: str) -> dict:
+def training_run(args, family: str, setting: dict, source_length: int | None, what: str,
+                 training: dict | None = None) -> dict:  # fmt: skip
     """The headline run of `family` with a lever `setting` (its pretraining stage first, when it has one): trained
-    on the training split, scored on the validation split with greedy decoding. Its result, with the seconds of
-    training (the stage's included) and the commands."""
+    on the training split, scored on the validation split with greedy decoding; `training`: a row's settings of the
+    headline stages (SummarizationRow.training). Its result, with the seconds of training (the stage's included)
+    and the commands."""
     base = recipe(args)
     start = start_folder(args, family, setting["cross_attention_init"], args.converted)
     script = {key: value for key, value in setting.items() if key not in LEVER_BASE and key != "continue"}
     length = {} if source_length is None else {"max_source_length": source_length}
     name = setting_name({key: value for key, value in setting.items() if key != "continue"})
     name += f"-source{source_length}" if source_length else ""
+    name += "".join(f"-{value}" for value in (training or {}).values())
     folder = args.folder / "tuning" / family
     commands, seconds = [], 0.0
     if setting["pretrain"]:  # the recipe's settings from the start: the later levers' runs share the stage
@@ -270,8 +273,8 @@ def training_run(args, family: str, setting: dict, source_length: int | None, wh
         seconds += pretrained["metrics"]["train_runtime"]
         start = relative(stage["output_dir"])
     settings = {
-        **base, **script, **length, "model_name_or_path": start, "do_predict": False, "test_file": None,
-        **LEVER_DECODING, "output_dir": str(folder / name),
+        **base, **script, **length, **(training or {}), "model_name_or_path": start, "do_predict": False,
+        "test_file": None, **LEVER_DECODING, "output_dir": str(folder / name),
     }  # fmt: skip
     found = run_script(args, settings, f"{family}: {what}")
     then = setting.get("continue")
@@ -397,7 +400,7 @@ def train(args, row: str, results: dict) -> dict:
     length = ROWS[row].settings.get("max_source_length")
     if length == recipe(args)["max_source_length"]:
         length = None
-    trained = training_run(args, family, tuning["chosen"]["training"], length, ROWS[row].label)
+    trained = training_run(args, family, tuning["chosen"]["training"], length, ROWS[row].label, ROWS[row].training)
     decoding = tuning["chosen"]["decoding"]
     output = Path(trained["output_dir"]) / "test"
     predicted = decoding_run(args, trained["output_dir"], {**decoding, **(ROWS[row].settings or {})}, output,
