@@ -41,15 +41,15 @@ def _check_integer(tensor, name, meaning):
 
 
 def check_inputs(input_ids, inputs_embeds, config, name="input_ids") -> tuple[int, int]:
-    """Exactly one of token ids in the vocabulary, (batch, seq_len), or embeddings (batch, seq_len, hidden_size);
+    """Exactly one of token ids in the vocabulary, (batch, seq_len), or embeddings (batch, seq_len, embedding_size);
     returns (batch, seq_len). `name` is the argument's name for the messages (e.g. "decoder_input_ids")."""
     embeds_name = name.replace("input_ids", "inputs_embeds")
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError(f"Pass exactly one of `{name}` and `{embeds_name}`")
     if inputs_embeds is not None:
-        if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != config.hidden_size:
+        if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != config.embedding_size:
             raise ValueError(
-                f"`{embeds_name}` must have shape (batch, seq_len, hidden_size={config.hidden_size}), "
+                f"`{embeds_name}` must have shape (batch, seq_len, embedding_size={config.embedding_size}), "
                 f"got {tuple(inputs_embeds.shape)}"
             )
         return tuple(inputs_embeds.shape[:2])

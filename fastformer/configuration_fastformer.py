@@ -94,6 +94,9 @@ class FastformerConfig(PreTrainedConfig):
     Args:
         vocab_size (`int`, defaults to 30522): number of token ids (bert-base-uncased WordPiece).
         hidden_size (`int`, defaults to 256): width of the token representations.
+        embedding_size (`int`, *optional*): width of the word and position embeddings, projected to `hidden_size`
+            when it differs (as ELECTRA's and ALBERT's); `hidden_size` if None. A generative model (whose LM head is
+            the word embedding matrix) needs it equal to `hidden_size`.
         num_hidden_layers (`int`, defaults to 2): number of Fastformer layers applied.
         num_attention_heads (`int`, defaults to 16): heads; must divide `hidden_size`.
         intermediate_size (`int`, defaults to 1024): width of the feed-forward block.
@@ -151,6 +154,7 @@ class FastformerConfig(PreTrainedConfig):
 
     vocab_size: int = _positive_int(30522)
     hidden_size: int = _positive_int(256)
+    embedding_size: int | None = _positive_int(None)
     num_hidden_layers: int = _positive_int(2)
     num_attention_heads: int = _positive_int(16)
     intermediate_size: int = _positive_int(1024)
@@ -180,6 +184,8 @@ class FastformerConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs):
         if self.num_decoder_layers is None:  # as T5: the decoder mirrors the encoder
             self.num_decoder_layers = self.num_hidden_layers
+        if self.embedding_size is None:
+            self.embedding_size = self.hidden_size
         super().__post_init__(**kwargs)
 
     def validate_architecture(self):

@@ -1,4 +1,10 @@
-"""A pretrained BERT checkpoint as a Fastformer: the weights the two architectures share, mapped exactly.
+"""A pretrained BERT-family checkpoint as a Fastformer: the weights the two architectures share, mapped exactly.
+
+Sources (`SOURCE_MODELS`): BERT, RoBERTa, XLM-R, DistilBERT and ELECTRA, and sentence-transformers models built on
+any of them. All are BERT's layer with other names: a DistilBERT becomes the `BertModel` that computes the same
+function (`bert_from_distilbert`) before anything else; RoBERTa and XLM-R number positions from padding_idx + 1
+(Fastformer position p gets their row p + padding_idx + 1, the one their first real token reads at p = 0); an
+ELECTRA whose embeddings are narrower than its layers keeps its projection (`FastformerConfig.embedding_size`).
 
 A BERT layer and a Fastformer layer share the embeddings, the Q/K/V projections, the attention output dense
 layer and its LayerNorm, and the feed-forward block with its LayerNorm. Only the additive attention is new:
@@ -37,13 +43,29 @@ import json
 from dataclasses import dataclass, field
 
 import torch
-from transformers import AutoConfig, BertConfig, BertModel
+from transformers import (
+    AutoConfig,
+    BertConfig,
+    BertModel,
+    DistilBertModel,
+    ElectraModel,
+    PreTrainedModel,
+    RobertaModel,
+    XLMRobertaModel,
+)
 from transformers.utils import cached_file
 
 from .configuration_fastformer import FastformerConfig
 from .modeling_fastformer import FastformerForConditionalGeneration, FastformerModel
 
-SUPPORTED_MODEL_TYPES = ("bert",)
+# model_type -> the source's model class (its encoder, no task head)
+SOURCE_MODELS = {
+    "bert": BertModel, "roberta": RobertaModel, "xlm-roberta": XLMRobertaModel, "distilbert": DistilBertModel,
+    "electra": ElectraModel,
+}  # fmt: skip
+SUPPORTED_MODEL_TYPES = tuple(SOURCE_MODELS)
+# the sources whose real tokens' positions start at padding_idx + 1 (rows up to padding_idx: padding, unused)
+POSITIONS_AFTER_PADDING_IDX = ("roberta", "xlm-roberta")
 # config fields that BertConfig and FastformerConfig share, with one meaning: the converted model takes the source's
 SHARED_CONFIG_FIELDS = (
     "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
@@ -66,10 +88,12 @@ SENTENCE_TRANSFORMERS_SETTINGS = {
 
 @dataclass
 class BertSource:
-    """A BERT checkpoint to convert: the model, and for a sentence-transformers folder its pipeline."""
+    """A BERT-family checkpoint to convert: the model (a DistilBERT as its `BertModel`), and for a
+    sentence-transformers folder its pipeline."""
 
     name_or_path: str
-    model: BertModel
+    model: PreTrainedModel
+    model_type: str = "bert"  # the checkpoint's (a DistilBERT's model is a BertModel)
     pooler_type: str = "cls"  # the first token, as BERT's pooler (less its dense + tanh); or the source's pooling
     subfolder: str = ""  # where a sentence-transformers source keeps the BERT model and its tokenizer
     sentence_transformers: dict = field(default_factory=dict)  # file name -> text of its files (modules.json, ...)
@@ -104,9 +128,48 @@ def _sentence_transformers_files(name_or_path: str, **hub_kwargs) -> dict[str, s
     return {path: text for path, text in files.items() if text is not None}
 
 
+def position_offset(config) -> int:
+    """The source's position row of a sequence's first token: padding_idx + 1 for RoBERTa and XLM-R, else 0."""
+    return config.pad_token_id + 1 if config.model_type in POSITIONS_AFTER_PADDING_IDX else 0
+
+
+def source_positions(config) -> int:
+    """How many tokens the source reads: its position rows less those before the first token's."""
+    return config.max_position_embeddings - position_offset(config)
+
+
+@torch.no_grad()
+def bert_from_distilbert(distilbert: DistilBertModel) -> BertModel:
+    """The `BertModel` that computes what `distilbert` does (the same layer under other names, no segments: a zero
+    token-type row), in eval mode."""
+    source = distilbert.config
+    config = BertConfig(
+        vocab_size=source.vocab_size, hidden_size=source.dim, num_hidden_layers=source.n_layers,
+        num_attention_heads=source.n_heads, intermediate_size=source.hidden_dim, hidden_act=source.activation,
+        hidden_dropout_prob=source.dropout, attention_probs_dropout_prob=source.attention_dropout,
+        max_position_embeddings=source.max_position_embeddings, type_vocab_size=1, layer_norm_eps=1e-12,
+        initializer_range=source.initializer_range, pad_token_id=source.pad_token_id,
+    )  # fmt: skip
+    bert = BertModel(config, add_pooling_layer=False).to(distilbert.dtype)
+    embeddings = distilbert.embeddings
+    bert.embeddings.word_embeddings.load_state_dict(embeddings.word_embeddings.state_dict())
+    bert.embeddings.position_embeddings.load_state_dict(embeddings.position_embeddings.state_dict())
+    bert.embeddings.token_type_embeddings.weight.zero_()
+    bert.embeddings.LayerNorm.load_state_dict(embeddings.LayerNorm.state_dict())
+    for block, layer in zip(distilbert.transformer.layer, bert.encoder.layer, strict=True):
+        for name, theirs in (("query", "q_lin"), ("key", "k_lin"), ("value", "v_lin")):
+            getattr(layer.attention.self, name).load_state_dict(getattr(block.attention, theirs).state_dict())
+        layer.attention.output.dense.load_state_dict(block.attention.out_lin.state_dict())
+        layer.attention.output.LayerNorm.load_state_dict(block.sa_layer_norm.state_dict())
+        layer.intermediate.dense.load_state_dict(block.ffn.lin1.state_dict())
+        layer.output.dense.load_state_dict(block.ffn.lin2.state_dict())
+        layer.output.LayerNorm.load_state_dict(block.output_layer_norm.state_dict())
+    return bert.eval()
+
+
 def load_bert_source(name_or_path: str, **hub_kwargs) -> BertSource:
-    """Load a BERT-architecture checkpoint (a local folder or a Hub id; a sentence-transformers checkpoint whose
-    first module is a BERT model too). Anything else raises a ValueError naming what is supported."""
+    """Load a BERT-family checkpoint (`SOURCE_MODELS`; a local folder or a Hub id; a sentence-transformers
+    checkpoint whose first module is one too). Anything else raises a ValueError naming what is supported."""
     files = _sentence_transformers_files(name_or_path, **hub_kwargs)
     subfolder = ""
     if files:
@@ -125,19 +188,23 @@ def load_bert_source(name_or_path: str, **hub_kwargs) -> BertSource:
             )
         subfolder = first.get("path", "")
     config = AutoConfig.from_pretrained(name_or_path, subfolder=subfolder, **hub_kwargs)
-    if config.model_type not in SUPPORTED_MODEL_TYPES or not isinstance(config, BertConfig):
+    if config.model_type not in SOURCE_MODELS:
         raise ValueError(
-            f"{name_or_path} is a {config.model_type!r} model; only BERT-architecture checkpoints can be converted "
-            f"(model_type one of {SUPPORTED_MODEL_TYPES}, e.g. google-bert/bert-base-uncased or "
-            "sentence-transformers/all-MiniLM-L6-v2)"
+            f"{name_or_path} is a {config.model_type!r} model; only BERT-family checkpoints can be converted "
+            f"(model_type one of {SUPPORTED_MODEL_TYPES}, e.g. google-bert/bert-base-uncased, FacebookAI/roberta-base "
+            "or sentence-transformers/all-MiniLM-L6-v2)"
         )
     if getattr(config, "position_embedding_type", "absolute") != "absolute":
         raise ValueError(
             f"{name_or_path} uses position_embedding_type={config.position_embedding_type!r}; Fastformer has "
             "learned absolute positions, so only 'absolute' converts"
         )
-    model = BertModel.from_pretrained(name_or_path, subfolder=subfolder, add_pooling_layer=False, **hub_kwargs)
-    source = BertSource(name_or_path, model.eval(), subfolder=subfolder, sentence_transformers=files)
+    model_class = SOURCE_MODELS[config.model_type]
+    pooler = {"add_pooling_layer": False} if model_class in (BertModel, RobertaModel, XLMRobertaModel) else {}
+    model = model_class.from_pretrained(name_or_path, subfolder=subfolder, **pooler, **hub_kwargs).eval()
+    if isinstance(model, DistilBertModel):
+        model = bert_from_distilbert(model)
+    source = BertSource(name_or_path, model, config.model_type, subfolder=subfolder, sentence_transformers=files)
     if files:
         source.pooler_type = _sentence_transformers_pooler(name_or_path, files, modules)
     return source
@@ -182,25 +249,27 @@ def sentence_transformers_files(source: BertSource, max_seq_length: int) -> dict
 
 
 def fastformer_config(
-    bert_config: BertConfig,
+    bert_config,
     *,
     pooler_type: str = "cls",
     max_position_embeddings: int | None = None,
     task: str = "encoder",
     **overrides,
 ) -> FastformerConfig:
-    """The Fastformer config of the same sizes as `bert_config`: no parameter sharing, the product
-    interaction, no query residual; the special ids of a BERT tokenizer for generation (`task="seq2seq"`)."""
+    """The Fastformer config of the same sizes as `bert_config` (a BERT-family source's): no parameter sharing, the
+    product interaction, no query residual; the special ids of a BERT tokenizer for generation (`task="seq2seq"`)."""
     if task not in TASKS:
         raise ValueError(f"`task` must be one of {TASKS}, got {task!r}")
-    positions = max_position_embeddings or bert_config.max_position_embeddings
-    if positions < bert_config.max_position_embeddings:
+    readable = source_positions(bert_config)
+    positions = max_position_embeddings or readable
+    if positions < readable:
         raise ValueError(
-            f"max_position_embeddings={positions} is below the source's {bert_config.max_position_embeddings}; "
+            f"max_position_embeddings={positions} is below the source's {readable}; "
             "a converted model keeps every learned position"
         )
     settings = {name: getattr(bert_config, name) for name in SHARED_CONFIG_FIELDS}
     settings.update(
+        embedding_size=getattr(bert_config, "embedding_size", bert_config.hidden_size),
         max_position_embeddings=positions,
         share_query_value=False,
         share_layers=False,
@@ -222,18 +291,24 @@ def extend_positions(positions: torch.Tensor, length: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def copy_bert_weights(bert: BertModel, embeddings, layers) -> None:
-    """Copy BERT's shared weights into Fastformer `embeddings` and encoder or decoder `layers`, and set the
-    Fastformer-only parameters to their starting values (module docstring)."""
+def copy_bert_weights(bert: PreTrainedModel, embeddings, layers) -> None:
+    """Copy a BERT-family model's shared weights (a BertModel, RobertaModel, XLMRobertaModel or ElectraModel: a
+    DistilBERT as `bert_from_distilbert`'s) into Fastformer `embeddings` and encoder or decoder `layers`, and set
+    the Fastformer-only parameters to their starting values (module docstring)."""
     if len(layers) != len(bert.encoder.layer):
         raise ValueError(f"{len(layers)} Fastformer layers cannot take the source's {len(bert.encoder.layer)}")
     source = bert.embeddings
     embeddings.word_embeddings.weight.copy_(source.word_embeddings.weight)
     segment_zero = source.token_type_embeddings.weight[0]
-    positions = source.position_embeddings.weight + segment_zero
+    positions = source.position_embeddings.weight[position_offset(bert.config) :] + segment_zero
     length = embeddings.position_embeddings.num_embeddings
     embeddings.position_embeddings.weight.copy_(extend_positions(positions, length))
     embeddings.layer_norm.load_state_dict(source.LayerNorm.state_dict())
+    projection = getattr(bert, "embeddings_project", None)  # ELECTRA's, where its embeddings are narrower
+    if (projection is None) != (embeddings.projection is None):
+        raise ValueError("the source's embeddings and the Fastformer's differ in width: convert with fastformer_config")
+    if projection is not None:
+        embeddings.projection.load_state_dict(projection.state_dict())
     for bert_layer, layer in zip(bert.encoder.layer, layers):
         attention = layer.attention
         for name in ("query", "key", "value"):
@@ -248,7 +323,7 @@ def copy_bert_weights(bert: BertModel, embeddings, layers) -> None:
 
 
 @torch.no_grad()
-def copy_bert_cross_attention(bert: BertModel, decoder_layers) -> None:
+def copy_bert_cross_attention(bert: PreTrainedModel, decoder_layers) -> None:
     """Each decoder layer's cross-attention from the same BERT layer's softmax self-attention: its query, key and
     value projections (an additive cross-attention has no key: its w_c stays as it is) and its output sub-layer."""
     for bert_layer, layer in zip(bert.encoder.layer, decoder_layers, strict=True):
@@ -265,7 +340,7 @@ def _copy_sublayer_output(bert_output, output) -> None:
 
 
 def convert_bert(
-    bert: BertModel,
+    bert: PreTrainedModel,
     *,
     pooler_type: str = "cls",
     max_position_embeddings: int | None = None,
@@ -274,11 +349,11 @@ def convert_bert(
     **config_overrides,
 ) -> FastformerModel | FastformerForConditionalGeneration:
     """A `FastformerModel` (`task="encoder"`) or `FastformerForConditionalGeneration` (`task="seq2seq"`) holding
-    `bert`'s weights. In the encoder-decoder, as BERT2BERT (Rothe et al., arXiv:1907.12461), both the encoder and
-    the decoder start from `bert` (the decoder's causal attention and feed-forward from BERT's layers, its
-    embeddings and the LM head tied to BERT's word embeddings); the cross-attention starts from the usual random
-    initialization, or with `cross_attention_init="self_attention"` from the same layers' self-attention
-    (`copy_bert_cross_attention`)."""
+    `bert`'s weights (a BERT-family model, as `copy_bert_weights` takes it). In the encoder-decoder, as BERT2BERT
+    (Rothe et al., arXiv:1907.12461), both the encoder and the decoder start from `bert` (the decoder's causal
+    attention and feed-forward from its layers, its embeddings and the LM head tied to its word embeddings); the
+    cross-attention starts from the usual random initialization, or with `cross_attention_init="self_attention"`
+    from the same layers' self-attention (`copy_bert_cross_attention`)."""
     if cross_attention_init not in CROSS_ATTENTION_INITS:
         raise ValueError(f"cross_attention_init must be one of {CROSS_ATTENTION_INITS}, got {cross_attention_init!r}")
     if task == "encoder" and cross_attention_init != "random":
@@ -313,6 +388,8 @@ __all__ = [
     "SUPPORTED_MODEL_TYPES",
     "TASKS",
     "BertSource",
+    "SOURCE_MODELS",
+    "bert_from_distilbert",
     "convert_bert",
     "copy_bert_cross_attention",
     "copy_bert_weights",
@@ -320,5 +397,7 @@ __all__ = [
     "extend_positions",
     "fastformer_config",
     "load_bert_source",
+    "position_offset",
     "sentence_transformers_files",
+    "source_positions",
 ]

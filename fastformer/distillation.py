@@ -1,5 +1,6 @@
-"""Attention transfer: a Fastformer converted from BERT (`fastformer.conversion`) learns its additive attention
-from the BERT it came from (the teacher), on unlabeled text, in two stages (as LoLCATs, arXiv:2410.10254):
+"""Attention transfer: a Fastformer converted from a BERT-family model (`fastformer.conversion`) learns its additive
+attention from the model it came from (the teacher: a BertModel, or a RoBERTa, XLM-R or ELECTRA, whose layers are
+BERT's), on unlabeled text, in two stages (as LoLCATs, arXiv:2410.10254):
 
 1. "layerwise": every student layer's attention sub-layer (`FastformerLayer.attention_sublayer`: the additive
    attention with its projections, W_r, w_q, w_k, and the output dense layer) gets the teacher's input of that
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import BertModel, Trainer, TrainingArguments
+from transformers import PreTrainedModel, Trainer, TrainingArguments
 from transformers.modeling_outputs import ModelOutput
 
 from .modeling_fastformer import FastformerModel, FastformerPooler
@@ -47,7 +48,7 @@ def _squared_errors(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Te
     return residual, total
 
 
-def teacher_targets(teacher: BertModel, input_ids, attention_mask) -> tuple[tuple[torch.Tensor, ...], list]:
+def teacher_targets(teacher: PreTrainedModel, input_ids, attention_mask) -> tuple[tuple[torch.Tensor, ...], list]:
     """The teacher's hidden states (embeddings, then after every layer) and every layer's attention sub-layer
     output, without gradients."""
     attention_outputs = []
@@ -76,7 +77,7 @@ class AttentionTransfer(nn.Module):
 
     accepts_loss_kwargs = False  # the loss is a mean over layers, not a sum to be divided by the token count
 
-    def __init__(self, student: FastformerModel, teacher: BertModel, stage: str):
+    def __init__(self, student: FastformerModel, teacher: PreTrainedModel, stage: str):
         super().__init__()
         if stage not in STAGES:
             raise ValueError(f"`stage` must be one of {STAGES}, got {stage!r}")
@@ -135,7 +136,7 @@ class AttentionTransfer(nn.Module):
 
 def transfer_attention(
     student: FastformerModel,
-    teacher: BertModel,
+    teacher: PreTrainedModel,
     stage: str,
     train_dataset,
     args: TrainingArguments,
@@ -160,7 +161,7 @@ def transfer_attention(
 
 
 @torch.no_grad()
-def transfer_errors(student: FastformerModel, teacher: BertModel, batches) -> dict[str, list[float]]:
+def transfer_errors(student: FastformerModel, teacher: PreTrainedModel, batches) -> dict[str, list[float]]:
     """Per layer, the unexplained variance of the student against the teacher over all `batches` (dicts with
     input_ids and attention_mask): "attention" for the attention sub-layer given the teacher's input (what the
     layerwise stage trains), "hidden" for the layer's output when the student runs on its own (end to end)."""
@@ -183,7 +184,7 @@ def transfer_errors(student: FastformerModel, teacher: BertModel, batches) -> di
 
 
 @torch.no_grad()
-def embedding_cosine(student: FastformerModel, teacher: BertModel, batches) -> float:
+def embedding_cosine(student: FastformerModel, teacher: PreTrainedModel, batches) -> float:
     """Mean cosine similarity of the student's sentence embedding and the teacher's, both pooled from the last
     layer by the student's pooler (`config.pooler_type`: mean or first token; an encoder without a pooler, as
     in an encoder-decoder, gets that of its config), over all `batches`."""

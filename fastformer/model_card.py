@@ -157,14 +157,14 @@ CONVERSION_TEMPLATE_PATH = TEMPLATE_PATH.with_name("converted.md")
 def write_conversion_card(
     output_dir, *, model, settings: dict, base_model=None, license=None, sentence_transformers=False
 ) -> ModelCard:
-    """Writes `output_dir`/README.md, the card of a Fastformer converted from BERT by
+    """Writes `output_dir`/README.md, the card of a Fastformer converted from a BERT-family model by
     scripts/convert_bert_to_fastformer.py. `settings` is what the script records in conversion.json;
     `base_model` the source's Hub id (the source itself when it is one); `license` the source's;
     `sentence_transformers` whether the folder is a sentence-transformers model too."""
     source = settings["source"]
     base_model = base_model or (None if Path(source).exists() else source)
     seq2seq = model.config.is_encoder_decoder
-    tags = ["fastformer", "additive-attention", "converted-from-bert"]
+    tags = ["fastformer", "additive-attention", f"converted-from-{settings.get('source_model_type') or 'bert'}"]
     if sentence_transformers:
         tags.append("sentence-transformers")
     card_data = ModelCardData(

@@ -48,20 +48,23 @@ from .functional import (
 
 
 class FastformerEmbeddings(nn.Module):
-    """Token + learned position embeddings, LayerNorm, dropout."""
+    """Token + learned position embeddings, LayerNorm, dropout; then a projection to `hidden_size` where
+    `config.embedding_size` differs (as ELECTRA's `embeddings_project`)."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        size = config.embedding_size
+        self.word_embeddings = nn.Embedding(config.vocab_size, size, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, size)
+        self.layer_norm = nn.LayerNorm(size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.projection = nn.Linear(size, config.hidden_size) if size != config.hidden_size else None
 
     def forward(self, input_ids=None, position_ids=None, inputs_embeds=None) -> torch.Tensor:
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)
-        embeddings = inputs_embeds + self.position_embeddings(position_ids)
-        return self.dropout(self.layer_norm(embeddings))
+        embeddings = self.dropout(self.layer_norm(inputs_embeds + self.position_embeddings(position_ids)))
+        return embeddings if self.projection is None else self.projection(embeddings)
 
 
 class FastformerAttention(nn.Module):
@@ -547,14 +550,15 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
 
 
 class FastformerLMHead(nn.Module):
-    """dense -> activation -> LayerNorm -> vocabulary projection (tied to the input embeddings by default)."""
+    """dense -> activation -> LayerNorm -> vocabulary projection (tied to the input embeddings by default); the
+    dense layer maps to `config.embedding_size`, the width of the embedding matrix (as ELECTRA's generator)."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(config.hidden_size, config.embedding_size)
         self.activation = ACT2FN[config.hidden_act]
-        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+        self.layer_norm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(config.embedding_size, config.vocab_size)
 
     def forward(self, hidden_states) -> torch.Tensor:
         return self.decoder(self.layer_norm(self.activation(self.dense(hidden_states))))
@@ -826,6 +830,14 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
     # a recurrent state cannot be rolled back: transformers refuses assisted decoding for stateful models
     _is_stateful = True
     _supported_generation_modes = ("greedy_search", "sample", "beam_search", "beam_sample")
+
+    def __init__(self, config: FastformerConfig):
+        if config.embedding_size != config.hidden_size:
+            raise ValueError(
+                f"{type(self).__name__} needs embedding_size == hidden_size (its LM head is the word embedding "
+                f"matrix), got embedding_size={config.embedding_size}, hidden_size={config.hidden_size}"
+            )
+        super().__init__(config)
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:

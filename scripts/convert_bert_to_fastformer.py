@@ -1,17 +1,18 @@
-"""Turn a pretrained BERT checkpoint into a pretrained Fastformer: map the shared weights, extend the positions,
+"""Turn a pretrained BERT-family checkpoint into a pretrained Fastformer: map the shared weights, extend the positions,
 transfer the attention from the BERT teacher on unlabeled text, and save a Hub-ready folder.
 
     python scripts/convert_bert_to_fastformer.py --model_name_or_path sentence-transformers/all-MiniLM-L6-v2 \\
         --output_dir runs/minilm-fastformer --max_position_embeddings 8192 \\
         --distill_file data/distillation/train.jsonl.gz
 
-The source is a local folder or Hub id of a BERT-architecture model (model_type bert), or a sentence-transformers
-model whose first module is one (its pooling and normalization carry over, and the output folder is a
-sentence-transformers model too). `--task seq2seq` writes a FastformerForConditionalGeneration whose encoder and
-decoder both start from the source (BERT2BERT). Without `--distill_file` only the weights are mapped (the
-attention then differs from the teacher's: see docs/PRETRAINED.md). The distillation runs on Trainer (two stages,
-`fastformer.distillation`), so `accelerate launch` scales it out and a rerun of the same command resumes it from
-its last checkpoint (`OUTPUT_DIR/distillation/`, deleted once the folder is saved).
+The source is a local folder or Hub id of a BERT-family model (model_type bert, roberta, xlm-roberta, distilbert or
+electra), or a sentence-transformers model whose first module is one (its pooling and normalization carry over, and
+the output folder is a sentence-transformers model too). `--task seq2seq` writes a
+FastformerForConditionalGeneration whose encoder and decoder both start from the source (BERT2BERT). Without
+`--distill_file` only the weights are mapped (the attention then differs from the teacher's: see
+docs/PRETRAINED.md). The distillation runs on Trainer (two stages, `fastformer.distillation`), so `accelerate
+launch` scales it out and a rerun of the same command resumes it from its last checkpoint
+(`OUTPUT_DIR/distillation/`, deleted once the folder is saved).
 """
 
 import json
@@ -37,6 +38,7 @@ from fastformer.conversion import (
     copy_encoder_layers,
     load_bert_source,
     sentence_transformers_files,
+    source_positions,
 )
 from fastformer.distillation import STAGES, embedding_cosine, transfer_attention, transfer_errors
 from fastformer.model_card import write_conversion_card
@@ -49,7 +51,8 @@ DISTILLATION_DIR = "distillation"  # inside --output_dir while the transfer runs
 @dataclass
 class ConversionArguments:
     model_name_or_path: str = field(
-        metadata={"help": "The BERT checkpoint to convert: a local folder or a Hub id (also sentence-transformers)."}
+        metadata={"help": "The BERT-family checkpoint to convert (bert, roberta, xlm-roberta, distilbert, electra): "
+                          "a local folder or a Hub id (also sentence-transformers)."}
     )
     task: str = field(
         default="encoder",
@@ -262,10 +265,10 @@ def main(args: list[str] | None = None):
     encoder = model if conversion_args.task == "encoder" else model.get_encoder()
     report = None
     if distill_args.distill_file:
-        if distill_args.max_seq_length > source.model.config.max_position_embeddings:
+        if distill_args.max_seq_length > source_positions(source.model.config):
             fail(
                 f"--max_seq_length {distill_args.max_seq_length} is more than the teacher's "
-                f"{source.model.config.max_position_embeddings} positions, which it reads the texts with"
+                f"{source_positions(source.model.config)} positions, which it reads the texts with"
             )
         run = dict(
             source=conversion_args.model_name_or_path, revision=conversion_args.model_revision,
@@ -293,10 +296,11 @@ def main(args: list[str] | None = None):
             "command": command,
             "seconds": round(time.perf_counter() - started, 1),
             "source": conversion_args.model_name_or_path,
+            "source_model_type": source.model_type,
             "task": conversion_args.task,
             "cross_attention_init": conversion_args.cross_attention_init,
             "max_position_embeddings": model.config.max_position_embeddings,
-            "source_max_position_embeddings": source.model.config.max_position_embeddings,
+            "source_max_position_embeddings": source_positions(source.model.config),
             "distill_file": distill_args.distill_file,
             "max_seq_length": distill_args.max_seq_length if distill_args.distill_file else None,
             "hyperparameters": hyperparameters(training_args) if distill_args.distill_file else None,

@@ -1,5 +1,6 @@
-"""BERT checkpoints converted to Fastformer (fastformer.conversion, scripts/convert_bert_to_fastformer.py) and the
-attention transfer from the BERT teacher (fastformer.distillation), on tiny random BERTs built here."""
+"""BERT-family checkpoints converted to Fastformer (fastformer.conversion, scripts/convert_bert_to_fastformer.py) and
+the attention transfer from the teacher (fastformer.distillation), on tiny random BERTs (and RoBERTa, XLM-R,
+DistilBERT, ELECTRA models) built here."""
 
 import json
 
@@ -18,12 +19,26 @@ from transformers import (
     BertConfig,
     BertModel,
     DataCollatorWithPadding,
+    DistilBertConfig,
+    DistilBertModel,
+    ElectraConfig,
+    ElectraModel,
+    RobertaConfig,
+    RobertaModel,
     TrainingArguments,
+    XLMRobertaConfig,
+    XLMRobertaModel,
 )
 
 from fastformer import FastformerForConditionalGeneration, FastformerModel
 from fastformer.conversion import convert_bert, extend_positions, load_bert_source
-from fastformer.distillation import AttentionTransfer, embedding_cosine, transfer_attention, transfer_errors
+from fastformer.distillation import (
+    AttentionTransfer,
+    embedding_cosine,
+    teacher_targets,
+    transfer_attention,
+    transfer_errors,
+)
 from scripts import convert_bert_to_fastformer
 
 POSITIONS = 24  # the tiny teacher's learned positions
@@ -122,8 +137,101 @@ def test_long_inputs_run_past_the_source_positions(bert, tokenizer):
 def test_non_bert_sources_are_refused_by_name(tmp_path):
     BartModel(BartConfig(vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
                          decoder_attention_heads=2, encoder_ffn_dim=8, decoder_ffn_dim=8)).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match=r"is a 'bart' model; only BERT-architecture checkpoints .*\('bert',\)"):
+    with pytest.raises(ValueError, match=r"is a 'bart' model; only BERT-family checkpoints .*\('bert', 'roberta', "
+                                         r"'xlm-roberta', 'distilbert', 'electra'\)"):  # fmt: skip
         load_bert_source(str(tmp_path))
+
+
+def noisy(model):
+    """`model` in eval mode, its weights moved off their initialization so that every term of a mapping matters."""
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    return model.eval()
+
+
+# the other BERT-family sources, tiny and random: the sizes of the tiny BERT, the bundled tokenizer's vocabulary
+# and padding id (a RoBERTa's positions then start at row padding_idx + 1 = 1); an ELECTRA with narrower embeddings
+SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # fmt: skip
+SOURCES = {
+    "roberta": lambda vocab: RobertaModel(RobertaConfig(vocab_size=vocab, pad_token_id=0, type_vocab_size=1,
+                                                        max_position_embeddings=POSITIONS + 1, **SIZES),
+                                          add_pooling_layer=False),
+    "xlm-roberta": lambda vocab: XLMRobertaModel(XLMRobertaConfig(vocab_size=vocab, pad_token_id=0, type_vocab_size=1,
+                                                                  max_position_embeddings=POSITIONS + 1, **SIZES),
+                                                 add_pooling_layer=False),
+    "distilbert": lambda vocab: DistilBertModel(DistilBertConfig(vocab_size=vocab, pad_token_id=0, dim=32, n_layers=2,
+                                                                 n_heads=4, hidden_dim=37, dropout=0.0,
+                                                                 attention_dropout=0.0,
+                                                                 max_position_embeddings=POSITIONS)),
+    "electra": lambda vocab: ElectraModel(ElectraConfig(vocab_size=vocab, pad_token_id=0, embedding_size=16,
+                                                        max_position_embeddings=POSITIONS, **SIZES)),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=list(SOURCES))
+def source_folder(request, tokenizer, tmp_path_factory):
+    """A tiny random checkpoint of each other BERT-family type, saved with the bundled tokenizer."""
+    folder = tmp_path_factory.mktemp(request.param)
+    noisy(SOURCES[request.param](len(tokenizer))).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def source_embeddings(model, input_ids):
+    """What the source's first layer reads for single-segment `input_ids` (no padding), computed by its own modules."""
+    if isinstance(model, DistilBertModel):
+        return model.embeddings(input_ids)
+    embedded = model.embeddings(input_ids=input_ids, token_type_ids=torch.zeros_like(input_ids))
+    return model.embeddings_project(embedded) if hasattr(model, "embeddings_project") else embedded
+
+
+def source_feed_forwards(model) -> list:
+    """Each of the source's layers' feed-forward block with its residual and LayerNorm, as its own modules run it."""
+    if isinstance(model, DistilBertModel):
+        return [lambda x, block=block: block.output_layer_norm(block.ffn(x) + x) for block in model.transformer.layer]
+    return [lambda x, layer=layer: layer.output(layer.intermediate(x), x) for layer in model.encoder.layer]
+
+
+def test_other_bert_family_sources_map_exactly(source_folder, tokenizer):
+    """RoBERTa, XLM-R, DistilBERT and ELECTRA: the converted embeddings equal the source's (position 0 is the
+    source's first real position; ELECTRA's projection included) and so do the feed-forward blocks; the teacher the
+    distillation reads (a DistilBERT as its BertModel) computes the source's function."""
+    original = AutoModel.from_pretrained(source_folder).eval()
+    source = load_bert_source(str(source_folder))
+    model = convert_bert(source.model, max_position_embeddings=2 * POSITIONS)
+    ids = tokenizer(TEXTS[0], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        positions = torch.arange(ids.shape[1])[None]
+        torch.testing.assert_close(model.embeddings(ids, positions), source_embeddings(original, ids))
+        x = torch.randn(2, 5, 32)
+        for feed_forward, layer in zip(source_feed_forwards(original), model.layers, strict=True):
+            torch.testing.assert_close(layer.feed_forward(x), feed_forward(x))
+        batch = tokenizer(TEXTS[:3], padding=True, return_tensors="pt")
+        real = batch["attention_mask"].bool()
+        expected = original(**batch).last_hidden_state[real]
+        torch.testing.assert_close(source.model(**batch).last_hidden_state[real], expected)
+        # the distillation's targets: the input of the first layer is the student's embedding output
+        hidden_states, attention_outputs = teacher_targets(source.model, batch["input_ids"], batch["attention_mask"])
+        student = model.embeddings(batch["input_ids"], torch.arange(batch["input_ids"].shape[1]).expand_as(real))
+        torch.testing.assert_close(student[real], hidden_states[0][real])
+        assert len(hidden_states) == 3 and len(attention_outputs) == 2
+    assert model.config.max_position_embeddings == 2 * POSITIONS
+    # the positions past the source's repeat its readable rows (a RoBERTa's from row padding_idx + 1)
+    torch.testing.assert_close(model.embeddings.position_embeddings.weight[POSITIONS:],
+                               model.embeddings.position_embeddings.weight[:POSITIONS])  # fmt: skip
+    loss = AttentionTransfer(model, source.model, "end_to_end")(**batch).loss
+    assert torch.isfinite(loss) and loss > 0
+
+
+def test_electra_with_narrower_embeddings_converts_to_an_encoder_only(tokenizer):
+    electra = noisy(SOURCES["electra"](len(tokenizer)))
+    model = convert_bert(electra)
+    assert model.config.embedding_size == 16 and model.embeddings.projection.in_features == 16
+    with pytest.raises(ValueError, match="needs embedding_size == hidden_size .* embedding_size=16, hidden_size=32"):
+        convert_bert(electra, task="seq2seq")
 
 
 def test_seq2seq_conversion_starts_encoder_and_decoder_from_bert(bert, tokenizer):
@@ -299,15 +407,25 @@ def test_script_names_the_supported_sources(tmp_path):
     source = tmp_path / "bart"
     BartModel(BartConfig(vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
                          decoder_attention_heads=2, encoder_ffn_dim=8, decoder_ffn_dim=8)).save_pretrained(source)
-    with pytest.raises(SystemExit, match="only BERT-architecture checkpoints can be converted"):
+    with pytest.raises(SystemExit, match="only BERT-family checkpoints can be converted"):
         convert_bert_to_fastformer.main(["--model_name_or_path", str(source), "--output_dir", str(tmp_path / "out")])
 
 
-def test_sentence_transformers_model_stays_one(bert_folder, tmp_path):
-    """A sentence-transformers source (mean pooling, normalization) converts into a folder that
-    SentenceTransformer loads as Hub code, with the same pooling and normalization."""
+@pytest.fixture(scope="module")
+def distilbert_folder(tokenizer, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny-distilbert")
+    noisy(SOURCES["distilbert"](len(tokenizer))).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("transformer", ["bert_folder", "distilbert_folder"])
+def test_sentence_transformers_model_stays_one(transformer, request, tmp_path):
+    """A sentence-transformers source (mean pooling, normalization; on a BERT or a DistilBERT) converts into a
+    folder that SentenceTransformer loads as Hub code, with the same pooling and normalization."""
+    folder = request.getfixturevalue(transformer)
     source = SentenceTransformer(modules=[
-        Transformer(str(bert_folder), max_seq_length=POSITIONS), Pooling(32, pooling_mode="mean"), Normalize()
+        Transformer(str(folder), max_seq_length=POSITIONS), Pooling(32, pooling_mode="mean"), Normalize()
     ])
     source.save(str(tmp_path / "source"))
     loaded = load_bert_source(str(tmp_path / "source"))
@@ -338,6 +456,38 @@ def test_sentence_transformers_modules_a_fastformer_cannot_carry_are_refused(ber
     SentenceTransformer(modules=modules).save(str(tmp_path))
     with pytest.raises(ValueError, match=r"with the modules \[.*Dense'\], which a converted model cannot carry"):
         load_bert_source(str(tmp_path))
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "electra"])
+def test_script_converts_other_sources_with_the_attention_transfer(model_type, tokenizer, tmp_path):
+    """A RoBERTa (positions after padding_idx) and an ELECTRA (narrower embeddings) through the whole script: the
+    transfer lowers the error against its teacher, and the folder loads with the Auto classes of an encoder."""
+    source = tmp_path / model_type
+    noisy(SOURCES[model_type](len(tokenizer))).save_pretrained(source)
+    tokenizer.save_pretrained(source)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS * 3) + "\n")
+    output = tmp_path / "converted"
+    convert_bert_to_fastformer.main([
+        "--model_name_or_path", str(source), "--output_dir", str(output), "--distill_file", str(texts),
+        "--max_seq_length", str(POSITIONS), "--max_steps", "6", "--end_to_end_steps", "2", "--learning_rate", "1e-2",
+        "--per_device_train_batch_size", "4", "--validation_split_percentage", "20", "--use_cpu",
+        "--disable_tqdm", "true", "--save_strategy", "no",
+    ])  # fmt: skip
+    report = json.loads((output / "conversion.json").read_text())
+    assert report["source_max_position_embeddings"] == POSITIONS
+    before = report["distillation"]["before"]["attention"]
+    after = report["distillation"]["stages"]["layerwise"]["after"]["attention"]
+    assert all(error_after < error_before for error_before, error_after in zip(before, after, strict=True))
+    encoder = AutoModel.from_pretrained(output)
+    assert isinstance(encoder, FastformerModel) and encoder.config.max_position_embeddings == POSITIONS
+    masked_lm = AutoModelForMaskedLM.from_pretrained(output)  # its head maps back to the embeddings' width
+    batch = tokenizer(TEXTS[:2], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = masked_lm(**batch).logits
+    assert logits.shape == (*batch["input_ids"].shape, len(tokenizer)) and torch.isfinite(logits).all()
+    assert AutoModelForSequenceClassification.from_pretrained(output, num_labels=3).config.num_labels == 3
+    assert f"converted-from-{model_type}" in (output / "README.md").read_text()
 
 
 def test_script_seq2seq_decoder_starts_from_the_distilled_encoder(bert_folder, tmp_path):

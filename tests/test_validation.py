@@ -56,7 +56,7 @@ def test_bad_embeddings_and_masks(build):
     model = build(FastformerModel)
     with pytest.raises(ValueError, match="exactly one of `input_ids` and `inputs_embeds`"):
         model()
-    with pytest.raises(ValueError, match=r"`inputs_embeds` must have shape \(batch, seq_len, hidden_size=32\), "
+    with pytest.raises(ValueError, match=r"`inputs_embeds` must have shape \(batch, seq_len, embedding_size=32\), "
                        r"got \(2, 7, 16\)"):  # fmt: skip
         model(inputs_embeds=torch.zeros(2, 7, 16))
     with pytest.raises(ValueError, match=r"`attention_mask` must have shape .* \(2, 7\), got \(2, 6\)"):
