@@ -146,15 +146,25 @@ def _report_peak(queue, prepare, args):
     queue.put((resident_kib("VmHWM") - baseline) / 1024)
 
 
-def peak_megabytes(prepare, *args) -> float | None:
+def peak_megabytes(prepare, *args, mmap_threshold: int | None = None) -> float | None:
     """In a fresh process: `call = prepare(*args)` (builds what it needs, outside the count), then the peak
     resident memory of `call()` beyond the memory before it, in MB (Linux). None if the kernel killed the process
     (out of memory); any other failure is an error, so that it cannot pass for a model that does not fit.
-    (`ru_maxrss` cannot be used: a process started by fork+exec begins with its parent's peak.)"""
+    (`ru_maxrss` cannot be used: a process started by fork+exec begins with its parent's peak.)
+    `mmap_threshold` (bytes): glibc's malloc then maps every allocation from that size on by itself and unmaps it
+    when it is freed (MALLOC_MMAP_THRESHOLD_, which also stops the threshold from adapting), so the peak is that of
+    the tensors alive at once, not of what the allocator kept from earlier calls."""
     context = get_context("spawn")
     queue = context.Queue()
     process = context.Process(target=_report_peak, args=(queue, prepare, args))
-    process.start()
+    environment = dict(os.environ)
+    if mmap_threshold is not None:  # the child reads it when it starts
+        os.environ["MALLOC_MMAP_THRESHOLD_"] = str(mmap_threshold)
+    try:
+        process.start()
+    finally:
+        os.environ.clear()
+        os.environ.update(environment)
     process.join()
     if process.exitcode == -signal.SIGKILL:
         return None

@@ -9,7 +9,8 @@ docs/pretrained_runs.json, and the report is rewritten after every part (a part 
 residual (the conversion with and without the query residual), agreement (embeddings against the teacher's, no
 fine-tuning), finetune (scripts/run_classification.py under one recipe for every row of specs.FINETUNE_ROWS; a run
 stored under --work with the same command is read back), long (time and memory at long inputs, and the accuracy on
-long documents read whole).
+long documents read whole), memory (time and peak memory of the teacher and the Fastformer its conversion makes,
+the feed-forward blocks whole and in chunks; needs no --converted).
 """
 
 import statistics
@@ -72,8 +73,8 @@ def parse_args(argv=None):
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "pretrained", help="fine-tuned models")
     parser.add_argument("--residual-steps", type=int, default=100, help="layerwise steps of the residual part")
     args = parser.parse_args(argv)
-    if args.converted is None and not args.report:
-        parser.error("--converted is required (but with --report)")
+    if args.converted is None and not args.report and set(args.parts) != {"memory"}:
+        parser.error("--converted is required (but with --report or --parts memory)")
     args.teacher = args.teacher or (None if args.report else minilm())
     return args
 
@@ -306,18 +307,23 @@ def finetune_report(run) -> list[str]:
 # --- long inputs ---------------------------------------------------------------------------------------------
 
 
-def long_models(converted: Path, teacher: str, length: int):
-    """The converted model, and the teacher with its positions extended as the conversion extends them."""
-    fastformer = FastformerModel.from_pretrained(converted).eval()
+def extended_teacher(teacher: str, length: int, **config_overrides) -> BertModel:
+    """The teacher with its positions extended to `length` as the conversion extends them."""
     bert = BertModel.from_pretrained(teacher, add_pooling_layer=False)
-    config = BertConfig(**{**bert.config.to_dict(), "max_position_embeddings": length})
+    config = BertConfig(**{**bert.config.to_dict(), "max_position_embeddings": length, **config_overrides})
     extended = BertModel(config, add_pooling_layer=False)
     state = bert.state_dict()
     positions = state["embeddings.position_embeddings.weight"]
     state["embeddings.position_embeddings.weight"] = extend_positions(positions, length)
     state.pop("embeddings.position_ids", None)
     extended.load_state_dict(state)
-    return {specs.CONVERTED: fastformer, specs.TEACHER: extended.eval()}
+    return extended.eval()
+
+
+def long_models(converted: Path, teacher: str, length: int):
+    """The converted model, and the teacher with its positions extended as the conversion extends them."""
+    fastformer = FastformerModel.from_pretrained(converted).eval()
+    return {specs.CONVERTED: fastformer, specs.TEACHER: extended_teacher(teacher, length)}
 
 
 def forward_seconds(model, input_ids, repeats=3) -> float:
@@ -401,6 +407,59 @@ def long_report(run) -> list[str]:
     ]  # fmt: skip
 
 
+# --- memory --------------------------------------------------------------------------------------------------
+
+
+def memory_model(teacher: str, name: str, chunk: int):
+    """The teacher with its positions extended (`extended_teacher`), or the Fastformer that the conversion makes of it
+    (the weights mapped, no transfer: the distilled model runs the same computation with other values), its
+    feed-forward blocks run in chunks of `chunk` tokens (0: whole)."""
+    bert = extended_teacher(teacher, max(specs.LONG_LENGTHS), chunk_size_feed_forward=chunk)
+    return convert_bert(bert, chunk_size_feed_forward=chunk).eval() if name == specs.CONVERTED else bert
+
+
+def prepare_memory(teacher, name, chunk, length, threads):
+    """For harness.peak_megabytes: one forward of the memory part's model at `length` tokens, after a warm-up
+    forward (one-time allocations: thread pools, kernel workspaces) of the largest chunk's length, which BERT's
+    chunking can run."""
+    torch.set_num_threads(threads)
+    model = memory_model(teacher, name, chunk)
+    input_ids = random_ids(length)
+    with torch.no_grad():
+        model(input_ids=input_ids[:, : max(specs.MEMORY_CHUNKS)])
+    return torch.no_grad()(lambda: model(input_ids=input_ids))
+
+
+def memory(args) -> dict:
+    rows = []
+    for length in specs.LONG_LENGTHS:  # every model at one length in a row, so that their times compare
+        for name in (specs.TEACHER, specs.CONVERTED):
+            for chunk in specs.MEMORY_CHUNKS:
+                model = memory_model(args.teacher, name, chunk)
+                peak = peak_megabytes(prepare_memory, args.teacher, name, chunk, length, args.threads,
+                                      mmap_threshold=specs.MMAP_THRESHOLD)  # fmt: skip
+                rows.append({"model": name, "chunk": chunk, "tokens": length, "peak_mb": peak,
+                             "forward_ms": 1000 * forward_seconds(model, random_ids(length), repeats=5)})  # fmt: skip
+                print(rows[-1], flush=True)
+    return {"rows": rows}
+
+
+def memory_report(run) -> list[str]:
+    cells = [[f"{row['tokens']:,}", row["model"], f"{row['chunk']}" if row["chunk"] else "whole",
+              f"{row['forward_ms']:.0f}", f"{row['peak_mb']:.1f}"] for row in run["rows"]]  # fmt: skip
+    return [
+        "## Memory", "", *run["header"], "",
+        "Forward pass, batch 1, no gradients, median of 5 after a warm-up; peak memory beyond the built model and a",
+        f"{max(specs.MEMORY_CHUNKS)}-token warm-up forward (fresh process, Linux VmHWM), glibc's malloc with a fixed",
+        f"mmap threshold of {specs.MMAP_THRESHOLD // 1024} KiB (`MALLOC_MMAP_THRESHOLD_`), so that it counts the",
+        "tensors alive at once rather than what the allocator kept from the warm-up. The converted model here has",
+        "the mapped weights without the attention transfer (the same computation). Feed-forward: run on all tokens",
+        "at once, or in chunks of that many tokens (`chunk_size_feed_forward`; BERT's own needs a length it",
+        "divides).", "",
+        *table(["tokens", "model", "feed-forward", "forward ms", "peak MB"], cells), "",
+    ]  # fmt: skip
+
+
 # --- report --------------------------------------------------------------------------------------------------
 
 
@@ -455,7 +514,8 @@ def goals(runs) -> list[str]:
 
 
 PARTS = {"residual": (residual, residual_report), "agreement": (agreement, agreement_report),
-         "finetune": (finetune, finetune_report), "long": (long_inputs, long_report)}  # part -> (run, report)
+         "finetune": (finetune, finetune_report), "long": (long_inputs, long_report),
+         "memory": (memory, memory_report)}  # part -> (run, report)
 
 
 def report(runs: dict) -> list[str]:
@@ -481,7 +541,7 @@ def main(argv=None):
         write_doc(DOCS / "PRETRAINED.md", report(runs))
         return
     torch.set_num_threads(args.threads)
-    settings = read_json(args.converted / "conversion.json")
+    settings = read_json(args.converted / "conversion.json") if args.converted else None
     if settings:
         settings["command"] = pasteable(settings.get("command", "the README conversion command"), minilm())
         header = [f"- Command: `{settings['command']}`"

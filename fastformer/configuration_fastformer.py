@@ -122,6 +122,9 @@ class FastformerConfig(PreTrainedConfig):
             authors' code); False gives r_i alone, the attention output of a softmax Transformer, which is what
             models converted from BERT use (`fastformer.conversion`): there the residual adds a term the teacher
             does not have.
+        chunk_size_feed_forward (`int`, defaults to 256): without gradients (inference), every feed-forward block
+            runs on at most this many tokens at a time (0: all at once): the same result, without ever holding the
+            (tokens x intermediate_size) activations of a whole long batch (docs/PRETRAINED.md, memory).
         pooler_type (`str`, defaults to `"additive"`): how `FastformerModel` pools the last layer into
             `pooler_output` for classification: `"additive"` (the paper's: a tanh MLP gives one logit per token,
             masked softmax, weighted sum), `"cls"` (the first real token) or `"mean"` (mean of real tokens).
@@ -171,6 +174,7 @@ class FastformerConfig(PreTrainedConfig):
     share_heads: bool = False
     interaction: Literal[INTERACTIONS] = "product"  # the tuple of functional.py, the one list of interactions
     query_residual: bool = True
+    chunk_size_feed_forward: int = 256
     pooler_type: Literal["additive", "cls", "mean"] = "additive"
     attention_implementation: Literal["auto", "plain", "collapsed"] = "auto"
     num_decoder_layers: int | None = _positive_int(None)
@@ -195,6 +199,10 @@ class FastformerConfig(PreTrainedConfig):
             raise ValueError(
                 f"`hidden_size` ({self.hidden_size}) must be divisible by `num_attention_heads` "
                 f"({self.num_attention_heads})"
+            )
+        if self.chunk_size_feed_forward < 0:
+            raise ValueError(
+                f"`chunk_size_feed_forward` must be 0 (no chunks) or more, got {self.chunk_size_feed_forward}"
             )
         if self.attention_implementation == "collapsed" and self.interaction != "product":
             raise ValueError(

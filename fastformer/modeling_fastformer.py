@@ -217,13 +217,28 @@ class FastformerSublayerOutput(nn.Module):
 
 
 class FastformerFeedForward(nn.Module):
+    """intermediate -> activation -> dense -> add & LayerNorm, token by token. Without gradients, a batch of more
+    than `config.chunk_size_feed_forward` tokens (read at every call; 0: never) runs in chunks of that many, so
+    the (tokens x intermediate_size) activations are never held for all tokens at once (with gradients every
+    chunk's would be kept for the backward pass anyway)."""
+
     def __init__(self, config: FastformerConfig):
         super().__init__()
+        self.config = config
         self.intermediate = nn.Linear(config.hidden_size, config.intermediate_size)
         self.activation = ACT2FN[config.hidden_act]
         self.output = FastformerSublayerOutput(config, config.intermediate_size)
 
     def forward(self, hidden_states) -> torch.Tensor:
+        chunk = self.config.chunk_size_feed_forward
+        tokens = hidden_states.shape[0] * hidden_states.shape[1]
+        traced = torch.compiler.is_compiling() or torch.compiler.is_exporting()  # a symbolic length: no chunks
+        if chunk and not traced and tokens > chunk and not torch.is_grad_enabled():
+            flat = hidden_states.reshape(tokens, hidden_states.shape[-1])
+            return torch.cat([self.chunk_forward(part) for part in flat.split(chunk)]).view_as(hidden_states)
+        return self.chunk_forward(hidden_states)
+
+    def chunk_forward(self, hidden_states) -> torch.Tensor:
         return self.output(self.activation(self.intermediate(hidden_states)), hidden_states)
 
 

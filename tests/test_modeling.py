@@ -18,6 +18,7 @@ from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutp
 from fastformer import (
     FastformerConfig,
     FastformerForCausalLM,
+    FastformerForConditionalGeneration,
     FastformerForMaskedLM,
     FastformerForSequenceClassification,
     FastformerModel,
@@ -126,6 +127,40 @@ def test_collapsed_attention_equals_the_plain_path_in_float64(tiny_config, varia
             assert grad is None, name
         else:
             torch.testing.assert_close(grad, expected, rtol=1e-10, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("model_class", [FastformerModel, FastformerForConditionalGeneration])
+def test_feed_forward_in_chunks_gives_the_whole_batchs_result(build, model_class):
+    """Without gradients the feed-forward blocks run on `chunk_size_feed_forward` tokens at a time (a chunk may
+    straddle two rows, the last is shorter): the same outputs in float64, padding included; with gradients they
+    run whole (and the gradients are the model's)."""
+    model = build(model_class, share_layers=False, chunk_size_feed_forward=0).double()
+    ids = torch.randint(5, VOCAB, (3, 11))
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    mask[2] = 0
+    inputs = dict(input_ids=ids, attention_mask=mask)
+    if model_class is FastformerForConditionalGeneration:
+        inputs["decoder_input_ids"] = ids[:, :6]
+
+    def output():
+        result = model(**inputs)
+        return result.last_hidden_state if model_class is FastformerModel else result.logits
+
+    with torch.no_grad():
+        whole = output()
+    feed_forward = model.get_encoder().layers[0].feed_forward if model_class is not FastformerModel \
+        else model.layers[0].feed_forward  # fmt: skip
+    calls = []
+    run = feed_forward.chunk_forward
+    feed_forward.chunk_forward = lambda states: calls.append(states.shape) or run(states)
+    model.config.chunk_size_feed_forward = 4
+    with torch.no_grad():
+        torch.testing.assert_close(output(), whole, rtol=1e-12, atol=1e-12)
+    assert calls == [(4, HIDDEN)] * 8 + [(1, HIDDEN)]  # 33 tokens in chunks of 4
+    calls.clear()
+    output().sum().backward()  # with gradients: one call on the whole batch
+    assert calls == [(3, 11, HIDDEN)]
 
 
 @pytest.mark.parametrize("query_residual", [True, False])
