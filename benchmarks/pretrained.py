@@ -469,6 +469,8 @@ def conversion_report(conversion) -> list[str]:
     stages = [[name, stage["max_steps"], f"{stage['learning_rate']:g}", f"{stage['seconds'] / 60:.1f}"]
               for name, stage in distillation["stages"].items()]  # fmt: skip
     errors = [("conversion alone", distillation["before"])]
+    if "least_squares_start" in distillation:
+        errors.append(("least-squares start", distillation["least_squares_start"]["after"]))
     errors += [(name, stage["after"]) for name, stage in distillation["stages"].items()]
     return [
         "## The conversion", "", *conversion["header"], "",

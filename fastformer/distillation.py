@@ -48,6 +48,63 @@ def _squared_errors(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Te
     return residual, total
 
 
+@torch.no_grad()
+def least_squares_start(student: FastformerModel, teacher: PreTrainedModel, batches, ridge: float = 1e-3) -> list:
+    """A start close to the teacher before any gradient step: every layer's W_r and its bias
+    (`attention.transform`) fitted in closed form, by least squares over the real tokens of `batches`, so that
+    W_r u_i + b_r (u_i: the additive attention of the teacher's input of that layer, less the query residual if
+    the student has one) gives the teacher's attention context (its self-attention output, which the output
+    dense layer, the same in both, then maps). Ridge: `ridge` x the mean feature variance, the bias free; the sums
+    in float64. The other weights stay. Returns per layer the unexplained variance of the context left."""
+    layers = student.layers
+    contexts, inputs = [], []
+    hooks = [layer.attention.self.register_forward_hook(lambda module, args, output: contexts.append(output[0]))
+             for layer in teacher.encoder.layer]  # fmt: skip
+    hooks += [layer.attention.transform.register_forward_hook(lambda module, args, output: inputs.append(args[0]))
+              for layer in layers]  # fmt: skip
+    size = student.config.hidden_size
+    gram = torch.zeros(len(layers), size + 1, size + 1, dtype=torch.float64)
+    cross = torch.zeros(len(layers), size + 1, size, dtype=torch.float64)
+    squares = torch.zeros(len(layers), dtype=torch.float64)  # sum ||c_i||^2
+    target_sums = torch.zeros(len(layers), size, dtype=torch.float64)  # sum c_i
+    counts = torch.zeros(len(layers), dtype=torch.float64)
+    try:
+        for batch in batches:
+            input_ids, mask = batch["input_ids"].to(student.device), batch["attention_mask"].to(student.device)
+            contexts.clear()
+            hidden_states, _ = teacher_targets(teacher, input_ids, mask)
+            real = mask.to(torch.bool)
+            for index, layer in enumerate(layers):
+                inputs.clear()
+                layer.attention(hidden_states[index], mask)
+                features = inputs[0][real].double()
+                target = contexts[index][real].double()
+                if layer.attention.query_residual:
+                    target = target - layer.attention.query(hidden_states[index])[real].double()
+                features = torch.cat([features, torch.ones_like(features[:, :1])], dim=1)
+                gram[index] += features.T @ features
+                cross[index] += features.T @ target
+                squares[index] += target.square().sum()
+                target_sums[index] += target.sum(dim=0)
+                counts[index] += len(target)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    errors = []
+    for index, layer in enumerate(layers):
+        penalty = torch.zeros(size + 1, dtype=torch.float64)
+        penalty[:size] = ridge * gram[index].diagonal()[:size].mean()
+        solution = torch.linalg.solve(gram[index] + torch.diag(penalty), cross[index])  # (size + 1, size)
+        transform = layer.attention.transform
+        transform.weight.copy_(solution[:size].T.to(transform.weight.dtype))
+        transform.bias.copy_(solution[size].to(transform.bias.dtype))
+        # sum ||W f_i - c_i||^2 = sum ||c_i||^2 - 2 tr(W^T F^T C) + tr(W^T F^T F W), F^T F and F^T C summed above
+        residual = squares[index] - 2 * (solution * cross[index]).sum() + (solution.T @ gram[index] @ solution).trace()
+        total = squares[index] - target_sums[index].square().sum() / counts[index]
+        errors.append((residual / total).item())
+    return errors
+
+
 def teacher_targets(teacher: PreTrainedModel, input_ids, attention_mask) -> tuple[tuple[torch.Tensor, ...], list]:
     """The teacher's hidden states (embeddings, then after every layer) and every layer's attention sub-layer
     output, without gradients."""
@@ -201,4 +258,12 @@ def embedding_cosine(student: FastformerModel, teacher: PreTrainedModel, batches
     return torch.cat(cosines).mean().item()
 
 
-__all__ = ["STAGES", "AttentionTransfer", "TransferOutput", "embedding_cosine", "transfer_attention", "transfer_errors"]
+__all__ = [
+    "STAGES",
+    "AttentionTransfer",
+    "TransferOutput",
+    "embedding_cosine",
+    "least_squares_start",
+    "transfer_attention",
+    "transfer_errors",
+]

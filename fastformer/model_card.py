@@ -184,6 +184,8 @@ def write_conversion_card(
     stages = []
     if distillation:
         after = [("conversion alone", distillation["before"])]
+        if "least_squares_start" in distillation:
+            after.append(("least-squares start", distillation["least_squares_start"]["after"]))
         after += [(name, stage["after"]) for name, stage in distillation["stages"].items()]
         stages = [
             (

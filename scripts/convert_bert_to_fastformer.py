@@ -1,5 +1,5 @@
 """Turn a pretrained BERT-family checkpoint into a pretrained Fastformer: map the shared weights, extend the positions,
-transfer the attention from the BERT teacher on unlabeled text, and save a Hub-ready folder.
+transfer the attention from the source (the teacher) on unlabeled text, and save a Hub-ready folder.
 
     python scripts/convert_bert_to_fastformer.py --model_name_or_path sentence-transformers/all-MiniLM-L6-v2 \\
         --output_dir runs/minilm-fastformer --max_position_embeddings 8192 \\
@@ -40,7 +40,13 @@ from fastformer.conversion import (
     sentence_transformers_files,
     source_positions,
 )
-from fastformer.distillation import STAGES, embedding_cosine, transfer_attention, transfer_errors
+from fastformer.distillation import (
+    STAGES,
+    embedding_cosine,
+    least_squares_start,
+    transfer_attention,
+    transfer_errors,
+)
 from fastformer.model_card import write_conversion_card
 from fastformer.training import fail, hyperparameters, parse_args, setup_logging
 
@@ -91,6 +97,12 @@ class DistillationArguments:
         default=2, metadata={"help": "Held-out share of --distill_file on which the per-layer errors are reported."}
     )
     max_eval_samples: int | None = field(default=128, metadata={"help": "Keep at most N held-out texts."})
+    least_squares_start: bool = field(
+        default=False,
+        metadata={"help": "Before the layerwise stage, fit every layer's W_r in closed form (least squares against "
+                  "the teacher's attention contexts on --least_squares_batches training batches)."},
+    )  # fmt: skip
+    least_squares_batches: int = field(default=8, metadata={"help": "Batches of the --least_squares_start fit."})
     end_to_end_steps: int = field(default=350, metadata={"help": "Steps of the end-to-end stage (0: skip it)."})
     end_to_end_learning_rate: float = field(
         default=3e-4, metadata={"help": "Learning rate of the end-to-end stage (--learning_rate: the layerwise one)."}
@@ -186,6 +198,16 @@ def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir
     report = {"train_texts": len(train), "held_out_texts": len(held_out), "stages": {}}
     report["before"] = measure(encoder, teacher, evaluation)
     print_errors("before the transfer", report["before"])
+    if distill_args.least_squares_start:
+        started = time.perf_counter()
+        size = training_args.per_device_train_batch_size
+        fit = batches(train.select(range(min(len(train), size * distill_args.least_squares_batches))), tokenizer, size)
+        context_errors = least_squares_start(encoder, teacher, fit)
+        report["least_squares_start"] = {
+            "batches": len(fit), "context_errors": context_errors, "seconds": round(time.perf_counter() - started, 1),
+            "after": measure(encoder, teacher, evaluation),
+        }  # fmt: skip
+        print_errors("after the least-squares start", report["least_squares_start"]["after"])
     settings = {
         "layerwise": dict(max_steps=training_args.max_steps, learning_rate=training_args.learning_rate),
         "end_to_end": dict(
@@ -275,6 +297,7 @@ def main(args: list[str] | None = None):
             task=conversion_args.task, cross_attention_init=conversion_args.cross_attention_init,
             max_position_embeddings=model.config.max_position_embeddings, distill_file=str(distill_args.distill_file),
             text_column=distill_args.text_column, max_seq_length=distill_args.max_seq_length, seed=training_args.seed,
+            least_squares_start=distill_args.least_squares_start,
         )
         if training_args.should_save:
             prepare_output_dir(output_dir, conversion_args.overwrite_output_dir, run)

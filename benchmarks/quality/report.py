@@ -239,6 +239,13 @@ def summarization_section(results: dict, data: Path) -> list[str]:
     header = ["model", *(title for title, _ in SUMMARIZATION_COLUMNS), "words", "copied", "training min",
               "ms per summary", "chosen on validation"]  # fmt: skip
     repeated = sum(copied_key(text) in training for text in references)
+    for spec in ROWS.values():
+        if spec.training:
+            settings = ", ".join(f"`--{key} {value}`" for key, value in spec.training.items())
+            lines += ["", *textwrap.wrap(
+                f"{spec.label} trains with {settings} (batches of articles of about the same length, to fit the "
+                "row in an hour: random batches of 16 pad to 2.4x their real tokens at 2,048, and the second stage "
+                "runs the encoder in every step); the other rows train on random batches.", width=114)]  # fmt: skip
     threads = {row.get("threads") for name, row in results.items() if name in ROWS and "tuning" in row}
     if threads - {None}:
         lines += ["", f"The trained rows ran with {', '.join(map(str, sorted(threads - {None})))} thread(s) per run."]
