@@ -520,6 +520,17 @@ PARTS = {"residual": (residual, residual_report), "agreement": (agreement, agree
          "memory": (memory, memory_report)}  # part -> (run, report)
 
 
+SOURCES = [
+    ["bert", "as is"],
+    ["roberta, xlm-roberta", "position p of a Fastformer input takes the source's row p + padding_idx + 1 (where its "
+     "first real token reads); the rows up to padding_idx are dropped"],
+    ["distilbert", "first made the BertModel of the same function (`bert_from_distilbert`: the same layer under "
+     "other names, a zero token-type row), then as BERT"],
+    ["electra", "as BERT, with its embedding projection where the embeddings are narrower than the layers "
+     "(`FastformerConfig.embedding_size`; then an encoder only: the generative heads need equal widths)"],
+]  # fmt: skip
+
+
 def report(runs: dict) -> list[str]:
     lines = [
         "# Pretrained Fastformers converted from BERT", "",
@@ -527,6 +538,12 @@ def report(runs: dict) -> list[str]:
         "`scripts/convert_bert_to_fastformer.py` (weights mapped, attention transferred in two stages;",
         "`fastformer/conversion.py`, `fastformer/distillation.py`),",
         "measured by `python -m benchmarks.pretrained`. Each section below says how it was run.", "",
+        "## Sources", "",
+        "The script converts these `model_type`s (a local folder or a Hub id; also a sentence-transformers model",
+        "whose Transformer module holds one), each mapped exactly where the architectures share weights",
+        "(tests/test_conversion.py: tiny random checkpoints of each type, embedding output and every feed-forward",
+        "block equal to the source's); any other type is refused by name:", "",
+        *table(["model_type", "mapping"], SOURCES), "",
     ]  # fmt: skip
     if runs.get("conversion"):
         lines += conversion_report(runs["conversion"])
