@@ -47,9 +47,9 @@ def check_inputs(input_ids, inputs_embeds, config, name="input_ids") -> tuple[in
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError(f"Pass exactly one of `{name}` and `{embeds_name}`")
     if inputs_embeds is not None:
-        if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != config.embedding_size:
+        if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != config.embedding_width:
             raise ValueError(
-                f"`{embeds_name}` must have shape (batch, seq_len, embedding_size={config.embedding_size}), "
+                f"`{embeds_name}` must have shape (batch, seq_len, embedding_size={config.embedding_width}), "
                 f"got {tuple(inputs_embeds.shape)}"
             )
         return tuple(inputs_embeds.shape[:2])

@@ -95,8 +95,8 @@ class FastformerConfig(PreTrainedConfig):
         vocab_size (`int`, defaults to 30522): number of token ids (bert-base-uncased WordPiece).
         hidden_size (`int`, defaults to 256): width of the token representations.
         embedding_size (`int`, *optional*): width of the word and position embeddings, projected to `hidden_size`
-            when it differs (as ELECTRA's and ALBERT's); `hidden_size` if None. A generative model (whose LM head is
-            the word embedding matrix) needs it equal to `hidden_size`.
+            when it differs (as ELECTRA's and ALBERT's); `hidden_size` if None (`embedding_width` reads it). A
+            generative model (whose LM head is the word embedding matrix) needs it equal to `hidden_size`.
         num_hidden_layers (`int`, defaults to 2): number of Fastformer layers applied.
         num_attention_heads (`int`, defaults to 16): heads; must divide `hidden_size`.
         intermediate_size (`int`, defaults to 1024): width of the feed-forward block.
@@ -188,9 +188,13 @@ class FastformerConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs):
         if self.num_decoder_layers is None:  # as T5: the decoder mirrors the encoder
             self.num_decoder_layers = self.num_hidden_layers
-        if self.embedding_size is None:
-            self.embedding_size = self.hidden_size
         super().__post_init__(**kwargs)
+
+    @property
+    def embedding_width(self) -> int:
+        """The width of the word and position embeddings: `embedding_size`, or `hidden_size` where it is None (read
+        at use, so that a `hidden_size` changed after init, as by `--config_overrides`, still sizes them)."""
+        return self.embedding_size or self.hidden_size
 
     def validate_architecture(self):
         """Part of `@strict`-powered validation: the fields that must fit together."""

@@ -268,8 +268,9 @@ def fastformer_config(
             "a converted model keeps every learned position"
         )
     settings = {name: getattr(bert_config, name) for name in SHARED_CONFIG_FIELDS}
+    width = getattr(bert_config, "embedding_size", None) or bert_config.hidden_size
     settings.update(
-        embedding_size=getattr(bert_config, "embedding_size", bert_config.hidden_size),
+        embedding_size=None if width == bert_config.hidden_size else width,  # ELECTRA's, where narrower
         max_position_embeddings=positions,
         share_query_value=False,
         share_layers=False,

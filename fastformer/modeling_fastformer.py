@@ -53,7 +53,7 @@ class FastformerEmbeddings(nn.Module):
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
-        size = config.embedding_size
+        size = config.embedding_width
         self.word_embeddings = nn.Embedding(config.vocab_size, size, padding_idx=config.pad_token_id)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, size)
         self.layer_norm = nn.LayerNorm(size, eps=config.layer_norm_eps)
@@ -570,10 +570,10 @@ class FastformerLMHead(nn.Module):
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.embedding_size)
+        self.dense = nn.Linear(config.hidden_size, config.embedding_width)
         self.activation = ACT2FN[config.hidden_act]
-        self.layer_norm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
-        self.decoder = nn.Linear(config.embedding_size, config.vocab_size)
+        self.layer_norm = nn.LayerNorm(config.embedding_width, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(config.embedding_width, config.vocab_size)
 
     def forward(self, hidden_states) -> torch.Tensor:
         return self.decoder(self.layer_norm(self.activation(self.dense(hidden_states))))
@@ -847,7 +847,7 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
     _supported_generation_modes = ("greedy_search", "sample", "beam_search", "beam_sample")
 
     def __init__(self, config: FastformerConfig):
-        if config.embedding_size != config.hidden_size:
+        if config.embedding_width != config.hidden_size:
             raise ValueError(
                 f"{type(self).__name__} needs embedding_size == hidden_size (its LM head is the word embedding "
                 f"matrix), got embedding_size={config.embedding_size}, hidden_size={config.hidden_size}"

@@ -6,7 +6,7 @@ import pytest
 from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassFieldValidationError
 from transformers import AutoConfig
 
-from fastformer import FastformerConfig
+from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerModel
 
 
 def test_defaults_are_the_papers_final_model():
@@ -131,3 +131,17 @@ def test_transformers_own_settings_pass_through(tmp_path):
     assert loaded.id2label == {0: "negative", 1: "positive"}
     assert loaded.num_labels == 2 and loaded.problem_type == "single_label_classification"
     assert loaded.is_encoder_decoder
+
+
+def test_embedding_width_follows_the_hidden_size_unless_set():
+    """`embedding_size=None` means the hidden size as it is when a model is built (`--config_overrides` changes it
+    after init); a set width gets a projection, which the generative models refuse."""
+    config = FastformerConfig(hidden_size=64, num_attention_heads=4)
+    config.hidden_size = 32  # as --config_overrides hidden_size=32 does
+    model = FastformerForConditionalGeneration(config)
+    assert config.embedding_size is None and model.get_input_embeddings().weight.shape[1] == 32
+    assert model.fastformer.embeddings.projection is None
+    narrow = FastformerConfig(hidden_size=32, num_attention_heads=4, embedding_size=16)
+    assert FastformerModel(narrow).embeddings.projection.in_features == 16
+    with pytest.raises(ValueError, match="needs embedding_size == hidden_size"):
+        FastformerForConditionalGeneration(narrow)
