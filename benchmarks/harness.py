@@ -157,14 +157,16 @@ def peak_megabytes(prepare, *args, mmap_threshold: int | None = None) -> float |
     context = get_context("spawn")
     queue = context.Queue()
     process = context.Process(target=_report_peak, args=(queue, prepare, args))
-    environment = dict(os.environ)
+    before = os.environ.get("MALLOC_MMAP_THRESHOLD_")
     if mmap_threshold is not None:  # the child reads it when it starts
         os.environ["MALLOC_MMAP_THRESHOLD_"] = str(mmap_threshold)
     try:
         process.start()
     finally:
-        os.environ.clear()
-        os.environ.update(environment)
+        if before is None:
+            os.environ.pop("MALLOC_MMAP_THRESHOLD_", None)
+        else:
+            os.environ["MALLOC_MMAP_THRESHOLD_"] = before
     process.join()
     if process.exitcode == -signal.SIGKILL:
         return None

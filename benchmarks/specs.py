@@ -67,7 +67,7 @@ CONVERTED, TEACHER = "converted Fastformer", "teacher (BERT, positions extended)
 # the memory part: the feed-forward blocks whole (0) and in chunks of this many tokens (FastformerConfig's default;
 # BERT's own chunking, transformers' apply_chunking_to_forward, needs a length that it divides)
 MEMORY_CHUNKS = (0, 256)
-MMAP_THRESHOLD = 64 * 1024  # glibc's default before it adapts (harness.peak_megabytes)
+MMAP_THRESHOLD = 64 * 1024  # fixed (glibc starts at 128 KiB and raises it as memory is freed; harness.peak_megabytes)
 # the issue's goals, each checked against the numbers: the converted model's fine-tuned accuracy as a share of the
 # teacher's, its margin over the best model from scratch, the distillation's minutes, the speedup at 8,192 tokens
 GOAL_ACCURACY, GOAL_MARGIN, GOAL_MINUTES, GOAL_SPEEDUP = 0.97, 0.05, 30, 5

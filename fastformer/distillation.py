@@ -54,20 +54,21 @@ def least_squares_start(student: FastformerModel, teacher: PreTrainedModel, batc
     (`attention.transform`) fitted in closed form, by least squares over the real tokens of `batches`, so that
     W_r u_i + b_r (u_i: the additive attention of the teacher's input of that layer, less the query residual if
     the student has one) gives the teacher's attention context (its self-attention output, which the output
-    dense layer, the same in both, then maps). Ridge: `ridge` x the mean feature variance, the bias free; the sums
-    in float64. The other weights stay. Returns per layer the unexplained variance of the context left."""
+    dense layer, the same in both, then maps). Ridge: `ridge` x the features' mean sum of squares (the Gram
+    matrix's mean diagonal), the bias free; the sums in float64. The other weights stay. Returns per layer the
+    unexplained variance of the context left."""
     layers = student.layers
     contexts, inputs = [], []
     hooks = [layer.attention.self.register_forward_hook(lambda module, args, output: contexts.append(output[0]))
              for layer in teacher.encoder.layer]  # fmt: skip
     hooks += [layer.attention.transform.register_forward_hook(lambda module, args, output: inputs.append(args[0]))
               for layer in layers]  # fmt: skip
-    size = student.config.hidden_size
-    gram = torch.zeros(len(layers), size + 1, size + 1, dtype=torch.float64)
-    cross = torch.zeros(len(layers), size + 1, size, dtype=torch.float64)
-    squares = torch.zeros(len(layers), dtype=torch.float64)  # sum ||c_i||^2
-    target_sums = torch.zeros(len(layers), size, dtype=torch.float64)  # sum c_i
-    counts = torch.zeros(len(layers), dtype=torch.float64)
+    size, sums = student.config.hidden_size, dict(dtype=torch.float64, device=student.device)
+    gram = torch.zeros(len(layers), size + 1, size + 1, **sums)
+    cross = torch.zeros(len(layers), size + 1, size, **sums)
+    squares = torch.zeros(len(layers), **sums)  # sum ||c_i||^2
+    target_sums = torch.zeros(len(layers), size, **sums)  # sum c_i
+    counts = torch.zeros(len(layers), **sums)
     try:
         for batch in batches:
             input_ids, mask = batch["input_ids"].to(student.device), batch["attention_mask"].to(student.device)
@@ -92,7 +93,7 @@ def least_squares_start(student: FastformerModel, teacher: PreTrainedModel, batc
             hook.remove()
     errors = []
     for index, layer in enumerate(layers):
-        penalty = torch.zeros(size + 1, dtype=torch.float64)
+        penalty = torch.zeros(size + 1, **sums)
         penalty[:size] = ridge * gram[index].diagonal()[:size].mean()
         solution = torch.linalg.solve(gram[index] + torch.diag(penalty), cross[index])  # (size + 1, size)
         transform = layer.attention.transform

@@ -232,8 +232,9 @@ class FastformerFeedForward(nn.Module):
     def forward(self, hidden_states) -> torch.Tensor:
         chunk = self.config.chunk_size_feed_forward
         tokens = hidden_states.shape[0] * hidden_states.shape[1]
-        traced = torch.compiler.is_compiling() or torch.compiler.is_exporting()  # a symbolic length: no chunks
-        if chunk and not traced and tokens > chunk and not torch.is_grad_enabled():
+        # traced (compile, export): a symbolic length, which the comparison with the chunk would pin; no chunks
+        traced = torch.compiler.is_compiling() or torch.compiler.is_exporting()
+        if chunk and not torch.is_grad_enabled() and not traced and tokens > chunk:
             flat = hidden_states.reshape(tokens, hidden_states.shape[-1])
             return torch.cat([self.chunk_forward(part) for part in flat.split(chunk)]).view_as(hidden_states)
         return self.chunk_forward(hidden_states)
@@ -566,7 +567,7 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
 
 class FastformerLMHead(nn.Module):
     """dense -> activation -> LayerNorm -> vocabulary projection (tied to the input embeddings by default); the
-    dense layer maps to `config.embedding_size`, the width of the embedding matrix (as ELECTRA's generator)."""
+    dense layer maps to the width of the embedding matrix (`config.embedding_width`, as ELECTRA's generator)."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
