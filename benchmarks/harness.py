@@ -255,11 +255,14 @@ def run_in_process(command: list[str]) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(command, status, stdout.getvalue(), stderr.getvalue())
 
 
+STORED = "benchmark_result.json"  # a stored script run's command and result, in its folder
+
+
 def run_stored(command: list[str], folder: Path, result, what: str, env=None, in_process=False) -> dict:
     """Runs `command` (a script writing into `folder`; `in_process`: with `run_in_process`), then stores
     `result(folder, seconds)` with the command in folder/benchmark_result.json. A stored result of the same
     command is read back instead of run again; one of another command is removed first, with its folder."""
-    done = folder / "benchmark_result.json"
+    done = folder / STORED
     recorded = recorded_command(command)
     stored = read_json(done)
     if stored is not None and stored["command"] == recorded:

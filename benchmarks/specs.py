@@ -62,6 +62,46 @@ SPLIT_TITLES = {"newsgroups": "2,400 training texts (the README main job's data)
                 "fewshot": "few-shot: 10 training texts per class (200)"}  # fmt: skip
 EPOCHS = {"newsgroups": 3, "fewshot": 10}  # the few-shot split's 200 texts take 7 steps an epoch
 TEST = REPO / "data" / "20newsgroups" / "test.jsonl"
+DISTILL_FILE = REPO / "data" / "distillation" / "train.jsonl.gz"  # the README conversion's distillation texts
+
+
+@dataclass(frozen=True)
+class Lever:
+    """A conversion of the pretrained benchmark's lever table: the README's conversion command with `flags` added."""
+
+    key: str  # the --levers choice, and the folder's name under --work/levers
+    label: str
+    flags: tuple[str, ...] = ()
+
+
+LEAST_SQUARES = ("--least_squares_start", "true")
+NO_STEPS = ("--max_steps", "0", "--end_to_end_steps", "0")
+LEVERS = [
+    Lever("no-transfer", "the weights mapped, no transfer", NO_STEPS),
+    Lever("least-squares", "least-squares start alone", (*LEAST_SQUARES, *NO_STEPS)),
+    Lever("default", "500 layerwise + 350 end-to-end steps (the default before this table)"),
+    Lever("ls200", "least-squares start, 200 layerwise + 500 end-to-end steps",
+          (*LEAST_SQUARES, "--max_steps", "200", "--end_to_end_steps", "500")),
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DocumentRow:
+    """A row of the long-document table: `start` ("teacher" or "converted") fine-tuned on the 2,400 texts cut to
+    `train_length` tokens, then reading the long test documents cut to each of `reads` (None: whole)."""
+
+    start: str
+    train_length: int
+    reads: tuple[int | None, ...]
+
+
+DOCUMENT_ROWS = [
+    DocumentRow("teacher", 128, (512,)),
+    DocumentRow("teacher", 512, (512,)),
+    DocumentRow("converted", 128, (512, None)),
+    DocumentRow("converted", 1024, (512, None)),
+]
+DOCUMENT_MIN_TOKENS = 512  # the long-document table's test documents: 20 Newsgroups' longer than the teacher reads
 LONG_LENGTHS = (512, 2048, 8192)
 CONVERTED, TEACHER = "converted Fastformer", "teacher (BERT, positions extended)"  # the long part's models
 # the memory part: the feed-forward blocks whole (0) and in chunks of this many tokens (FastformerConfig's default;
