@@ -80,6 +80,8 @@ def parse_args(argv=None):
     parser.add_argument("--residual-steps", type=int, default=100, help="layerwise steps of the residual part")
     levers = [lever.key for lever in specs.LEVERS]
     parser.add_argument("--levers", nargs="+", choices=levers, default=levers, help="conversions of the levers part")
+    parser.add_argument("--lever-finetune", nargs="*", choices=levers, default=None,
+                        help="the levers to fine-tune too (default: all of --levers)")  # fmt: skip
     args = parser.parse_args(argv)
     if args.converted is None and not args.report and not set(args.parts) <= {"memory", "levers"}:
         parser.error("--converted is required (but with --report or --parts memory / levers)")
@@ -510,7 +512,9 @@ def levers(args) -> dict:
         adopt_conversion(command, folder)
         converted = run_stored(command, folder, conversion_result, f"lever {lever.key}")
         knn, _ = newsgroups_knn(FastformerModel.from_pretrained(folder), tokenizer, train, test, args.max_seq_length)
-        finetuned = run_finetune(args, "newsgroups", row_of("converted"), args.seeds[0], converted=folder)
+        finetuned = {}
+        if args.lever_finetune is None or lever.key in args.lever_finetune:
+            finetuned = run_finetune(args, "newsgroups", row_of("converted"), args.seeds[0], converted=folder)
         rows[lever.key] = {"label": lever.label, "command": pasteable(converted["command"], minilm()),
                            "distill_seconds": converted["distill_seconds"], "after": converted["after"],
                            "knn_accuracy": knn, **finetuned}  # fmt: skip
@@ -528,7 +532,8 @@ def merge_levers(former: dict | None, result: dict) -> dict:
 
 def levers_report(run) -> list[str]:
     cells = [[row["label"], f"{row['distill_seconds'] / 60:.1f}", f"{row['after']['hidden'][-1]:.3f}",
-              f"{row['after']['embedding_cosine']:.3f}", f"{row['knn_accuracy']:.3f}", f"{row['accuracy']:.3f}"]
+              f"{row['after']['embedding_cosine']:.3f}", f"{row['knn_accuracy']:.3f}",
+              f"{row['accuracy']:.3f}" if "accuracy" in row else "not run"]
              for row in run["rows"].values()]  # fmt: skip
     commands = [f"- `{key}`: `{row['command']}`" for key, row in run["rows"].items()]
     return [
