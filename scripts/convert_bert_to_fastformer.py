@@ -318,6 +318,7 @@ def main(args: list[str] | None = None):
         settings = {
             "command": command,
             "seconds": round(time.perf_counter() - started, 1),
+            "threads": torch.get_num_threads(),  # what the seconds ran on (of this process, one per device)
             "source": conversion_args.model_name_or_path,
             "source_model_type": source.model_type,
             "task": conversion_args.task,

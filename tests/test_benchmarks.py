@@ -134,6 +134,14 @@ def test_pretrained_report_checks_the_goals_against_the_numbers():
     # the best whole-document row against the teacher's best: a converted row reading 512 tokens does not count
     whole = "converted reading whole long documents beats the teacher at its 512 limit (best rows)"
     assert f"| {whole} | 0.710 vs 0.720 | no |" in lines
+    # the distillation's minutes count against the 2-core budget only when they ran on 2 threads
+    stages = {"layerwise": {"seconds": 600.0, "after": {}}, "end_to_end": {"seconds": 1200.0, "after": {}}}
+    distillation = {"before": {}, "least_squares_start": {"seconds": 60.0, "after": {}}, "stages": stages}
+    for threads, cell in ((2, "32.0 min, 2 threads | no"), (1, "32.0 min, 1 thread | not measured on 2 cores")):
+        settings = {"seconds": 2000.0, "threads": threads, "distillation": distillation}
+        assert f"| distillation under 30 CPU-minutes (2 cores) | {cell} |" in pretrained.goals(
+            {"conversion": {"settings": settings}}
+        )
 
 
 def test_pretrained_levers_read_back_a_conversion_run_by_hand(tmp_path):
