@@ -79,7 +79,7 @@ NO_STEPS = ("--max_steps", "0", "--end_to_end_steps", "0")
 LEVERS = [
     Lever("no-transfer", "the weights mapped, no transfer", NO_STEPS),
     Lever("least-squares", "least-squares start alone", (*LEAST_SQUARES, *NO_STEPS)),
-    Lever("default", "500 layerwise + 350 end-to-end steps (the default before this table)"),
+    Lever("default", "500 layerwise + 350 end-to-end steps (the default)"),
     Lever("ls200", "least-squares start, 200 layerwise + 500 end-to-end steps",
           (*LEAST_SQUARES, "--max_steps", "200", "--end_to_end_steps", "500")),
 ]  # fmt: skip
