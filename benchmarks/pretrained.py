@@ -520,7 +520,7 @@ def levers(args) -> dict:
         finetuned = {}
         if args.lever_finetune is None or lever.key in args.lever_finetune:
             finetuned = run_finetune(args, "newsgroups", row_of("converted"), args.seeds[0], converted=folder)
-        rows[lever.key] = {"label": lever.label, "command": pasteable(converted["command"], minilm()),
+        rows[lever.key] = {"label": lever.label, "command": pasteable(converted["command"], relative(minilm())),
                            "distill_seconds": converted["distill_seconds"], "after": converted["after"],
                            "knn_accuracy": knn, **finetuned}  # fmt: skip
         print(lever.key, rows[lever.key], flush=True)
