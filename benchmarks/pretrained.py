@@ -304,8 +304,12 @@ def merge_finetune(former: dict | None, result: dict) -> dict:
             seeds = {r["seed"] for r in results}
             kept = [r for r in merged.get(split, {}).get(row, []) if r["seed"] not in seeds]
             merged.setdefault(split, {})[row] = sorted(kept + results, key=lambda r: r["seed"])
-    commands = [line for line in former["header"] if line.startswith("- Command:")]
-    return {**result, "splits": merged, "header": [*commands, *result["header"]]}
+    return {**result, "splits": merged, "header": [*former_commands(former), *result["header"]]}
+
+
+def former_commands(former: dict) -> list[str]:
+    """The command lines of a former run's header, kept beside a new run's when their rows are merged."""
+    return [line for line in former["header"] if line.startswith("- Command:")]
 
 
 def mean_accuracy(results) -> float:
@@ -319,8 +323,8 @@ def finetune_report(run) -> list[str]:
         " (2,400 texts) or 10 (few-shot),",
         f"evaluated on the 600 bundled test texts; learning rate {run['pretrained_lr']:g} for the pretrained rows and "
         f"{run['scratch_lr']:g} (the README main job's) from scratch. {MEAN_STD}",
-        "Training minutes: wall clock on the 2 shared cores (runs that overlapped other jobs, such as the first",
-        "teacher runs, took longer).", "",
+        "Training minutes: wall clock on the threads the headers name, on shared cores (runs that overlapped other",
+        "jobs took longer).", "",
     ]  # fmt: skip
     for split, rows in run["splits"].items():
         found = [(row, rows[row.label]) for row in specs.FINETUNE_ROWS if row.label in rows]
@@ -489,14 +493,12 @@ def conversion_result(folder, seconds) -> dict:
 
 
 def conversion_result_of(settings: dict) -> dict:
-    """A conversion's minutes (of the distillation: the least-squares fit and the stages; and in all) and its
-    agreement with the teacher after the last step, from its conversion.json."""
+    """A conversion's seconds (of the distillation: the least-squares fit and the stages; and in all) and its
+    agreement with the teacher after its last step, from its conversion.json."""
     distillation = settings["distillation"]
-    start = distillation.get("least_squares_start")
-    measured = [distillation["before"], *([start["after"]] if start else []),
-                *(stage["after"] for stage in distillation["stages"].values())]  # fmt: skip
-    seconds = sum(stage["seconds"] for stage in distillation["stages"].values()) + (start["seconds"] if start else 0)
-    return {"distill_seconds": seconds, "conversion_seconds": settings["seconds"], "after": measured[-1]}
+    steps = [*filter(None, [distillation.get("least_squares_start")]), *distillation["stages"].values()]
+    return {"distill_seconds": sum(step["seconds"] for step in steps), "conversion_seconds": settings["seconds"],
+            "after": steps[-1]["after"] if steps else distillation["before"]}  # fmt: skip
 
 
 def adopt_conversion(command, folder: Path) -> None:
@@ -531,8 +533,8 @@ def merge_levers(former: dict | None, result: dict) -> dict:
     """A run of some levers keeps the others of a former run, and lists both commands."""
     if not former:
         return result
-    commands = [line for line in former["header"] if line.startswith("- Command:")]
-    return {**result, "rows": {**former["rows"], **result["rows"]}, "header": [*commands, *result["header"]]}
+    rows = {**former["rows"], **result["rows"]}
+    return {**result, "rows": rows, "header": [*former_commands(former), *result["header"]]}
 
 
 def levers_report(run) -> list[str]:

@@ -318,7 +318,7 @@ def main(args: list[str] | None = None):
         settings = {
             "command": command,
             "seconds": round(time.perf_counter() - started, 1),
-            "threads": torch.get_num_threads(),  # what the seconds ran on (of this process, one per device)
+            "threads": torch.get_num_threads(),  # the intra-op threads that the seconds ran on
             "source": conversion_args.model_name_or_path,
             "source_model_type": source.model_type,
             "task": conversion_args.task,
