@@ -60,6 +60,7 @@ from fastformer.conversion import convert_bert, extend_positions, load_bert_sour
 from fastformer.distillation import embedding_cosine, transfer_attention, transfer_errors
 
 RUNS = DOCS / "pretrained_runs.json"
+AGREEMENT_TEACHER = "teacher (all-MiniLM-L6-v2, BERT)"  # the agreement table's first row
 SCORES = ("accuracy", "f1_macro")
 
 
@@ -194,7 +195,7 @@ def agreement(args) -> dict:
     train, test = read_jsonl(specs.SPLITS["newsgroups"]), read_jsonl(specs.TEST)
     source = load_bert_source(args.teacher)
     models = {
-        "teacher (all-MiniLM-L6-v2, BERT)": source.model,
+        AGREEMENT_TEACHER: source.model,
         "converted, no transfer": convert_bert(source.model, pooler_type=source.pooler_type),
         "after the layerwise stage": FastformerModel.from_pretrained(layerwise_only(args)),
         "after both stages (--converted)": FastformerModel.from_pretrained(args.converted),
@@ -556,6 +557,39 @@ def levers_report(run) -> list[str]:
     ]  # fmt: skip
 
 
+def curve_report(runs) -> list[str]:
+    """Accuracy against distillation minutes: the lever rows of specs.CURVE (the default's recipe with fewer or more
+    steps) in the order of their minutes, and the teacher's scores (the agreement table's 10-NN, the fine-tuning
+    table's accuracy at the levers' seed) to aim at."""
+    levers = runs.get("levers", {})
+    rows = sorted((levers["rows"][key] for key in specs.CURVE if key in levers.get("rows", {})),
+                  key=lambda row: row["distill_seconds"])  # fmt: skip
+    if len(rows) < 2:
+        return []
+    teacher_knn = runs.get("agreement", {}).get("rows", {}).get(AGREEMENT_TEACHER, {}).get("knn_accuracy")
+    tuned = runs.get("finetune", {}).get("splits", {}).get("newsgroups", {}).get(row_of("teacher").label, [])
+    teacher = next((result["accuracy"] for result in tuned if result["seed"] == levers["seed"]), None)
+
+    def score(value, reference):
+        if value is None:
+            return "not run", ""
+        return f"{value:.3f}", f"{value / reference:.1%}" if reference else ""
+
+    cells = [[row["label"], f"{row['distill_seconds'] / 60:.1f}", *score(row["knn_accuracy"], teacher_knn),
+              *score(row.get("accuracy"), teacher)] for row in rows]  # fmt: skip
+    cells.append(["the teacher", "", *score(teacher_knn, None), *score(teacher, None)])
+    return [
+        "## Accuracy against distillation minutes", "",
+        *textwrap.wrap(
+            "The lever table's conversions that differ only in their steps, in the order of their distillation "
+            "minutes (on the threads the lever table's header names), beside the teacher: what a longer "
+            "distillation (`--max_steps`, `--end_to_end_steps`) buys. 10-NN: against the teacher's in the agreement "
+            f"table; fine-tuned: seed {levers['seed']}, against the teacher's at the same seed.", width=112), "",
+        *table(["conversion", "distillation minutes", "10-NN accuracy", "of the teacher's", "fine-tuned accuracy",
+                "of the teacher's"], cells), "",
+    ]  # fmt: skip
+
+
 # --- memory --------------------------------------------------------------------------------------------------
 
 
@@ -723,6 +757,8 @@ def report(runs: dict) -> list[str]:
     for part, (_, render) in PARTS.items():
         if part in runs:
             lines += render(runs[part])
+        if part == "levers":
+            lines += curve_report(runs)
     return [*lines, *goals(runs)]
 
 

@@ -8,7 +8,8 @@ BERT's), on unlabeled text, in two stages (as LoLCATs, arXiv:2410.10254):
    parameters train; the embeddings, the feed-forward blocks and every LayerNorm keep the teacher's values. The
    layers learn independently, all from one teacher pass.
 2. "end_to_end": the whole student (all but the embeddings) runs on its own and learns to reproduce the
-   teacher's hidden state after every layer.
+   teacher's hidden state after every layer (`matched="all"`), or after the last layer only (`matched="last"`:
+   the layers below are free to compute it their own way).
 
 Both stages minimize the mean over layers of the unexplained variance, sum ||s_i - t_i||^2 / sum ||t_i - mean t||^2
 over the real tokens i of a batch (0: exact, 1: no better than the teacher's mean vector), which weighs the
@@ -29,11 +30,12 @@ from transformers.modeling_outputs import ModelOutput
 from .modeling_fastformer import FastformerModel, FastformerPooler
 
 STAGES = ("layerwise", "end_to_end")
+MATCHED = ("all", "last")  # the end-to-end stage's targets: the hidden state after every layer, or the last one
 
 
 @dataclass
 class TransferOutput(ModelOutput):
-    """loss: the mean of `layer_errors`; layer_errors: (num_layers,) unexplained variance per layer."""
+    """loss: the mean of `layer_errors`; layer_errors: (layers matched,) unexplained variance per matched layer."""
 
     loss: torch.Tensor | None = None
     layer_errors: torch.Tensor | None = None
@@ -128,20 +130,23 @@ def teacher_targets(teacher: PreTrainedModel, input_ids, attention_mask) -> tupl
 class AttentionTransfer(nn.Module):
     """The student and the (frozen) teacher of one transfer stage; `forward` returns the stage's loss.
 
-    Only the parameters the stage trains require gradients (module docstring). Both models stay in eval mode
+    Only the parameters the stage trains require gradients, and `matched` picks the end-to-end stage's targets
+    (module docstring; the layerwise stage matches every layer's attention sub-layer). Both models stay in eval mode
     (no dropout) even while the Trainer trains this module. Its `state_dict` (what Trainer checkpoints hold and
     restores) is the student's only: the teacher never changes.
     """
 
     accepts_loss_kwargs = False  # the loss is a mean over layers, not a sum to be divided by the token count
 
-    def __init__(self, student: FastformerModel, teacher: PreTrainedModel, stage: str):
+    def __init__(self, student: FastformerModel, teacher: PreTrainedModel, stage: str, matched: str = "all"):
         super().__init__()
         if stage not in STAGES:
             raise ValueError(f"`stage` must be one of {STAGES}, got {stage!r}")
+        if matched not in MATCHED:
+            raise ValueError(f"`matched` must be one of {MATCHED}, got {matched!r}")
         if student.config.num_hidden_layers != teacher.config.num_hidden_layers or student.config.share_layers:
             raise ValueError("the student needs one unshared layer per teacher layer (fastformer.conversion makes it)")
-        self.student, self.teacher, self.stage = student, teacher, stage
+        self.student, self.teacher, self.stage, self.matched = student, teacher, stage, matched
         teacher.requires_grad_(False)
         if stage == "layerwise":
             student.requires_grad_(False)
@@ -183,7 +188,7 @@ class AttentionTransfer(nn.Module):
             student_states = self.student(
                 input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True
             ).hidden_states
-            pairs = list(zip(student_states[1:], hidden_states[1:]))
+            pairs = list(zip(student_states[1:], hidden_states[1:]))[-1 if self.matched == "last" else 0 :]
         errors = []
         for student_output, target in pairs:
             residual, total = _squared_errors(student_output, target, attention_mask)
@@ -200,13 +205,15 @@ def transfer_attention(
     args: TrainingArguments,
     data_collator=None,
     resume_from_checkpoint: str | bool | None = None,
+    matched: str = "all",
 ):
-    """Run one transfer stage with `transformers.Trainer`; `student` is trained in place. Returns the Trainer's
+    """Run one transfer stage with `transformers.Trainer` (`matched`: the end-to-end stage's targets, as
+    `AttentionTransfer` takes them); `student` is trained in place. Returns the Trainer's
     `TrainOutput`. Checkpoints (in `args.output_dir`) hold the student, its optimizer and scheduler, so
     `resume_from_checkpoint` continues a stage where it stopped. The teacher must be the same when resuming."""
     trainable = {parameter: parameter.requires_grad for parameter in (*student.parameters(), *teacher.parameters())}
     trainer = Trainer(
-        model=AttentionTransfer(student, teacher, stage),
+        model=AttentionTransfer(student, teacher, stage, matched),
         args=args,
         train_dataset=train_dataset,
         data_collator=data_collator,
@@ -260,6 +267,7 @@ def embedding_cosine(student: FastformerModel, teacher: PreTrainedModel, batches
 
 
 __all__ = [
+    "MATCHED",
     "STAGES",
     "AttentionTransfer",
     "TransferOutput",

@@ -41,6 +41,7 @@ from fastformer.conversion import (
     source_positions,
 )
 from fastformer.distillation import (
+    MATCHED,
     STAGES,
     embedding_cosine,
     least_squares_start,
@@ -107,6 +108,11 @@ class DistillationArguments:
     end_to_end_learning_rate: float = field(
         default=3e-4, metadata={"help": "Learning rate of the end-to-end stage (--learning_rate: the layerwise one)."}
     )
+    end_to_end_matched: str = field(
+        default="all",
+        metadata={"help": "What the end-to-end stage matches: the teacher's hidden state after every layer (all) or "
+                  "after the last layer only (last).", "choices": list(MATCHED)},
+    )  # fmt: skip
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
 
 
@@ -214,6 +220,7 @@ def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir
             max_steps=distill_args.end_to_end_steps, learning_rate=distill_args.end_to_end_learning_rate
         ),
     }
+    matched = {"layerwise": "all", "end_to_end": distill_args.end_to_end_matched}
     collator = DataCollatorWithPadding(tokenizer)
     for stage in STAGES:
         if settings[stage]["max_steps"] <= 0:
@@ -224,9 +231,12 @@ def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir
         if last is not None:
             logger.info(f"Resuming the {stage} stage from {last}")
         started = time.perf_counter()
-        result = transfer_attention(encoder, teacher, stage, train, stage_args, collator, resume_from_checkpoint=last)
+        result = transfer_attention(
+            encoder, teacher, stage, train, stage_args, collator, resume_from_checkpoint=last, matched=matched[stage]
+        )
         report["stages"][stage] = {
             **settings[stage],
+            "matched": matched[stage],
             "train_loss": result.training_loss,
             "seconds": round(time.perf_counter() - started, 1),
             "after": measure(encoder, teacher, evaluation),

@@ -168,6 +168,22 @@ def test_pretrained_levers_read_back_a_conversion_run_by_hand(tmp_path):
     assert len(folders) == 3
 
 
+def test_pretrained_curve_orders_the_budgets_by_minutes_beside_the_teacher():
+    first, second, *_ = pretrained.specs.CURVE
+    levers = {"seed": 0, "rows": {
+        first: {"label": "long", "distill_seconds": 600.0, "knn_accuracy": 0.6, "accuracy": 0.72},
+        second: {"label": "short", "distill_seconds": 60.0, "knn_accuracy": 0.4},
+    }}  # fmt: skip
+    teacher = [{"seed": 1, "accuracy": 0.9}, {"seed": 0, "accuracy": 0.8}]
+    runs = {"levers": levers, "agreement": {"rows": {pretrained.AGREEMENT_TEACHER: {"knn_accuracy": 0.75}}},
+            "finetune": {"splits": {"newsgroups": {pretrained.row_of("teacher").label: teacher}}}}  # fmt: skip
+    lines = pretrained.curve_report(runs)
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| conversion")]
+    assert rows == ["| short | 1.0 | 0.400 | 53.3% | not run | |", "| long | 10.0 | 0.600 | 80.0% | 0.720 | 90.0% |",
+                    "| the teacher | | 0.750 | | 0.800 | |"]  # fmt: skip
+    assert pretrained.curve_report({"levers": {"seed": 0, "rows": {first: levers["rows"][first]}}}) == []
+
+
 @pytest.mark.slow
 def test_deploy_benchmark_measures_onnx_runtime_beside_pytorch(repo_root, build, tokenizer, tmp_path):
     from fastformer import FastformerForSequenceClassification  # noqa: PLC0415

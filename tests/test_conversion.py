@@ -299,6 +299,23 @@ def test_transfer_lowers_the_per_layer_error(bert, tokenizer, tmp_path, stage):
         assert not any(name.startswith("embeddings.") for name in changed), changed
 
 
+def test_end_to_end_stage_can_match_the_last_layer_only(bert, tokenizer, tmp_path):
+    student = convert_bert(bert, pooler_type="mean")
+    batch = tokenizer(TEXTS[:3], padding=True, return_tensors="pt")
+    every_layer = AttentionTransfer(student, bert, "end_to_end")(**batch).layer_errors
+    last = AttentionTransfer(student, bert, "end_to_end", matched="last")(**batch)
+    assert last.layer_errors.shape == (1,) and last.loss.item() == pytest.approx(every_layer[-1].item())
+    with pytest.raises(ValueError, match="`matched` must be one of"):
+        AttentionTransfer(student, bert, "end_to_end", matched="first")
+    evaluation = held_out(tokenizer)
+    before = transfer_errors(student, bert, evaluation)["hidden"][-1]
+    transfer_attention(
+        student, bert, "end_to_end", dataset_of(tokenizer, TEXTS[:4] * 4), transfer_args(tmp_path),
+        DataCollatorWithPadding(tokenizer), matched="last",
+    )
+    assert transfer_errors(student, bert, evaluation)["hidden"][-1] < before
+
+
 @pytest.mark.parametrize("query_residual", [False, True])
 def test_least_squares_start_fits_w_r_to_the_teachers_contexts(bert, tokenizer, query_residual):
     """W_r and its bias solve the least-squares problem (the gradient of its loss vanishes there), the reported
