@@ -11,8 +11,8 @@ the output folder is a sentence-transformers model too). `--task seq2seq` writes
 FastformerForConditionalGeneration whose encoder and decoder both start from the source (BERT2BERT). Without
 `--distill_file` only the weights are mapped (the attention then differs from the teacher's: see
 docs/PRETRAINED.md). The distillation runs on Trainer (two stages, `fastformer.distillation`), so `accelerate
-launch` scales it out and a rerun of the same command resumes it from its last checkpoint
-(`OUTPUT_DIR/distillation/`, deleted once the folder is saved).
+launch` scales it out and a rerun of the same command resumes it from its last checkpoint, a stage that had
+finished read back as it ended (`OUTPUT_DIR/distillation/`, deleted once the folder is saved).
 """
 
 import json
@@ -28,6 +28,7 @@ import datasets
 import torch
 from huggingface_hub import ModelCard
 from huggingface_hub.errors import HfHubHTTPError
+from safetensors.torch import load_model, save_model
 from transformers import AutoTokenizer, DataCollatorWithPadding, SchedulerType, TrainingArguments, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
@@ -53,6 +54,7 @@ from fastformer.training import fail, hyperparameters, parse_args, setup_logging
 
 logger = logging.getLogger(__name__)
 DISTILLATION_DIR = "distillation"  # inside --output_dir while the transfer runs
+FINISHED, FINISHED_STUDENT = "finished.json", "student.safetensors"  # a stage's report and student, once it ends
 
 
 @dataclass
@@ -226,6 +228,12 @@ def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir
         if settings[stage]["max_steps"] <= 0:
             continue
         stage_dir = output_dir / DISTILLATION_DIR / stage
+        finished = stage_dir / FINISHED
+        if finished.exists():  # by a former run: its student and report (Trainer would train one more step)
+            load_model(encoder, stage_dir / FINISHED_STUDENT)
+            report["stages"][stage] = json.loads(finished.read_text())
+            logger.info(f"The {stage} stage finished before this run: its student is read back")
+            continue
         stage_args = replace(training_args, output_dir=str(stage_dir), **settings[stage])
         last = get_last_checkpoint(str(stage_dir)) if stage_dir.is_dir() else None
         if last is not None:
@@ -242,6 +250,9 @@ def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir
             "after": measure(encoder, teacher, evaluation),
         }
         print_errors(f"after the {stage} stage", report["stages"][stage]["after"])
+        if training_args.should_save:
+            save_model(encoder, str(stage_dir / FINISHED_STUDENT))
+            finished.write_text(json.dumps(report["stages"][stage], indent=2) + "\n")
     return report
 
 

@@ -458,6 +458,44 @@ def test_script_resumes_only_the_same_conversion(bert_folder, tmp_path):
     assert "sentence-transformers" not in (output / "README.md").read_text()
 
 
+def test_script_rerun_reads_back_a_stage_that_had_finished(bert_folder, tmp_path, monkeypatch):
+    """A conversion stopped in its end-to-end stage reruns that stage only, from the layerwise stage's student as it
+    ended (Trainer resumed from a stage's last checkpoint would train it one step more), to the same weights as an
+    uninterrupted run."""
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n")
+
+    def arguments(output):
+        return ["--model_name_or_path", str(bert_folder), "--output_dir", str(output), "--distill_file", str(texts),
+                "--max_steps", "2", "--end_to_end_steps", "2", "--save_steps", "1", "--max_seq_length", "16",
+                "--lr_scheduler_type", "cosine", "--use_cpu", "--disable_tqdm", "true"]  # fmt: skip
+
+    convert_bert_to_fastformer.main(arguments(tmp_path / "whole"))
+    transfer = convert_bert_to_fastformer.transfer_attention
+    stages = []
+
+    def stopped_in_the_end_to_end_stage(student, teacher, stage, *args, **kwargs):
+        stages.append(stage)
+        if stage == "end_to_end":
+            raise KeyboardInterrupt
+        return transfer(student, teacher, stage, *args, **kwargs)
+
+    monkeypatch.setattr(convert_bert_to_fastformer, "transfer_attention", stopped_in_the_end_to_end_stage)
+    with pytest.raises(KeyboardInterrupt):
+        convert_bert_to_fastformer.main(arguments(tmp_path / "stopped"))
+    with pytest.raises(KeyboardInterrupt):
+        convert_bert_to_fastformer.main(arguments(tmp_path / "stopped"))
+    assert stages == ["layerwise", "end_to_end", "end_to_end"]
+    monkeypatch.setattr(convert_bert_to_fastformer, "transfer_attention", transfer)
+    convert_bert_to_fastformer.main(arguments(tmp_path / "stopped"))
+    whole, resumed = (FastformerModel.from_pretrained(tmp_path / name).state_dict() for name in ("whole", "stopped"))
+    for name, tensor in whole.items():
+        torch.testing.assert_close(resumed[name], tensor, msg=name)
+    reports = [json.loads((tmp_path / name / "conversion.json").read_text())["distillation"]["stages"]
+               for name in ("whole", "stopped")]  # fmt: skip
+    assert reports[1]["layerwise"]["after"] == reports[0]["layerwise"]["after"]
+
+
 def test_script_names_the_supported_sources(tmp_path):
     source = tmp_path / "bart"
     BartModel(BartConfig(vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
