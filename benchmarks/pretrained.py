@@ -292,14 +292,18 @@ def finetune(args) -> dict:
             for seed in args.seeds:
                 results.setdefault(split, {}).setdefault(row.label, []).append(run_finetune(args, split, row, seed))
     return {"max_seq_length": args.max_seq_length, "pretrained_lr": args.pretrained_lr,
-            "scratch_lr": args.scratch_lr, "splits": results}  # fmt: skip
+            "scratch_lr": args.scratch_lr, "converted": relative(args.converted), "splits": results}  # fmt: skip
 
 
 def merge_finetune(former: dict | None, result: dict) -> dict:
-    """A run of some splits, rows or seeds keeps the other results of a former run, and lists both commands."""
+    """A run of some splits, rows or seeds keeps the other results of a former run, and lists both commands; the
+    converted model's results only when they are of the same --converted folder."""
     if not former:
         return result
     merged = former["splits"]
+    if former.get("converted") != result["converted"]:
+        for rows in merged.values():
+            rows.pop(row_of("converted").label, None)
     for split, rows in result["splits"].items():
         for row, results in rows.items():
             seeds = {r["seed"] for r in results}
@@ -539,11 +543,12 @@ def merge_levers(former: dict | None, result: dict) -> dict:
 
 
 def levers_report(run) -> list[str]:
+    rows = {lever.key: run["rows"][lever.key] for lever in specs.LEVERS if lever.key in run["rows"]}  # specs' order
     cells = [[row["label"], f"{row['distill_seconds'] / 60:.1f}", f"{row['after']['hidden'][-1]:.3f}",
               f"{row['after']['embedding_cosine']:.3f}", f"{row['knn_accuracy']:.3f}",
               f"{row['accuracy']:.3f}" if "accuracy" in row else "not run"]
-             for row in run["rows"].values()]  # fmt: skip
-    commands = [f"- `{key}`: `{row['command']}`" for key, row in run["rows"].items()]
+             for row in rows.values()]  # fmt: skip
+    commands = [f"- `{key}`: `{row['command']}`" for key, row in rows.items()]
     return [
         "## Levers at equal minutes", "", *run["header"], "", *commands, "",
         *textwrap.wrap(

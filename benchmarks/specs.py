@@ -80,6 +80,8 @@ LEVERS = [
     Lever("no-transfer", "the weights mapped, no transfer", NO_STEPS),
     Lever("least-squares", "least-squares start alone", (*LEAST_SQUARES, *NO_STEPS)),
     Lever("layerwise", "500 layerwise steps, no end-to-end stage", ("--end_to_end_steps", "0")),
+    Lever("ls-layerwise", "least-squares start, 500 layerwise steps, no end-to-end stage",
+          (*LEAST_SQUARES, "--end_to_end_steps", "0")),
     Lever("default", "500 layerwise + 350 end-to-end steps (the default)"),
     Lever("ls200", "least-squares start, 200 layerwise + 500 end-to-end steps",
           (*LEAST_SQUARES, "--max_steps", "200", "--end_to_end_steps", "500")),

@@ -168,6 +168,19 @@ def test_pretrained_levers_read_back_a_conversion_run_by_hand(tmp_path):
     assert len(folders) == 3
 
 
+def test_pretrained_finetune_merge_keeps_a_converted_row_of_the_same_folder_only():
+    converted, teacher = pretrained.row_of("converted").label, pretrained.row_of("teacher").label
+
+    def run(folder, seeds, rows=(converted, teacher)):
+        results = {row: [{"seed": seed, "accuracy": seed / 10} for seed in seeds] for row in rows}
+        return {"converted": folder, "splits": {"newsgroups": results}, "header": [f"- Command: `{folder}`"]}
+
+    same = pretrained.merge_finetune(run("a", [0, 1]), run("a", [2], rows=(converted,)))["splits"]["newsgroups"]
+    assert [r["seed"] for r in same[converted]] == [0, 1, 2] and [r["seed"] for r in same[teacher]] == [0, 1]
+    other = pretrained.merge_finetune(run("a", [0, 1]), run("b", [2], rows=(converted,)))["splits"]["newsgroups"]
+    assert [r["seed"] for r in other[converted]] == [2] and [r["seed"] for r in other[teacher]] == [0, 1]
+
+
 def test_pretrained_curve_orders_the_budgets_by_minutes_beside_the_teacher():
     first, second, *_ = pretrained.specs.CURVE
     levers = {"seed": 0, "rows": {
