@@ -563,8 +563,8 @@ def levers_report(run) -> list[str]:
 
 
 def curve_report(runs) -> list[str]:
-    """Accuracy against distillation minutes: the lever rows of specs.CURVE (the default's recipe with fewer or more
-    steps) in the order of their minutes, and the teacher's scores (the agreement table's 10-NN, the fine-tuning
+    """Accuracy against distillation minutes: the lever rows of specs.CURVE (one recipe with fewer or more steps) in
+    the order of their minutes, and the teacher's scores (the agreement table's 10-NN, the fine-tuning
     table's accuracy at the levers' seed) to aim at."""
     levers = runs.get("levers", {})
     rows = sorted((levers["rows"][key] for key in specs.CURVE if key in levers.get("rows", {})),
@@ -586,7 +586,8 @@ def curve_report(runs) -> list[str]:
     return [
         "## Accuracy against distillation minutes", "",
         *textwrap.wrap(
-            "The lever table's conversions that differ only in their steps, in the order of their distillation "
+            "The lever table's conversions that differ only in their steps (every layer matched), in the order of "
+            "their distillation "
             "minutes (on the threads the lever table's header names), beside the teacher: what a longer "
             "distillation (`--max_steps`, `--end_to_end_steps`) buys. 10-NN: against the teacher's in the agreement "
             f"table; fine-tuned: seed {levers['seed']}, against the teacher's at the same seed.", width=112), "",
@@ -663,7 +664,7 @@ def conversion_report(conversion) -> list[str]:
     errors += [(name, stage["after"]) for name, stage in distillation["stages"].items()]
     return [
         "## The conversion", "", *conversion["header"], "",
-        f"Distillation texts: `{settings['distill_file']}` ({distillation['train_texts']} texts, up to "
+        f"Distillation texts: `{relative(settings['distill_file'])}` ({distillation['train_texts']} texts, up to "
         f"{settings['max_seq_length']} tokens; {distillation['held_out_texts']} held out).", "",
         *table(["stage", "steps", "learning rate", "minutes"], stages), "",
         "Per-layer unexplained variance against the teacher on the held-out texts (0: exact; attention: the",
@@ -776,7 +777,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     settings = read_json(args.converted / "conversion.json") if args.converted else None
     if settings:
-        settings["command"] = pasteable(settings.get("command", "the README conversion command"), minilm())
+        settings["command"] = pasteable(relative(settings.get("command", "the README conversion command")), minilm())
         header = [f"- Command: `{settings['command']}`"
                   + (f" ({settings['seconds'] / 60:.1f} min in all)" if "seconds" in settings else "")]  # fmt: skip
         runs["conversion"] = {"header": header, "settings": settings}

@@ -403,6 +403,7 @@ def test_converted_folder_is_a_hub_ready_checkpoint(converted, bert):
     settings = json.loads((converted / "conversion.json").read_text())
     report = settings["distillation"]
     assert [stage["max_steps"] for stage in report["stages"].values()] == [3, 2]
+    assert report["stages"]["end_to_end"]["matched"] == "last"  # the default: the last layer's hidden state
     assert len(report["before"]["attention"]) == bert.config.num_hidden_layers
     card = (converted / "README.md").read_text()
     assert "converted-from-bert" in card and "Attention transfer" in card and "| end_to_end | 2 |" in card
