@@ -589,7 +589,8 @@ def curve_report(runs) -> list[str]:
             "The lever table's conversions that differ only in their steps (every layer matched), in the order of "
             "their distillation minutes (on the threads the lever table's header names), beside the teacher: what a "
             "longer distillation (`--max_steps`, `--end_to_end_steps`) buys. 10-NN: against the teacher's in the "
-            f"agreement table; fine-tuned: seed {levers['seed']}, against the teacher's at the same seed.", width=112), "",
+            f"agreement table; fine-tuned: seed {levers['seed']}, against the teacher's at the same seed.",
+            width=112), "",
         *table(["conversion", "distillation minutes", "10-NN accuracy", "of the teacher's", "fine-tuned accuracy",
                 "of the teacher's"], cells), "",
     ]  # fmt: skip
