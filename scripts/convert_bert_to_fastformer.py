@@ -223,7 +223,6 @@ def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir
             max_steps=distill_args.end_to_end_steps, learning_rate=distill_args.end_to_end_learning_rate
         ),
     }
-    matched = {"layerwise": "all", "end_to_end": distill_args.end_to_end_matched}
     collator = DataCollatorWithPadding(tokenizer)
     for stage in STAGES:
         if settings[stage]["max_steps"] <= 0:
@@ -241,11 +240,12 @@ def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir
             logger.info(f"Resuming the {stage} stage from {last}")
         started = time.perf_counter()
         result = transfer_attention(
-            encoder, teacher, stage, train, stage_args, collator, resume_from_checkpoint=last, matched=matched[stage]
+            encoder, teacher, stage, train, stage_args, collator, resume_from_checkpoint=last,
+            matched=distill_args.end_to_end_matched,  # the layerwise stage matches every attention sub-layer
         )
         report["stages"][stage] = {
             **settings[stage],
-            "matched": matched[stage],
+            **({"matched": distill_args.end_to_end_matched} if stage == "end_to_end" else {}),
             "train_loss": result.training_loss,
             "seconds": round(time.perf_counter() - started, 1),
             "after": measure(encoder, teacher, evaluation),

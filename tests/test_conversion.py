@@ -407,6 +407,7 @@ def test_converted_folder_is_a_hub_ready_checkpoint(converted, bert):
     assert len(report["before"]["attention"]) == bert.config.num_hidden_layers
     card = (converted / "README.md").read_text()
     assert "converted-from-bert" in card and "Attention transfer" in card and "| end_to_end | 2 |" in card
+    assert "learns the teacher's last hidden state end to end" in card
     config = json.loads((converted / "config.json").read_text())
     assert config["max_position_embeddings"] == 2 * POSITIONS and config["query_residual"] is False
 
