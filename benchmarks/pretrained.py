@@ -82,7 +82,9 @@ def parse_args(argv=None):
     levers = [lever.key for lever in specs.LEVERS]
     parser.add_argument("--levers", nargs="+", choices=levers, default=levers, help="conversions of the levers part")
     parser.add_argument("--lever-finetune", nargs="*", choices=levers, default=None,
-                        help="the levers to fine-tune too (default: all of --levers)")  # fmt: skip
+                        help="the levers to fine-tune too (default: all of --levers)")
+    parser.add_argument("--lever-fewshot", nargs="*", choices=levers, default=[],
+                        help="the levers to fine-tune on the few-shot split too, at every --seeds")  # fmt: skip
     args = parser.parse_args(argv)
     if args.converted is None and not args.report and not set(args.parts) <= {"memory", "levers"}:
         parser.error("--converted is required (but with --report or --parts memory / levers)")
@@ -527,6 +529,9 @@ def levers(args) -> dict:
         finetuned = {}
         if args.lever_finetune is None or lever.key in args.lever_finetune:
             finetuned = run_finetune(args, "newsgroups", row_of("converted"), args.seeds[0], converted=folder)
+        if lever.key in args.lever_fewshot:
+            finetuned["fewshot"] = [run_finetune(args, "fewshot", row_of("converted"), seed, converted=folder)
+                                    for seed in args.seeds]  # fmt: skip
         rows[lever.key] = {"label": lever.label, "command": pasteable(converted["command"], relative(minilm())),
                            "distill_seconds": converted["distill_seconds"], "after": converted["after"],
                            "knn_accuracy": knn, **finetuned}  # fmt: skip
@@ -546,7 +551,9 @@ def levers_report(run) -> list[str]:
     rows = {lever.key: run["rows"][lever.key] for lever in specs.LEVERS if lever.key in run["rows"]}  # specs' order
     cells = [[row["label"], f"{row['distill_seconds'] / 60:.1f}", f"{row['after']['hidden'][-1]:.3f}",
               f"{row['after']['embedding_cosine']:.3f}", f"{row['knn_accuracy']:.3f}",
-              f"{row['accuracy']:.3f}" if "accuracy" in row else "not run"]
+              f"{row['accuracy']:.3f}" if "accuracy" in row else "not run",
+              f"{mean_std([r['accuracy'] for r in row['fewshot']], 3)} ({len(row['fewshot'])})" if "fewshot" in row
+              else "not run"]
              for row in rows.values()]  # fmt: skip
     commands = [f"- `{key}`: `{row['command']}`" for key, row in rows.items()]
     return [
@@ -556,9 +563,9 @@ def levers_report(run) -> list[str]:
             "lever's flags); distillation minutes: the least-squares fit and the stages, as run (the header says on "
             "how many threads). Hidden error: the last layer's unexplained variance on the held-out distillation "
             "texts; 10-NN: as in the agreement table; fine-tuned: the fine-tuning table's recipe on the 2,400 texts, "
-            f"seed {run['seed']}.", width=112), "",
+            f"seed {run['seed']}; few-shot: the same on the few-shot split, mean +- std (seeds).", width=112), "",
         *table(["conversion", "distillation minutes", "last hidden error", "embedding cosine", "10-NN accuracy",
-                "fine-tuned accuracy"], cells), "",
+                "fine-tuned accuracy", "few-shot accuracy"], cells), "",
     ]  # fmt: skip
 
 

@@ -8,8 +8,11 @@ BERT's), on unlabeled text, in two stages (as LoLCATs, arXiv:2410.10254):
    parameters train; the embeddings, the feed-forward blocks and every LayerNorm keep the teacher's values. The
    layers learn independently, all from one teacher pass.
 2. "end_to_end": the whole student (all but the embeddings) runs on its own and learns to reproduce the
-   teacher's hidden state after every layer (`matched="all"`), or after the last layer only (`matched="last"`:
-   the layers below are free to compute it their own way).
+   teacher's hidden state after every layer (`matched="all"`), after the last layer only (`matched="last"`:
+   the layers below are free to compute it their own way), or after the last layer and the sentence embedding
+   pooled from it by the student's pooler (`matched="pooled"`: what a classifier or a sentence-transformers
+   model reads, with the embeddings of a batch as the "tokens" of the error below; a batch of one sequence
+   matches the last layer only).
 
 Both stages minimize the mean over layers of the unexplained variance, sum ||s_i - t_i||^2 / sum ||t_i - mean t||^2
 over the real tokens i of a batch (0: exact, 1: no better than the teacher's mean vector), which weighs the
@@ -30,12 +33,15 @@ from transformers.modeling_outputs import ModelOutput
 from .modeling_fastformer import FastformerModel, FastformerPooler
 
 STAGES = ("layerwise", "end_to_end")
-MATCHED = ("all", "last")  # the end-to-end stage's targets: the hidden state after every layer, or the last one
+# the end-to-end stage's targets: the hidden state after every layer, after the last one, or the last one and its
+# pooled sentence embedding
+MATCHED = ("all", "last", "pooled")
 
 
 @dataclass
 class TransferOutput(ModelOutput):
-    """loss: the mean of `layer_errors`; layer_errors: (layers matched,) unexplained variance per matched layer."""
+    """loss: the mean of `layer_errors`; layer_errors: (targets,) the unexplained variance of each matched layer's
+    output, then, with `matched="pooled"`, that of the pooled embedding."""
 
     loss: torch.Tensor | None = None
     layer_errors: torch.Tensor | None = None
@@ -146,6 +152,11 @@ class AttentionTransfer(nn.Module):
             raise ValueError(f"`matched` must be one of {MATCHED}, got {matched!r}")
         if student.config.num_hidden_layers != teacher.config.num_hidden_layers or student.config.share_layers:
             raise ValueError("the student needs one unshared layer per teacher layer (fastformer.conversion makes it)")
+        if matched == "pooled" and student.config.pooler_type not in ("mean", "cls"):
+            raise ValueError(
+                f'`matched="pooled"` pools both models with the student\'s pooler, which must have no weights of its '
+                f'own ("mean" or "cls"), got pooler_type={student.config.pooler_type!r}'
+            )
         self.student, self.teacher, self.stage, self.matched = student, teacher, stage, matched
         teacher.requires_grad_(False)
         if stage == "layerwise":
@@ -181,17 +192,23 @@ class AttentionTransfer(nn.Module):
         hidden_states, attention_outputs = teacher_targets(self.teacher, input_ids, attention_mask)
         if self.stage == "layerwise":
             pairs = [
-                (layer.attention_sublayer(layer_input, attention_mask)[0], target)
+                (layer.attention_sublayer(layer_input, attention_mask)[0], target, attention_mask)
                 for layer, layer_input, target in zip(self.student.layers, hidden_states, attention_outputs)
             ]
         else:
             student_states = self.student(
                 input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True
             ).hidden_states
-            pairs = list(zip(student_states[1:], hidden_states[1:]))[-1 if self.matched == "last" else 0 :]
+            matched = range(1, len(hidden_states)) if self.matched == "all" else [len(hidden_states) - 1]
+            pairs = [(student_states[index], hidden_states[index], attention_mask) for index in matched]
+            if self.matched == "pooled" and len(input_ids) > 1:  # one sequence has no spread to explain
+                # (B, C) embeddings: one "token" per sequence of a (1, B, C) batch
+                pooler = FastformerPooler(self.student.config)
+                pooled = [pooler(states, attention_mask)[None] for states in (student_states[-1], hidden_states[-1])]
+                pairs.append((*pooled, torch.ones(pooled[0].shape[:2], device=attention_mask.device)))
         errors = []
-        for student_output, target in pairs:
-            residual, total = _squared_errors(student_output, target, attention_mask)
+        for student_output, target, mask in pairs:
+            residual, total = _squared_errors(student_output, target, mask)
             errors.append(residual / total.clamp(min=torch.finfo(total.dtype).tiny))
         layer_errors = torch.stack(errors)
         return TransferOutput(loss=layer_errors.mean(), layer_errors=layer_errors.detach())

@@ -113,7 +113,8 @@ class DistillationArguments:
     end_to_end_matched: str = field(
         default="last",
         metadata={"help": "What the end-to-end stage matches: the teacher's hidden state after the last layer only "
-                  "(last: the layers below free to reach it their own way) or after every layer (all).",
+                  "(last: the layers below free to reach it their own way), after every layer (all), or after the "
+                  "last layer and the sentence embedding pooled from it (pooled).",
                   "choices": list(MATCHED)},
     )  # fmt: skip
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})

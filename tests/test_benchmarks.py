@@ -197,6 +197,18 @@ def test_pretrained_curve_orders_the_budgets_by_minutes_beside_the_teacher():
     assert pretrained.curve_report({"levers": {"seed": 0, "rows": {first: levers["rows"][first]}}}) == []
 
 
+def test_pretrained_lever_table_shows_the_few_shot_seeds_where_run():
+    after = {"hidden": [0.3], "embedding_cosine": 0.8}
+    row = {"label": "some lever", "command": "c", "distill_seconds": 60.0, "after": after, "knn_accuracy": 0.6}
+    fewshot = [{"seed": 0, "accuracy": 0.5}, {"seed": 1, "accuracy": 0.6}]
+    first, second = (lever.key for lever in pretrained.specs.LEVERS[:2])
+    lines = pretrained.levers_report({"header": [], "seed": 0, "rows": {
+        second: {**row, "accuracy": 0.7, "fewshot": fewshot}, first: {**row, "label": "other"}}})  # fmt: skip
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| conversion")]
+    assert rows == ["| other | 1.0 | 0.300 | 0.800 | 0.600 | not run | not run |",
+                    "| some lever | 1.0 | 0.300 | 0.800 | 0.600 | 0.700 | 0.550 +- 0.071 (2) |"]  # fmt: skip
+
+
 @pytest.mark.slow
 def test_deploy_benchmark_measures_onnx_runtime_beside_pytorch(repo_root, build, tokenizer, tmp_path):
     from fastformer import FastformerForSequenceClassification  # noqa: PLC0415

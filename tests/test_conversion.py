@@ -40,6 +40,7 @@ from fastformer.distillation import (
     transfer_attention,
     transfer_errors,
 )
+from fastformer.model_card import write_conversion_card
 from scripts import convert_bert_to_fastformer
 
 POSITIONS = 24  # the tiny teacher's learned positions
@@ -314,6 +315,37 @@ def test_end_to_end_stage_can_match_the_last_layer_only(bert, tokenizer, tmp_pat
         DataCollatorWithPadding(tokenizer), matched="last",
     )
     assert transfer_errors(student, bert, evaluation)["hidden"][-1] < before
+
+
+def test_end_to_end_stage_can_match_the_pooled_embedding(bert, tokenizer, tmp_path, converted):
+    """The pooled target adds the unexplained variance of the batch's sentence embeddings (the student's pooler on
+    both models' last layer) to the last layer's; training on it brings the embeddings closer to the teacher's."""
+    student = convert_bert(bert, pooler_type="mean")
+    batch = tokenizer(TEXTS[:3], padding=True, return_tensors="pt")
+    last = AttentionTransfer(student, bert, "end_to_end", matched="last")(**batch).loss
+    pooled = AttentionTransfer(student, bert, "end_to_end", matched="pooled")(**batch)
+    mask = batch["attention_mask"][..., None].float()
+    with torch.no_grad():
+        ours, theirs = ((model(**batch).last_hidden_state * mask).sum(1) / mask.sum(1) for model in (student, bert))
+    by_hand = (ours - theirs).square().sum() / (theirs - theirs.mean(0)).square().sum()
+    assert pooled.layer_errors.shape == (2,) and pooled.layer_errors[0].item() == pytest.approx(last.item())
+    assert pooled.layer_errors[1].item() == pytest.approx(by_hand.item(), rel=1e-4)
+    one = tokenizer(TEXTS[:1], return_tensors="pt")  # one embedding has no spread: the last layer alone
+    assert AttentionTransfer(student, bert, "end_to_end", matched="pooled")(**one).layer_errors.shape == (1,)
+    with pytest.raises(ValueError, match='pooler, which must have no weights.*additive'):
+        AttentionTransfer(convert_bert(bert, pooler_type="additive"), bert, "end_to_end", matched="pooled")
+    evaluation = held_out(tokenizer)
+    before = embedding_cosine(student, bert, evaluation)
+    transfer_attention(
+        student, bert, "end_to_end", dataset_of(tokenizer, TEXTS[:4] * 4), transfer_args(tmp_path),
+        DataCollatorWithPadding(tokenizer), matched="pooled",
+    )
+    assert embedding_cosine(student, bert, evaluation) > before
+    settings = json.loads((converted / "conversion.json").read_text())
+    settings["distillation"]["stages"]["end_to_end"]["matched"] = "pooled"
+    (tmp_path / "card").mkdir()
+    card = write_conversion_card(tmp_path / "card", model=student, settings=settings)
+    assert "learns the teacher's last hidden state and sentence embedding end to end" in str(card)
 
 
 @pytest.mark.parametrize("query_residual", [False, True])
