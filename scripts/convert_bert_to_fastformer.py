@@ -111,10 +111,10 @@ class DistillationArguments:
         default=3e-4, metadata={"help": "Learning rate of the end-to-end stage (--learning_rate: the layerwise one)."}
     )
     end_to_end_matched: str = field(
-        default="last",
-        metadata={"help": "What the end-to-end stage matches: the teacher's hidden state after the last layer only "
-                  "(last: the layers below free to reach it their own way), after every layer (all), or after the "
-                  "last layer and the sentence embedding pooled from it (pooled).",
+        default="pooled",
+        metadata={"help": "What the end-to-end stage matches: the teacher's hidden state after the last layer and the "
+                  "sentence embedding pooled from it by the converted model's pooler (pooled), after the last layer "
+                  "only (last: the layers below free to reach it their own way), or after every layer (all).",
                   "choices": list(MATCHED)},
     )  # fmt: skip
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})

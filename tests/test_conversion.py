@@ -342,10 +342,10 @@ def test_end_to_end_stage_can_match_the_pooled_embedding(bert, tokenizer, tmp_pa
     )
     assert embedding_cosine(student, bert, evaluation) > before
     settings = json.loads((converted / "conversion.json").read_text())
-    settings["distillation"]["stages"]["end_to_end"]["matched"] = "pooled"
+    settings["distillation"]["stages"]["end_to_end"]["matched"] = "last"  # the card names the target
     (tmp_path / "card").mkdir()
     card = write_conversion_card(tmp_path / "card", model=student, settings=settings)
-    assert "learns the teacher's last hidden state and sentence embedding end to end" in str(card)
+    assert "learns the teacher's last hidden state end to end" in str(card)
 
 
 @pytest.mark.parametrize("query_residual", [False, True])
@@ -435,11 +435,11 @@ def test_converted_folder_is_a_hub_ready_checkpoint(converted, bert):
     settings = json.loads((converted / "conversion.json").read_text())
     report = settings["distillation"]
     assert [stage["max_steps"] for stage in report["stages"].values()] == [3, 2]
-    assert report["stages"]["end_to_end"]["matched"] == "last"  # the default: the last layer's hidden state
+    assert report["stages"]["end_to_end"]["matched"] == "pooled"  # the default: the last layer and its embedding
     assert len(report["before"]["attention"]) == bert.config.num_hidden_layers
     card = (converted / "README.md").read_text()
     assert "converted-from-bert" in card and "Attention transfer" in card and "| end_to_end | 2 |" in card
-    assert "learns the teacher's last hidden state end to end" in card
+    assert "learns the teacher's last hidden state and sentence embedding end to end" in card
     config = json.loads((converted / "config.json").read_text())
     assert config["max_position_embeddings"] == 2 * POSITIONS and config["query_residual"] is False
 
