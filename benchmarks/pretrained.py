@@ -15,6 +15,7 @@ lengths), memory (time and peak memory of the teacher and the Fastformer its con
 blocks whole and in chunks; needs no --converted).
 """
 
+import re
 import statistics
 import sys
 import textwrap
@@ -299,19 +300,21 @@ def finetune(args) -> dict:
 
 def merge_finetune(former: dict | None, result: dict) -> dict:
     """A run of some splits, rows or seeds keeps the other results of a former run, and lists both commands; the
-    converted model's results only when they are of the same --converted folder."""
+    converted model's results only when they are of the same --converted folder (with another, the former
+    commands that ran the converted row alone go too)."""
     if not former:
         return result
-    merged = former["splits"]
+    merged, commands = former["splits"], former_commands(former)
     if former.get("converted") != result["converted"]:
         for rows in merged.values():
             rows.pop(row_of("converted").label, None)
+        commands = [line for line in commands if not re.search(r"--rows converted(?= --|`)", line)]
     for split, rows in result["splits"].items():
         for row, results in rows.items():
             seeds = {r["seed"] for r in results}
             kept = [r for r in merged.get(split, {}).get(row, []) if r["seed"] not in seeds]
             merged.setdefault(split, {})[row] = sorted(kept + results, key=lambda r: r["seed"])
-    return {**result, "splits": merged, "header": [*former_commands(former), *result["header"]]}
+    return {**result, "splits": merged, "header": [*commands, *result["header"]]}
 
 
 def former_commands(former: dict) -> list[str]:

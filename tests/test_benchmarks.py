@@ -173,12 +173,19 @@ def test_pretrained_finetune_merge_keeps_a_converted_row_of_the_same_folder_only
 
     def run(folder, seeds, rows=(converted, teacher)):
         results = {row: [{"seed": seed, "accuracy": seed / 10} for seed in seeds] for row in rows}
-        return {"converted": folder, "splits": {"newsgroups": results}, "header": [f"- Command: `{folder}`"]}
+        flags = " ".join("teacher" if row == teacher else "converted" for row in rows)
+        return {"converted": folder, "splits": {"newsgroups": results},
+                "header": [f"- Command: `--converted {folder} --rows {flags}` (1 min)"]}  # fmt: skip
 
     same = pretrained.merge_finetune(run("a", [0, 1]), run("a", [2], rows=(converted,)))["splits"]["newsgroups"]
     assert [r["seed"] for r in same[converted]] == [0, 1, 2] and [r["seed"] for r in same[teacher]] == [0, 1]
     other = pretrained.merge_finetune(run("a", [0, 1]), run("b", [2], rows=(converted,)))["splits"]["newsgroups"]
     assert [r["seed"] for r in other[converted]] == [2] and [r["seed"] for r in other[teacher]] == [0, 1]
+    # the commands that ran another folder's converted row alone go with its results
+    alone = pretrained.merge_finetune(run("a", [0], rows=(converted,)), run("b", [1], rows=(converted,)))["header"]
+    assert alone == ["- Command: `--converted b --rows converted` (1 min)"]
+    kept = pretrained.merge_finetune(run("a", [0, 1]), run("b", [2], rows=(converted,)))["header"]
+    assert len(kept) == 2
 
 
 def test_pretrained_curve_orders_the_budgets_by_minutes_beside_the_teacher():
