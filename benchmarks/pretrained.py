@@ -535,7 +535,7 @@ def levers(args) -> dict:
         if lever.key in args.lever_fewshot:
             finetuned["fewshot"] = [run_finetune(args, "fewshot", row_of("converted"), seed, converted=folder)
                                     for seed in args.seeds]  # fmt: skip
-        rows[lever.key] = {"label": lever.label, "command": pasteable(converted["command"], relative(minilm())),
+        rows[lever.key] = {"label": lever.label, "command": pasteable(converted["command"], minilm()),
                            "distill_seconds": converted["distill_seconds"], "after": converted["after"],
                            "knn_accuracy": knn, **finetuned}  # fmt: skip
         print(lever.key, rows[lever.key], flush=True)

