@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 import transformers
 from transformers import BartConfig, BartForConditionalGeneration
+from transformers.cache_utils import Cache, EncoderDecoderCache
 
 from benchmarks.harness import (
     DOCS,
@@ -32,12 +33,23 @@ from benchmarks.harness import (
     table,
     write_measurements,
 )
-from fastformer import FastformerConfig, FastformerForConditionalGeneration
-from fastformer.modeling_fastformer import cache_nbytes
+from fastformer import FastformerCache, FastformerConfig, FastformerForConditionalGeneration
 
 WINDOW = 16  # steps averaged per length
 SETTINGS = ("lengths", "repeats", "source_length", "hidden_size", "heads", "intermediate_size", "encoder_layers",
             "decoder_layers", "cross_attention", "generate_tokens")  # fmt: skip
+
+
+def cache_nbytes(cache: Cache) -> int:
+    """Bytes held by a transformers generation cache: its layers' keys and values or recurrent states, a
+    `FastformerCache`'s positions, both parts of an `EncoderDecoderCache`."""
+    if isinstance(cache, EncoderDecoderCache):
+        return cache_nbytes(cache.self_attention_cache) + cache_nbytes(cache.cross_attention_cache)
+    tensors = [getattr(layer, name, None) for layer in cache.layers for name in ("keys", "values")]
+    tensors += [t for layer in cache.layers for t in getattr(layer, "recurrent_states", {}).values()]
+    if isinstance(cache, FastformerCache):
+        tensors.append(cache.positions)
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
 def parse_args(argv=None):

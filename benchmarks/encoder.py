@@ -126,12 +126,12 @@ def bert_like(args, heads=True) -> dict:
     return {**settings, "num_attention_heads": args.heads, "attention_probs_dropout_prob": 0.0} if heads else settings
 
 
-def fastformer_config(args, attention_implementation="collapsed") -> FastformerConfig:
+def fastformer_config(args, additive_attention_mode="collapsed") -> FastformerConfig:
     return FastformerConfig(
         vocab_size=args.vocab_size, hidden_size=args.hidden_size, num_hidden_layers=args.layers,
         num_attention_heads=args.heads, intermediate_size=args.intermediate_size, share_layers=False,
         share_query_value=False, hidden_dropout_prob=0.0, max_position_embeddings=args.lengths[-1],
-        attention_implementation=attention_implementation,
+        additive_attention_mode=additive_attention_mode,
     )  # fmt: skip
 
 
@@ -140,8 +140,8 @@ def hidden_states_of(model):
     return model, lambda input_ids: model(input_ids=input_ids).last_hidden_state
 
 
-def build_fastformer(args, attention_implementation="collapsed"):
-    config = fastformer_config(args, attention_implementation)
+def build_fastformer(args, additive_attention_mode="collapsed"):
+    config = fastformer_config(args, additive_attention_mode)
     return hidden_states_of(FastformerModel(config, add_pooling_layer=False))
 
 
@@ -191,7 +191,7 @@ def build_fast_transformer(args):
 
 BUILDERS = {
     "Fastformer": build_fastformer,
-    "Fastformer-plain": lambda args: build_fastformer(args, attention_implementation="plain"),
+    "Fastformer-plain": lambda args: build_fastformer(args, additive_attention_mode="plain"),
     "floor": build_floor,
     "BERT": build_bert,
     "FNet": build_fnet,

@@ -1,46 +1,18 @@
 """Fastformer (Wu et al., 2021) for Hugging Face transformers.
 
-Importing the package registers the model with the Auto classes (and PEFT's default adapter targets).
+Importing the package registers the model with transformers' Auto classes.
 """
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoModelForMaskedLM,
-    AutoModelForSeq2SeqLM,
-    AutoModelForSequenceClassification,
-)
+import transformers
 
-from .configuration_fastformer import FastformerConfig
-from .modeling_fastformer import (
-    FastformerCache,
-    FastformerForCausalLM,
-    FastformerForConditionalGeneration,
-    FastformerForMaskedLM,
-    FastformerForSequenceClassification,
-    FastformerModel,
-    FastformerPreTrainedModel,
-)
-from .peft_defaults import register_peft_defaults
+from . import configuration_fastformer, modeling_fastformer
+from .configuration_fastformer import *  # noqa: F403  (its __all__)
+from .modeling_fastformer import *  # noqa: F403  (its __all__)
 
 __version__ = "0.1.0"
+__all__ = [*configuration_fastformer.__all__, *modeling_fastformer.__all__]
 
-AutoConfig.register(FastformerConfig.model_type, FastformerConfig, exist_ok=True)
-AutoModel.register(FastformerConfig, FastformerModel, exist_ok=True)
-AutoModelForSequenceClassification.register(FastformerConfig, FastformerForSequenceClassification, exist_ok=True)
-AutoModelForMaskedLM.register(FastformerConfig, FastformerForMaskedLM, exist_ok=True)
-AutoModelForSeq2SeqLM.register(FastformerConfig, FastformerForConditionalGeneration, exist_ok=True)
-AutoModelForCausalLM.register(FastformerConfig, FastformerForCausalLM, exist_ok=True)
-register_peft_defaults()
-
-__all__ = [
-    "FastformerCache",
-    "FastformerConfig",
-    "FastformerForCausalLM",
-    "FastformerForConditionalGeneration",
-    "FastformerForMaskedLM",
-    "FastformerForSequenceClassification",
-    "FastformerModel",
-    "FastformerPreTrainedModel",
-]
+_config_class = configuration_fastformer.FastformerConfig
+transformers.AutoConfig.register(_config_class.model_type, _config_class, exist_ok=True)
+for _model_class, _auto_class in modeling_fastformer.AUTO_CLASSES.items():
+    getattr(transformers, _auto_class).register(_config_class, _model_class, exist_ok=True)

@@ -40,6 +40,29 @@ def _check_integer(tensor, name, meaning):
         raise ValueError(f"`{name}` must hold integer {meaning} (e.g. torch.long), got dtype {tensor.dtype}")
 
 
+def _check_not_empty(tensor, name):
+    if tensor.shape[1] == 0:
+        raise ValueError(f"`{name}` has no token (seq_len 0): pass at least one token per sequence")
+
+
+def check_position_ids(position_ids, shape, max_positions: int):
+    """Positions for inputs of `shape` (batch, seq_len): integers in [0, max_positions), of shape (batch, seq_len)
+    or (1, seq_len)."""
+    batch, length = shape
+    if position_ids.dim() != 2 or position_ids.shape[1] != length or position_ids.shape[0] not in (1, batch):
+        raise ValueError(
+            f"`position_ids` must have shape (batch, seq_len) = {(batch, length)} or (1, {length}), got "
+            f"{tuple(position_ids.shape)}"
+        )
+    _check_integer(position_ids, "position_ids", "positions")
+    bad = _values_outside(position_ids, 0, max_positions)
+    if bad is not None:
+        raise ValueError(
+            f"`position_ids` holds {bad}, outside [0, {max_positions}): positions must be below the config's "
+            "`max_position_embeddings`"
+        )
+
+
 def check_inputs(input_ids, inputs_embeds, config, name="input_ids") -> tuple[int, int]:
     """Exactly one of token ids in the vocabulary, (batch, seq_len), or embeddings (batch, seq_len, embedding_size);
     returns (batch, seq_len). `name` is the argument's name for the messages (e.g. "decoder_input_ids")."""
@@ -52,9 +75,11 @@ def check_inputs(input_ids, inputs_embeds, config, name="input_ids") -> tuple[in
                 f"`{embeds_name}` must have shape (batch, seq_len, embedding_size={config.embedding_width}), "
                 f"got {tuple(inputs_embeds.shape)}"
             )
+        _check_not_empty(inputs_embeds, embeds_name)
         return tuple(inputs_embeds.shape[:2])
     if input_ids.dim() != 2:
         raise ValueError(f"`{name}` must have shape (batch, seq_len), got {tuple(input_ids.shape)}")
+    _check_not_empty(input_ids, name)
     _check_integer(input_ids, name, "token ids")
     bad = _values_outside(input_ids, 0, config.vocab_size)
     if bad is not None:
@@ -77,7 +102,7 @@ def checked_token_labels(labels, config, shape=None) -> torch.Tensor:
         raise ValueError(
             f"`labels` holds {bad}: token labels must be ids in [0, {config.vocab_size}) or {IGNORE_INDEX} (ignored)"
         )
-    return labels.contiguous()
+    return labels.long().contiguous()  # int32 ids (numpy, pandas) as torch's losses take them
 
 
 def checked_classification_labels(labels, config, batch_size) -> torch.Tensor:
@@ -105,6 +130,7 @@ def checked_classification_labels(labels, config, batch_size) -> torch.Tensor:
                 f"`labels` holds {bad}, but num_labels is {num_labels}: class ids must be in [0, {num_labels}) "
                 f"(or {IGNORE_INDEX}); set num_labels in the config to the number of classes"
             )
+        labels = labels.long()  # int32 class ids (numpy, pandas) as torch's cross-entropy takes them
     elif problem_type == "multi_label_classification":
         if tuple(labels.shape) != (batch_size, num_labels) or not labels.dtype.is_floating_point:
             hint = " (integer class ids need torch.long labels)" if labels.dim() == 1 else ""

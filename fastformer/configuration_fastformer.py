@@ -1,5 +1,6 @@
 """Fastformer configuration: a typed `@strict` dataclass, as transformers' own configs."""
 
+import copy
 from dataclasses import Field
 from functools import wraps
 from typing import Literal, get_args, get_origin
@@ -80,6 +81,22 @@ def _value_errors(cls):
     return cls
 
 
+# the Hub code names of the config and the heads, as `auto_map` and `custom_pipelines` write them ("file.Class")
+AUTO_MAP = {
+    "AutoConfig": "configuration_fastformer.FastformerConfig",
+    "AutoModel": "modeling_fastformer.FastformerModel",
+    "AutoModelForSequenceClassification": "modeling_fastformer.FastformerForSequenceClassification",
+    "AutoModelForMaskedLM": "modeling_fastformer.FastformerForMaskedLM",
+    "AutoModelForSeq2SeqLM": "modeling_fastformer.FastformerForConditionalGeneration",
+    "AutoModelForCausalLM": "modeling_fastformer.FastformerForCausalLM",
+}
+SUMMARIZATION_PIPELINE = {
+    "summarization": {
+        "impl": "pipeline_fastformer.SummarizationPipeline", "pt": ["AutoModelForSeq2SeqLM"], "type": "text",
+    }
+}  # fmt: skip
+
+
 @_value_errors
 @strict
 class FastformerConfig(PreTrainedConfig):
@@ -128,13 +145,16 @@ class FastformerConfig(PreTrainedConfig):
         pooler_type (`str`, defaults to `"additive"`): how `FastformerModel` pools the last layer into
             `pooler_output` for classification: `"additive"` (the paper's: a tanh MLP gives one logit per token,
             masked softmax, weighted sum), `"cls"` (the first real token) or `"mean"` (mean of real tokens).
-        attention_implementation (`str`, defaults to `"auto"`): how the encoder layers (`FastformerLayer`) compute
+        additive_attention_mode (`str`, defaults to `"auto"`): how the encoder layers (`FastformerLayer`) compute
             the attention sub-layer, the same function either way (up to rounding). `"plain"`: the paper's steps
             one by one (the Q, K, V projections, additive attention, W_r, the query residual, then the
             sub-layer's output dense layer). `"collapsed"`: W_q, W_v, W_r and the output dense layer folded
             exactly into one (hidden x hidden) matrix per sequence, fewer operations; needs
             `interaction="product"`. `"auto"`: collapsed with the product interaction for sequences of at least
             `hidden_size / 2` tokens, plain otherwise. The causal decoder always uses its own causal computation.
+            Not to be confused with transformers' `attn_implementation` ("sdpa", "eager"), which selects the
+            function of the softmax cross-attention of `FastformerForConditionalGeneration`. Configs saved with the
+            former name of this field, `attention_implementation`, load with their value here.
 
     Generation (`FastformerForConditionalGeneration`, `FastformerForCausalLM`):
         num_decoder_layers (`int`, *optional*): decoder layers; `num_hidden_layers` if None. The decoder uses the
@@ -176,7 +196,7 @@ class FastformerConfig(PreTrainedConfig):
     query_residual: bool = True
     chunk_size_feed_forward: int = 256
     pooler_type: Literal["additive", "cls", "mean"] = "additive"
-    attention_implementation: Literal["auto", "plain", "collapsed"] = "auto"
+    additive_attention_mode: Literal["auto", "plain", "collapsed"] = "auto"
     num_decoder_layers: int | None = _positive_int(None)
     cross_attention_type: Literal["softmax", "additive"] = "softmax"
     tie_encoder_embeddings: bool = True
@@ -186,9 +206,27 @@ class FastformerConfig(PreTrainedConfig):
     use_cache: bool = True
 
     def __post_init__(self, **kwargs):
+        if "attention_implementation" in kwargs:  # this field's former name, in configs saved before the rename
+            self.additive_attention_mode = kwargs.pop("attention_implementation")
         if self.num_decoder_layers is None:  # as T5: the decoder mirrors the encoder
             self.num_decoder_layers = self.num_hidden_layers
         super().__post_init__(**kwargs)
+        # a saved checkpoint loads into every head as Hub code (transformers' `custom_object_save` writes the entry
+        # of the saved class only), and an encoder-decoder's brings its summarization pipeline
+        self.auto_map = {**AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
+        if self.is_encoder_decoder:
+            self.custom_pipelines = getattr(self, "custom_pipelines", None) or copy.deepcopy(SUMMARIZATION_PIPELINE)
+
+    def for_encoder_decoder(self) -> "FastformerConfig":
+        """This config if `is_encoder_decoder`, else a copy that is (what generate() reads), with the summarization
+        pipeline declared: the config of `FastformerForConditionalGeneration`, which leaves the one it is given
+        as it was (it may serve an encoder too)."""
+        if self.is_encoder_decoder:
+            return self
+        config = copy.deepcopy(self)
+        config.is_encoder_decoder = True
+        config.custom_pipelines = getattr(self, "custom_pipelines", None) or copy.deepcopy(SUMMARIZATION_PIPELINE)
+        return config
 
     @property
     def embedding_width(self) -> int:
@@ -208,9 +246,9 @@ class FastformerConfig(PreTrainedConfig):
             raise ValueError(
                 f"`chunk_size_feed_forward` must be 0 (no chunks) or more, got {self.chunk_size_feed_forward}"
             )
-        if self.attention_implementation == "collapsed" and self.interaction != "product":
+        if self.additive_attention_mode == "collapsed" and self.interaction != "product":
             raise ValueError(
-                '`attention_implementation="collapsed"` folds the product interaction\'s linear maps and needs '
+                '`additive_attention_mode="collapsed"` folds the product interaction\'s linear maps and needs '
                 f'`interaction="product"`, got interaction={self.interaction!r}; use "auto" or "plain"'
             )
 

@@ -5,9 +5,9 @@ The ONNX route is `torch.onnx.export(..., dynamo=True)` over the `torch.export` 
 ecosystem's exporter, does not install beside transformers 5 (its newest release, 0.1.0, requires
 transformers < 4.58), so an `OnnxConfig` for it could not be tested here.
 
-The encoder layers' attention sub-layer has two exact implementations (`config.attention_implementation`); a
+The encoder layers' attention sub-layer has two exact modes of computation (`config.additive_attention_mode`); a
 graph holds one. "auto" chooses by the sequence length at every call, which a graph with a dynamic length cannot
-do, so it is exported as the implementation "auto" takes for all but the shortest inputs: "collapsed" for the
+do, so it is exported as the mode "auto" takes for all but the shortest inputs: "collapsed" for the
 "product" interaction (sequences of at least hidden_size / 2 tokens), "plain" otherwise.
 """
 
@@ -30,22 +30,22 @@ OUTPUT_NAMES = {
 EXAMPLE_SHAPE = (2, 16)  # the example inputs traced; every other batch size and length runs too
 
 
-def exported_implementation(config) -> str:
-    """The attention implementation a graph holds: the config's, with "auto" resolved as the module docstring says."""
-    if config.attention_implementation != "auto":
-        return config.attention_implementation
+def exported_attention_mode(config) -> str:
+    """The attention mode a graph holds: the config's, with "auto" resolved as the module docstring says."""
+    if config.additive_attention_mode != "auto":
+        return config.additive_attention_mode
     return "collapsed" if config.interaction == "product" else "plain"
 
 
 @contextmanager
-def attention_implementation(model, implementation: str):
-    """`model.config.attention_implementation` set to `implementation` for the duration, then restored."""
-    saved = model.config.attention_implementation
-    model.config.attention_implementation = implementation
+def using_attention_mode(model, mode: str):
+    """`model.config.additive_attention_mode` set to `mode` for the duration, then restored."""
+    saved = model.config.additive_attention_mode
+    model.config.additive_attention_mode = mode
     try:
         yield
     finally:
-        model.config.attention_implementation = saved
+        model.config.additive_attention_mode = saved
 
 
 def example_inputs(model) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,10 +59,10 @@ def example_inputs(model) -> tuple[torch.Tensor, torch.Tensor]:
     return input_ids, attention_mask
 
 
-def export_program(model: FastformerPreTrainedModel, implementation: str | None = None) -> torch.export.ExportedProgram:
+def export_program(model: FastformerPreTrainedModel, attention_mode: str | None = None) -> torch.export.ExportedProgram:
     """`model` (an encoder head of OUTPUT_NAMES, in eval mode) as a `torch.export` program of
     (input_ids, attention_mask) -> its outputs, for any batch size and any length up to
-    `max_position_embeddings`. `implementation`: the attention implementation (default: `exported_implementation`).
+    `max_position_embeddings`. `attention_mode`: the attention mode (default: `exported_attention_mode`).
     """
     name = type(model).__name__
     if name not in OUTPUT_NAMES:
@@ -75,17 +75,17 @@ def export_program(model: FastformerPreTrainedModel, implementation: str | None 
     batch = torch.export.Dim("batch")
     sequence = torch.export.Dim("sequence", max=config.max_position_embeddings)
     dynamic = {"input_ids": {0: batch, 1: sequence}, "attention_mask": {0: batch, 1: sequence}}
-    with attention_implementation(model, implementation or exported_implementation(config)), torch.no_grad():
+    with using_attention_mode(model, attention_mode or exported_attention_mode(config)), torch.no_grad():
         return torch.export.export(
             model, (), {"input_ids": input_ids, "attention_mask": attention_mask}, dynamic_shapes=dynamic
         )
 
 
-def export_onnx(model: FastformerPreTrainedModel, path: str | Path, implementation: str | None = None) -> Path:
+def export_onnx(model: FastformerPreTrainedModel, path: str | Path, attention_mode: str | None = None) -> Path:
     """Writes `model` (see `export_program`) to the ONNX file `path`: inputs `input_ids` and `attention_mask`
     (int64, (batch, sequence)), outputs named as the head's ModelOutput fields (OUTPUT_NAMES). Returns the path."""
     path = Path(path)
-    program = export_program(model, implementation)
+    program = export_program(model, attention_mode)
     onnx_program = torch.onnx.export(
         program, input_names=list(INPUT_NAMES), output_names=list(OUTPUT_NAMES[type(model).__name__]), dynamo=True,
         verbose=False,
@@ -121,10 +121,23 @@ class Seq2SeqEncoderGraph(torch.nn.Module):
         return tuple(tensor.clone() for pair in pairs for tensor in pair)
 
 
+def state_tensors(cache: FastformerCache) -> list[torch.Tensor]:
+    """Every layer application's recurrent states of `cache`, flat, in layer and slot order."""
+    return [state for layer in cache.layers for state in layer.recurrent_states.values() if state is not None]
+
+
+def load_state_tensors(cache: FastformerCache, tensors):
+    """Sets the recurrent states of `cache` from `state_tensors`' list of another cache of its config."""
+    tensors = iter(tensors)
+    for layer_idx, layer in enumerate(cache.layers):
+        for slot in range(layer.number_of_states):
+            cache.update_recurrent_state(next(tensors), layer_idx, slot)
+
+
 class DecoderStepGraph(torch.nn.Module):
     """One decoding step of a `FastformerForConditionalGeneration` as a pure function of its whole state:
     (input_ids (B, 1), positions (B,), encoder_attention_mask (B, M), cross: the encoder graph's outputs, state:
-    `FastformerCache.state_tensors()`) -> (logits (B, vocab), positions + 1, the new state). It runs the model's
+    `state_tensors(cache)`) -> (logits (B, vocab), positions + 1, the new state). It runs the model's
     own decoder over an `EncoderDecoderCache` rebuilt from those tensors; `initial_state` gives the state before
     the first token."""
 
@@ -134,7 +147,7 @@ class DecoderStepGraph(torch.nn.Module):
 
     def forward(self, input_ids, positions, encoder_attention_mask, cross, state):
         states = FastformerCache(self.model.config)
-        states.load_state_tensors(state)
+        load_state_tensors(states, state)
         states.positions = positions
         cross_cache = DynamicCache()
         for index in range(len(cross) // 2):
@@ -142,11 +155,11 @@ class DecoderStepGraph(torch.nn.Module):
         cache = EncoderDecoderCache(states, cross_cache)
         hidden_states = self.model.decoder(input_ids, encoder_attention_mask=encoder_attention_mask, cache=cache)
         logits = self.model.lm_head(hidden_states.last_hidden_state[:, -1])
-        return logits, states.positions, tuple(states.state_tensors())
+        return logits, states.positions, tuple(state_tensors(states))
 
 
 def initial_state(config, batch_size: int) -> list[torch.Tensor]:
-    """The decoding state before the first token, as `DecoderStepGraph` takes it (`FastformerCache.state_tensors`
+    """The decoding state before the first token, as `DecoderStepGraph` takes it (`state_tensors`
     of a cache whose every pooling is `initial_pooling_state`)."""
     heads, dim = config.num_attention_heads, config.hidden_size // config.num_attention_heads
     cache = FastformerCache(config)
@@ -154,7 +167,7 @@ def initial_state(config, batch_size: int) -> list[torch.Tensor]:
         # new tensors for every slot: the same tensor twice would be traced as one input
         state = CausalAttentionState(*(initial_pooling_state(batch_size, heads, dim) for _ in range(2)))
         cache.update_attention_state(state, layer_idx)
-    return cache.state_tensors()
+    return state_tensors(cache)
 
 
 def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
@@ -184,7 +197,7 @@ def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
     positions = torch.zeros(EXAMPLE_SHAPE[0], dtype=torch.long)
     step_inputs = (input_ids[:, :1], positions, attention_mask, cross, tuple(state))
     step_dims = ({0: batch}, {0: batch}, {0: batch, 1: source}, cross_dims, ({0: batch},) * len(state))
-    with attention_implementation(model, exported_implementation(config)), torch.no_grad():
+    with using_attention_mode(model, exported_attention_mode(config)), torch.no_grad():
         programs = {
             "encoder": torch.export.export(encoder, (input_ids, attention_mask),
                                            dynamic_shapes=({0: batch, 1: source}, {0: batch, 1: source})),

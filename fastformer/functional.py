@@ -231,6 +231,30 @@ class CausalAttentionState(NamedTuple):
     key: PoolingState
 
 
+class CausalAttentionOutput(NamedTuple):
+    """What `causal_additive_attention` returns."""
+
+    output: torch.Tensor  # u: (B, H, N, D)
+    state: CausalAttentionState  # after the last token
+    weights: torch.Tensor | None  # (B, H, 2, N, N): alpha (index 0) and beta (index 1); None unless asked for
+
+
+def causal_pooling_weights(
+    x: torch.Tensor, weight: torch.Tensor, attention_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The weights of `causal_additive_pooling`: row t holds softmax_{i<=t}(w . x_i / sqrt(D)) over the real tokens
+    i <= t and zeros elsewhere (a row before any token is all zeros).
+
+    x: (B, H, N, D); weight: (H, D); attention_mask: (B, N). Returns (B, H, N, N) in float32 or better: quadratic
+    in N, for inspection only (the pooling itself never forms it)."""
+    length, dim = x.shape[-2:]
+    logits = (x @ weight.unsqueeze(-1)).squeeze(-1) / math.sqrt(dim)  # (B, H, N)
+    visible = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()  # (N, N): token i <= position t
+    if attention_mask is not None:
+        visible = visible & attention_mask.to(torch.bool)[:, None, None, :]  # (B, 1, N, N)
+    return masked_softmax(logits.unsqueeze(-2).expand(*logits.shape[:2], length, length), visible)
+
+
 def causal_additive_pooling(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -336,7 +360,8 @@ def causal_additive_attention(
     query_key_projection: torch.Tensor | None = None,
     key_value_projection: torch.Tensor | None = None,
     chunk_size: int = 64,
-) -> tuple[torch.Tensor, CausalAttentionState]:
+    return_weights: bool = False,
+) -> CausalAttentionOutput:
     """Causal Fastformer attention: the paper's Eqs. 3-6 over prefixes, so position t sees tokens 1..t only.
 
     Shapes as `additive_attention`. At position t:
@@ -347,11 +372,20 @@ def causal_additive_attention(
     Padding (attention_mask 0, e.g. left padding) takes no part in the prefix pools. `state` (returned by an
     earlier call) continues a sequence: running it in two chunks, passing the state along, equals running it
     whole. One token with a state costs O(D) per head, whatever the number of tokens before it.
-    Returns u: (B, H, N, D) and the state after the last token.
+    Returns `CausalAttentionOutput(output=u, state, weights)`: u is (B, H, N, D), the state the one after the last
+    token; `weights` is None, or with `return_weights` the two poolings' weights (`causal_pooling_weights`) stacked
+    as (B, H, 2, N, N): index 0 alpha (global queries), index 1 beta (global keys). They need the whole sequence
+    (no `state`): a state does not keep the tokens before it.
     """
+    if return_weights and state is not None:
+        raise ValueError("return_weights=True needs the whole sequence: a `state` does not keep the tokens before it")
     query_state, key_state = state if state is not None else (None, None)
     global_query, query_state = causal_additive_pooling(query, query_weight, attention_mask, query_state, chunk_size)
     p = interact(global_query, key, interaction, query_key_projection)  # (B, H, N, D)
     global_key, key_state = causal_additive_pooling(p, key_weight, attention_mask, key_state, chunk_size)
     u = interact(global_key, value, interaction, key_value_projection)
-    return u, CausalAttentionState(query_state, key_state)
+    weights = None
+    if return_weights:
+        alpha = causal_pooling_weights(query, query_weight, attention_mask)
+        weights = torch.stack((alpha, causal_pooling_weights(p, key_weight, attention_mask)), dim=2)
+    return CausalAttentionOutput(u, CausalAttentionState(query_state, key_state), weights)

@@ -10,7 +10,7 @@ cross-attention keys and values in an EncoderDecoderCache beside it, as BART doe
 only relatively, so a saved checkpoint carries it as Hub code.
 """
 
-import copy
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -19,22 +19,32 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache, LinearAttentionLayer
 from transformers.loss.loss_utils import ForMaskedLMLoss
+from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
+    BaseModelOutputWithCrossAttentions,
     BaseModelOutputWithPooling,
     CausalLMOutputWithPast,
     MaskedLMOutput,
     Seq2SeqLMOutput,
     SequenceClassifierOutput,
 )
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, slice_logits_to_keep
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .checkpoint import CheckpointMixin
-from .checks import check_inputs, check_single_segment, checked_classification_labels, checked_token_labels
+from .checks import (
+    check_inputs,
+    check_position_ids,
+    check_single_segment,
+    checked_classification_labels,
+    checked_token_labels,
+    values_checked,
+)
 from .configuration_fastformer import FastformerConfig
 from .functional import (
     CausalAttentionState,
@@ -45,6 +55,8 @@ from .functional import (
     masked_softmax,
     pool_projections,
 )
+from .peft_defaults import register_peft_defaults
+from .pipeline_fastformer import SummarizationPipeline  # noqa: F401  (copied beside this file as Hub code)
 
 
 class FastformerEmbeddings(nn.Module):
@@ -134,22 +146,56 @@ class FastformerAttention(nn.Module):
 
 class FastformerCausalAttention(FastformerAttention):
     """The decoder's attention: every position pools its prefix only. With a `cache` (a `FastformerCache`), the
-    state of layer application `layer_idx` continues a sequence and is updated."""
+    state of layer application `layer_idx` continues a sequence and is updated.
 
-    def forward(self, hidden_states, attention_mask=None, cache=None, layer_idx=None):
+    Returns the output and, with `output_attentions`, the two poolings' weights (B, H, 2, N, N) (row t: the
+    weights of tokens 1..t; `functional.causal_pooling_weights`), else None. They need the whole sequence in one
+    call: a cache that holds earlier tokens keeps their pooled state, not the tokens."""
+
+    def forward(self, hidden_states, attention_mask=None, cache=None, layer_idx=None, output_attentions=False):
         query, q, k, v = self._project(hidden_states)
         vectors, settings = self._attention_arguments()
         state = None if cache is None else cache.attention_state(layer_idx)
-        u, state = causal_additive_attention(q, k, v, *vectors, attention_mask, state, **settings)
+        if output_attentions and state is not None:
+            raise ValueError(
+                "`output_attentions=True` needs the decoder's whole sequence in one forward pass, but the cache holds "
+                "earlier tokens as a pooled state, without their weights: run without a cache (use_cache=False, as "
+                "in generate(..., use_cache=False))"
+            )
+        u, state, weights = causal_additive_attention(
+            q, k, v, *vectors, attention_mask, state, return_weights=output_attentions, **settings
+        )
         if cache is not None:
             cache.update_attention_state(state, layer_idx)
-        return self._output(u, query)
+        return self._output(u, query), weights
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs: Unpack[TransformersKwargs],
+):
+    """Softmax attention written out, as transformers' models write it: `attn_implementation="eager"`.
+    query (B, H, T, D), key and value (B, H, M, D), attention_mask an additive (B, 1, T, M) float mask; returns
+    the output (B, T, H, D) and the weights (B, H, T, M)."""
+    weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        weights = weights + attention_mask
+    weights = nn.functional.softmax(weights, dim=-1)
+    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
 
 class FastformerCrossAttention(nn.Module):
     """Decoder tokens read the encoder output (`config.cross_attention_type`).
 
-    "softmax": multi-head scaled dot-product attention (torch SDPA) over the encoder's keys and values.
+    "softmax": multi-head scaled dot-product attention over the encoder's keys and values, through transformers'
+    attention functions (`config._attn_implementation`: "sdpa" by default, or "eager", as BART's).
     "additive": c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j per head, pooled from the encoder once; token t
     gets c * q_t.
     `encode` computes what depends on the encoder only, as a (key, value) pair that an `EncoderDecoderCache`
@@ -157,10 +203,14 @@ class FastformerCrossAttention(nn.Module):
     (key and value alike; only the value is read).
     """
 
+    is_causal = False  # read by transformers' attention functions
+
     def __init__(self, config: FastformerConfig):
         super().__init__()
+        self.config = config  # the attention function is looked up at every call, as in transformers' models
         self.num_heads = config.num_attention_heads
         self.head_dim = config.hidden_size // self.num_heads
+        self.scaling = self.head_dim**-0.5
         self.cross_attention_type = config.cross_attention_type
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
@@ -180,22 +230,25 @@ class FastformerCrossAttention(nn.Module):
             return context, context
         return self._split_heads(self.key(encoder_hidden_states)), value
 
-    @staticmethod
-    def source_mask(encoder_attention_mask) -> torch.Tensor | None:
-        """The softmax cross-attention's mask over the source, (B, 1, 1, M) bool."""
-        if encoder_attention_mask is None:
-            return None
-        mask = encoder_attention_mask.to(torch.bool)
-        # a source that is all padding attends to all of it: finite numbers instead of a softmax over nothing
-        return (mask | ~mask.any(dim=-1, keepdim=True))[:, None, None, :]
-
-    def forward(self, hidden_states, key, value, source_mask=None) -> torch.Tensor:
+    def forward(self, hidden_states, key, value, source_mask=None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        """`source_mask`: what transformers' `create_bidirectional_mask` makes for the attention function. Returns
+        the output and the attention weights (B, H, T, M) where the attention function gives them ("eager"; with
+        `output_attentions` "sdpa" warns that it gives None, as for transformers' models)."""
         query = self._split_heads(self.query(hidden_states))  # (B, H, T, D)
         if self.cross_attention_type == "additive":
-            out = value * query  # value: the pooled context c, (B, H, 1, D)
+            if kwargs.get("output_attentions"):
+                raise ValueError(
+                    'cross_attention_type="additive" pools the source once, before any decoder token: it has no '
+                    "cross-attention weights per token to return (`output_attentions=True`); the softmax "
+                    "cross-attention has them"
+                )
+            out, weights = (value * query).transpose(1, 2), None  # value: the pooled context c, (B, H, 1, D)
         else:
-            out = nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=source_mask)
-        return out.transpose(1, 2).reshape(hidden_states.shape)
+            attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+                self.config._attn_implementation, eager_attention_forward
+            )
+            out, weights = attention(self, query, key, value, source_mask, scaling=self.scaling, dropout=0.0, **kwargs)
+        return out.reshape(hidden_states.shape), weights  # (B, T, H, D) -> (B, T, H*D)
 
 
 class FastformerSublayerOutput(nn.Module):
@@ -247,7 +300,7 @@ class FastformerLayer(GradientCheckpointingLayer):
     """Additive attention -> dense -> add & LayerNorm -> feed-forward -> add & LayerNorm.
 
     The attention sub-layer (attention up to the output dense) is computed one of two exact ways, chosen by
-    `config.attention_implementation` (read at every call, so it can be switched on a loaded model):
+    `config.additive_attention_mode` (read at every call, so it can be switched on a loaded model):
     - "plain": the paper's steps (`FastformerAttention`, then `attention_output.dense`);
     - "collapsed": the same function with the Linear layers folded into one matrix per sequence
       (`collapsed_attention`; "product" interaction only);
@@ -271,21 +324,21 @@ class FastformerLayer(GradientCheckpointingLayer):
         return all(type(linear) is nn.Linear for linear in maps if linear is not None)
 
     def uses_collapsed_attention(self, hidden_states) -> bool:
-        implementation = self.config.attention_implementation
-        if implementation == "auto":
+        mode = self.config.additive_attention_mode
+        if mode == "auto":
             return (self.config.interaction == "product" and 2 * hidden_states.shape[1] >= hidden_states.shape[2]
                     and self.folds_plain_linears())  # fmt: skip
-        if implementation == "collapsed" and self.config.interaction != "product":
+        if mode == "collapsed" and self.config.interaction != "product":
             raise ValueError(
-                'attention_implementation="collapsed" folds the "product" interaction\'s linear maps and needs '
+                'additive_attention_mode="collapsed" folds the "product" interaction\'s linear maps and needs '
                 f'interaction="product", got interaction={self.config.interaction!r}; use "auto" or "plain"'
             )
-        if implementation == "collapsed" and not self.folds_plain_linears():
+        if mode == "collapsed" and not self.folds_plain_linears():
             raise ValueError(
-                'attention_implementation="collapsed" folds the attention\'s nn.Linear weights, but some are wrapped '
+                'additive_attention_mode="collapsed" folds the attention\'s nn.Linear weights, but some are wrapped '
                 '(e.g. by a PEFT adapter), whose output the folding would skip; use "auto" or "plain"'
             )
-        return implementation == "collapsed"
+        return mode == "collapsed"
 
     def forward(self, hidden_states, attention_mask=None, **kwargs):
         """Returns the new hidden states and the attention's two pooling distributions, (B, H, 2, N) (what
@@ -356,12 +409,14 @@ class FastformerDecoderLayer(GradientCheckpointingLayer):
 
     def forward(
         self, hidden_states, attention_mask=None, cross_key=None, cross_value=None, source_mask=None, cache=None,
-        layer_idx=None,
+        layer_idx=None, output_attentions=False,
     ):  # fmt: skip
-        attention = self.attention(hidden_states, attention_mask, cache, layer_idx)
+        attention, _ = self.attention(hidden_states, attention_mask, cache, layer_idx, output_attentions)
         hidden_states = self.attention_output(attention, hidden_states)
         if self.cross_attention is not None:
-            cross = self.cross_attention(hidden_states, cross_key, cross_value, source_mask)
+            cross, _ = self.cross_attention(
+                hidden_states, cross_key, cross_value, source_mask, output_attentions=output_attentions
+            )
             hidden_states = self.cross_attention_output(cross, hidden_states)
         return self.feed_forward(hidden_states)
 
@@ -393,10 +448,12 @@ class FastformerPooler(nn.Module):
         return (weights.to(hidden_states.dtype).unsqueeze(1) @ hidden_states).squeeze(1)  # (B, hidden)
 
 
-class FastformerPreTrainedModel(CheckpointMixin, PreTrainedModel):
+class FastformerPreTrainedModel(PreTrainedModel):
     config: FastformerConfig
     base_model_prefix = "fastformer"
     supports_gradient_checkpointing = True
+    # the softmax cross-attention goes through transformers' attention functions ("eager" always works)
+    _supports_sdpa = True
     # the layers that device maps and FSDP keep whole: only classes a model of this class has (accelerate's FSDP
     # refuses a name it cannot find), and no embeddings (its FSDP2 shards the input embeddings itself, a second
     # time if they were named); the generative heads name theirs
@@ -407,6 +464,14 @@ class FastformerPreTrainedModel(CheckpointMixin, PreTrainedModel):
         "hidden_states": FastformerLayer,
         "attentions": OutputRecorder(FastformerLayer, index=1),
     }
+
+    def __init__(self, config: FastformerConfig, *inputs, **kwargs):
+        config.validate()  # a field changed after the config was made (num_attention_heads, ...) is checked here
+        super().__init__(config, *inputs, **kwargs)
+
+    def post_init(self):
+        super().post_init()
+        register_peft_defaults()  # here rather than at import, so that Hub code gets PEFT's defaults too
 
     def _init_weights(self, module):
         super()._init_weights(module)
@@ -453,25 +518,32 @@ class FastformerStack(FastformerPreTrainedModel):
         batch_size, length = check_inputs(input_ids, inputs_embeds, self.config, self.input_name)
         if past_tokens and attention_mask is not None and attention_mask.shape[-1] == past_tokens + length:
             attention_mask = attention_mask[:, past_tokens:]
-        if past_tokens + length > self.config.max_position_embeddings:
-            raise ValueError(
-                f"The `{self.input_name}` sequence reaches {past_tokens + length} tokens but `max_position_embeddings` "
-                f"is {self.config.max_position_embeddings}: truncate it, generate fewer tokens or use a config with "
-                "more positions"
-            )
         if attention_mask is not None and tuple(attention_mask.shape) != (batch_size, length):
             raise ValueError(
                 f"`attention_mask` must have shape (batch, seq_len) = {(batch_size, length)}, got "
                 f"{tuple(attention_mask.shape)}{' (it may also cover the cached tokens)' if past_tokens else ''}"
             )
-        if position_ids is None:
-            if attention_mask is None:
-                device = (input_ids if input_ids is not None else inputs_embeds).device
-                position_ids = torch.arange(length, device=device).expand(batch_size, -1)
-            else:
-                position_ids = (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
-            if past_positions is not None:
-                position_ids = position_ids + past_positions[:, None]
+        max_positions = self.config.max_position_embeddings
+        if position_ids is not None:
+            check_position_ids(position_ids, (batch_size, length), max_positions)
+            return self.embeddings(input_ids, position_ids, inputs_embeds), attention_mask
+        if attention_mask is None:
+            device = (input_ids if input_ids is not None else inputs_embeds).device
+            position_ids = torch.arange(length, device=device).expand(batch_size, -1)
+        else:
+            position_ids = (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+        if past_positions is not None:
+            position_ids = position_ids + past_positions[:, None]
+        # positions count real tokens: more columns than positions fit when some are padding, which only the
+        # values tell (read on the CPU only, see checks.py; elsewhere every column counts)
+        if past_tokens + length > max_positions and (
+            not values_checked(position_ids) or position_ids.max().item() >= max_positions
+        ):
+            name = self.input_name if inputs_embeds is None else self.input_name.replace("input_ids", "inputs_embeds")
+            raise ValueError(
+                f"The `{name}` sequence reaches more than {max_positions} positions (`max_position_embeddings`): "
+                "truncate it, generate fewer tokens or use a config with more positions"
+            )
         return self.embeddings(input_ids, position_ids, inputs_embeds), attention_mask
 
 
@@ -687,6 +759,7 @@ class FastformerCache(DynamicCache):
         Cache.__init__(self, layers=[FastformerCacheLayer() for _ in range(config.num_decoder_layers)])
         self.seen_tokens = 0  # columns consumed, padding included
         self.positions = None  # (B,) real tokens consumed per row
+        self.holds_beams = False  # reordered by beam search: rows are beams, not the returned sequences
 
     def attention_state(self, layer_idx: int) -> CausalAttentionState | None:
         """Layer application `layer_idx`'s causal attention state, None before the first token."""
@@ -710,31 +783,13 @@ class FastformerCache(DynamicCache):
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.seen_tokens
 
-    def state_tensors(self) -> list[torch.Tensor]:
-        """Every layer application's recurrent states, flat, in layer and slot order (`load_state_tensors`)."""
-        return [state for layer in self.layers for state in layer.recurrent_states.values() if state is not None]
-
-    def load_state_tensors(self, tensors):
-        """Sets the recurrent states from `state_tensors()`'s list of another cache of this config."""
-        tensors = iter(tensors)
-        for layer_idx, layer in enumerate(self.layers):
-            for slot in range(layer.number_of_states):
-                self.update_recurrent_state(next(tensors), layer_idx, slot)
-
-    def tensors(self) -> list[torch.Tensor]:
-        return self.state_tensors() + ([] if self.positions is None else [self.positions])
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the cache's tensors."""
-        return sum(t.numel() * t.element_size() for t in self.tensors())
-
     def _map_positions(self, rows):
         if self.positions is not None:
             self.positions = rows(self.positions)
 
     def reorder_cache(self, beam_idx: torch.LongTensor):
         super().reorder_cache(beam_idx)
+        self.holds_beams = True
         self._map_positions(lambda tensor: tensor.index_select(0, beam_idx.to(tensor.device)))
 
     def batch_select_indices(self, indices: torch.Tensor):
@@ -750,7 +805,7 @@ class FastformerCache(DynamicCache):
 
     def reset(self):
         super().reset()
-        self.seen_tokens, self.positions = 0, None
+        self.seen_tokens, self.positions, self.holds_beams = 0, None, False
 
 
 class FastformerEncoderDecoderCache(EncoderDecoderCache):
@@ -762,18 +817,6 @@ class FastformerEncoderDecoderCache(EncoderDecoderCache):
         self.self_attention_cache.reorder_cache(beam_idx)
 
 
-def cache_nbytes(cache: Cache) -> int:
-    """Bytes held by a transformers generation cache: a `FastformerCache`'s tensors, any other cache's keys and
-    values (or recurrent states), both parts of an `EncoderDecoderCache`."""
-    if isinstance(cache, EncoderDecoderCache):
-        return cache_nbytes(cache.self_attention_cache) + cache_nbytes(cache.cross_attention_cache)
-    if isinstance(cache, FastformerCache):
-        return cache.nbytes
-    tensors = [getattr(layer, name, None) for layer in cache.layers for name in ("keys", "values")]
-    tensors += [t for layer in cache.layers for t in getattr(layer, "recurrent_states", {}).values()]
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
-
-
 class FastformerDecoder(FastformerStack):
     """Token and position embeddings, then `config.num_decoder_layers` causal Fastformer layers (with
     cross-attention to an encoder output when `cross_attention`). Positions count real tokens only and
@@ -782,7 +825,13 @@ class FastformerDecoder(FastformerStack):
     `cache`: a `FastformerCache`, or for cross-attention an `EncoderDecoderCache` of a `FastformerCache` and a
     `DynamicCache` (the source's keys and values, computed on the first step)."""
 
-    _can_record_outputs = {"hidden_states": FastformerDecoderLayer}
+    # `output_attentions`: per layer application, the causal attention's pooling weights (B, H, 2, T, T) and the
+    # softmax cross-attention's weights (B, H, T, M)
+    _can_record_outputs = {
+        "hidden_states": FastformerDecoderLayer,
+        "attentions": OutputRecorder(FastformerCausalAttention, index=1),
+        "cross_attentions": OutputRecorder(FastformerCrossAttention, index=1),
+    }
     _no_split_modules = ["FastformerDecoderLayer"]
 
     def __init__(self, config: FastformerConfig, cross_attention: bool):
@@ -812,6 +861,23 @@ class FastformerDecoder(FastformerStack):
             inputs.append((key, value))
         return inputs
 
+    def source_mask(self, hidden_states, encoder_hidden_states, encoder_attention_mask):
+        """The softmax cross-attention's mask over the source, as transformers' `create_bidirectional_mask` makes
+        it for the attention function in use (None without cross-attention or padding)."""
+        softmax = self.layers[0].cross_attention is not None and self.config.cross_attention_type == "softmax"
+        if not softmax or encoder_attention_mask is None:
+            return None
+        mask = encoder_attention_mask.to(torch.bool)
+        # a source that is all padding attends to all of it: finite numbers instead of a softmax over nothing
+        mask = mask | ~mask.any(dim=-1, keepdim=True)
+        if encoder_hidden_states is None:  # a later decoding step: only the source's shape is read
+            encoder_hidden_states = hidden_states.new_empty(*mask.shape, 0)
+        # no skip of a mask without padding: telling would read the mask's values, a GPU synchronization per step
+        return create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=mask,
+            encoder_hidden_states=encoder_hidden_states, allow_is_bidirectional_skip=False,
+        )  # fmt: skip
+
     @capture_outputs
     def forward(
         self,
@@ -823,20 +889,24 @@ class FastformerDecoder(FastformerStack):
         encoder_attention_mask=None,
         cache: FastformerCache | EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
-    ) -> BaseModelOutput:
+    ) -> BaseModelOutputWithCrossAttentions:
         states = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         hidden_states, attention_mask = self.embed(
             input_ids, attention_mask, position_ids, inputs_embeds,
             *((0, None) if states is None else (states.seen_tokens, states.positions)),
         )  # fmt: skip
         cross_inputs = self.cross_attention_inputs(encoder_hidden_states, encoder_attention_mask, cache)
-        source_mask = FastformerCrossAttention.source_mask(encoder_attention_mask)
+        source_mask = self.source_mask(hidden_states, encoder_hidden_states, encoder_attention_mask)
+        output_attentions = kwargs.get("output_attentions", self.config.output_attentions)
         for index, layer in self.applied_layers():
             key, value = cross_inputs[index % len(self.layers)]
-            hidden_states = layer(hidden_states, attention_mask, key, value, source_mask, cache=states, layer_idx=index)
+            hidden_states = layer(
+                hidden_states, attention_mask, key, value, source_mask, cache=states, layer_idx=index,
+                output_attentions=output_attentions,
+            )  # fmt: skip
         if states is not None:
             states.advance(attention_mask, *hidden_states.shape[:2], hidden_states.device)
-        return BaseModelOutput(last_hidden_state=hidden_states)
+        return BaseModelOutputWithCrossAttentions(last_hidden_state=hidden_states)
 
 
 class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
@@ -864,6 +934,59 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
         cheap conditions first: generation, in eval mode or without gradients, never walks the modules."""
         return self.training and torch.is_grad_enabled() and self.is_activation_checkpointing
 
+    def prepare_inputs_for_generation(
+        self, input_ids, next_sequence_length=None, cache=None, attention_mask=None, inputs_embeds=None,
+        is_first_iteration=False, **kwargs,
+    ):  # fmt: skip
+        """As transformers', and generation that continues from a returned cache takes only the new tokens:
+        transformers trims the cached tokens only for caches that count them (attention caches), not for a
+        recurrent state."""
+        states = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+        if is_first_iteration and isinstance(states, FastformerCache) and states.seen_tokens:
+            embeds = inputs_embeds is not None and not self.config.is_encoder_decoder
+            length = (inputs_embeds if embeds else input_ids).shape[1]
+            new_tokens = self.tokens_to_continue(states, input_ids, length, attention_mask, kwargs)
+            if new_tokens is not None:
+                next_sequence_length = new_tokens
+            rows = states.positions.shape[0]
+            if input_ids.shape[0] != rows and input_ids.shape[0] % rows == 0:  # beams or several samples per row
+                cache.batch_repeat_interleave(input_ids.shape[0] // rows)
+        return super().prepare_inputs_for_generation(
+            input_ids, next_sequence_length=next_sequence_length, cache=cache, attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds, is_first_iteration=is_first_iteration, **kwargs,
+        )  # fmt: skip
+
+    def tokens_to_continue(self, states, input_ids, length, attention_mask, kwargs) -> int | None:
+        """How many of the `length` input tokens generation continuing from `states` runs: the ones after the
+        cached tokens for the whole sequence (a mask as wide as the input, or none), None (all) for new tokens only
+        with a mask that covers the cached tokens too (causal LM). Any other form is refused."""
+        seq2seq = self.config.is_encoder_decoder
+        name = "decoder_input_ids" if seq2seq else "input_ids"
+        seen = states.seen_tokens
+        if states.holds_beams:
+            raise ValueError(
+                "This cache comes from beam search: it holds the state of every beam at the last step, not of the "
+                "returned sequences. Continue from a cache of greedy search or sampling, or without a cache"
+            )
+        if seq2seq:
+            mask = kwargs.get("decoder_attention_mask")
+        else:  # generate() may drop an all-ones mask after making position ids from it
+            mask = attention_mask if attention_mask is not None else kwargs.get("position_ids")
+        width = length if mask is None else mask.shape[-1]
+        if width == length and length > seen:
+            return length - seen
+        # generate() puts `decoder_start_token_id` before decoder inputs that do not start with it, and widens
+        # their mask, so that new tokens alone would continue after a second start token
+        prepended = seq2seq and length > 1 and bool((input_ids[:, 0] == self.config.decoder_start_token_id).all())
+        if width == seen + length and not prepended:
+            return None
+        new_tokens = "" if seq2seq else ", or only the new tokens with a mask of the cached and new tokens"
+        raise ValueError(
+            f"Generation continues from a cache that has read {seen} tokens, but `{name}` has {length} and its "
+            f"attention mask {width}: pass the whole sequence so far (the `sequences` generate() returned, then the "
+            f"new tokens) with a mask as wide or none{new_tokens}"
+        )
+
 
 class FastformerForConditionalGeneration(FastformerGenerativeModel):
     """Fastformer encoder + causal Fastformer decoder with cross-attention, for summarization and other
@@ -875,7 +998,13 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
     this model). Encoder embeddings, decoder embeddings and the LM head share one matrix (the encoder has its own
     with `config.tie_encoder_embeddings=False`). `labels` are the target ids (-100 where ignored);
     `decoder_input_ids` default to them shifted right after
-    `decoder_start_token_id`. Decoder and cross-attention weights are not returned as `*_attentions`.
+    `decoder_start_token_id`.
+
+    `output_attentions=True` returns, per layer application, `encoder_attentions` as `FastformerModel`'s (B, H, 2, M),
+    `decoder_attentions` the causal attention's pooling weights (B, H, 2, T, T) (index 0 alpha, 1 beta; row t weighs
+    tokens 1..t) and `cross_attentions` the softmax cross-attention's weights (B, H, T, M) (with
+    `attn_implementation="eager"`; "sdpa" gives none, as for BART). The decoder's weights need its whole input in
+    one pass: a forward that continues a cache refuses `output_attentions=True`.
     """
 
     _tied_weights_keys = {
@@ -888,10 +1017,8 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
     accepts_loss_kwargs = True
 
     def __init__(self, config: FastformerConfig):
-        if not config.is_encoder_decoder:  # generate() reads it; copy, as the config may also serve an encoder
-            config = copy.deepcopy(config)
-            config.is_encoder_decoder = True
-        super().__init__(config)
+        super().__init__(config.for_encoder_decoder())
+        config = self.config
         if not config.tie_encoder_embeddings:
             self._tied_weights_keys = self._decoder_tied_weights_keys
         self.fastformer = FastformerModel(config, add_pooling_layer=False)
@@ -927,8 +1054,13 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
         labels: torch.Tensor | None = None,
         use_cache: bool | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
+        r"""
+        logits_to_keep: the last `logits_to_keep` positions (0: all) or the positions given, whose logits are
+            computed (`transformers.modeling_utils.slice_logits_to_keep`); generate() asks for the last one only.
+        """
         if encoder_outputs is None:
             encoder_outputs = self.fastformer(
                 input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, return_dict=True, **kwargs
@@ -950,7 +1082,6 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
                 f"(what `new_cache()` returns), got {type(cache).__name__}"
             )
 
-        kwargs.pop("output_attentions", None)  # the decoder's attention weights are not returned
         decoder_outputs = self.decoder(
             decoder_input_ids,
             attention_mask=decoder_attention_mask,
@@ -962,7 +1093,7 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
             return_dict=True,
             **kwargs,
         )
-        logits = self.lm_head(decoder_outputs.last_hidden_state)
+        logits = self.lm_head(slice_logits_to_keep(decoder_outputs.last_hidden_state, logits_to_keep))
         loss = None
         if labels is not None:
             # the labels are aligned with the logits already (no shift): the masked-LM loss is exactly that
@@ -972,6 +1103,8 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
             logits=logits,
             cache=cache if use_cache else None,
             decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
             encoder_last_hidden_state=encoder_outputs.last_hidden_state,
             encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
@@ -1018,7 +1151,9 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
 class FastformerForCausalLM(FastformerGenerativeModel):
     """A decoder-only Fastformer language model: the causal layers of `FastformerForConditionalGeneration`
     without cross-attention, generating with the same constant-size state. `labels` are usually the input
-    ids; the loss shifts them (position t predicts token t + 1)."""
+    ids; the loss shifts them (position t predicts token t + 1). `output_attentions=True` returns the causal
+    attention's pooling weights (B, H, 2, T, T) per layer application, as `FastformerForConditionalGeneration`'s
+    `decoder_attentions`."""
 
     _tied_weights_keys = {"lm_head.weight": "decoder.embeddings.word_embeddings.weight"}
     _no_split_modules = ["FastformerDecoderLayer"]
@@ -1059,15 +1194,19 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         labels: torch.Tensor | None = None,
         use_cache: bool | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
+        r"""
+        logits_to_keep: the last `logits_to_keep` positions (0: all) or the positions given, whose logits are
+            computed (`transformers.modeling_utils.slice_logits_to_keep`); generate() asks for the last one only.
+        """
         if labels is not None or self.checkpoints_layers():
             use_cache = False
         if labels is not None:
             labels = checked_token_labels(labels, self.config, None if input_ids is None else input_ids.shape)
         if use_cache and cache is None:
             cache = self.new_cache()
-        kwargs.pop("output_attentions", None)  # the decoder's attention weights are not returned
         outputs = self.decoder(
             input_ids,
             attention_mask=attention_mask,
@@ -1077,14 +1216,15 @@ class FastformerForCausalLM(FastformerGenerativeModel):
             return_dict=True,
             **kwargs,
         )
-        logits = self.lm_head(outputs.last_hidden_state)
+        logits = self.lm_head(slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep))
         loss = None
         if labels is not None:
             loss = self.loss_function(
                 logits, labels, vocab_size=self.config.vocab_size, num_items_in_batch=num_items_in_batch
             )
         return CausalLMOutputWithPast(
-            loss=loss, logits=logits, cache=cache if use_cache else None, hidden_states=outputs.hidden_states
+            loss=loss, logits=logits, cache=cache if use_cache else None, hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 
@@ -1097,6 +1237,9 @@ AUTO_CLASSES = {
 }
 for _cls, _auto_class in AUTO_CLASSES.items():
     _cls.register_for_auto_class(_auto_class)
+# Trainer's label smoothing shifts the labels of the causal LMs it finds in this table of transformers' Auto classes,
+# which `AutoModelForCausalLM.register` leaves alone: without the entry it would smooth against unshifted labels
+MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(FastformerConfig.model_type, FastformerForCausalLM.__name__)
 
 __all__ = [
     "FastformerCache",

@@ -80,3 +80,20 @@ def causal_additive_attention(
                 global_key = _pool(p, w_k[h], real, dim)
                 u[b, h, t] = combine(interaction, global_key, v[b, h, t], kv_proj[h])
     return u
+
+
+def causal_pooling_weights(x, weight, attention_mask=None) -> torch.Tensor:
+    """(B, H, N, N): row t holds the weight softmax_{i<=t}(w . x_i / sqrt(D)) of each real token i <= t, as `_pool`
+    gives it to x_i; zeros elsewhere."""
+    x, weight = x.double(), weight.double()
+    batch, heads, length, dim = x.shape
+    mask = torch.ones(batch, length, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    weights = torch.zeros(batch, heads, length, length, dtype=torch.float64)
+    for b in range(batch):
+        for h in range(heads):
+            for t in range(length):
+                real = [i for i in range(t + 1) if mask[b, i]]
+                if real:
+                    logits = torch.stack([weight[h] @ x[b, h, i] / math.sqrt(dim) for i in real])
+                    weights[b, h, t, real] = logits.softmax(0)
+    return weights

@@ -18,7 +18,9 @@ from pathlib import Path
 import datasets
 import torch
 import transformers
+from safetensors import SafetensorError, safe_open
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
+from transformers.trainer_utils import get_last_checkpoint
 
 from .model_card import write_model_card
 
@@ -194,10 +196,24 @@ def load_config(model_args, tokenizer, max_length: int, **task_settings):
     return config
 
 
+def check_weights_readable(path):
+    """The safetensors file `path`, or every one in the local folder `path`, opens as safetensors checks it: a
+    header that parses and tensors that the file's size covers. A damaged (truncated, overwritten) file stops the
+    script with a message naming it, which safetensors' own error does not."""
+    path = Path(path)
+    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path] if path.is_file() else []
+    for path in files:
+        try:
+            safe_open(path, framework="pt").keys()
+        except SafetensorError as error:
+            fail(f"{path} is damaged (truncated or overwritten: {error}); restore it, or train it again")
+
+
 def load_model(auto_class, model_args, config):
     # transformers' default, as --dtype auto: a checkpoint's own dtype, float32 for a new model
     dtype = {} if model_args.dtype in (None, "auto") else {"dtype": getattr(torch, model_args.dtype)}
     if model_args.model_name_or_path:
+        check_weights_readable(model_args.model_name_or_path)
         return auto_class.from_pretrained(
             model_args.model_name_or_path,
             config=config,
@@ -327,6 +343,11 @@ def train_and_evaluate(trainer, prepared, add_eval_metrics=None) -> dict:
                 "XPU, HPU): on the CPU these processes train as DDP, each holding the whole model"
             )
     if trainer.args.do_train:
+        resume = trainer.args.resume_from_checkpoint
+        if resume and not Path(resume).is_dir() and Path(trainer.args.output_dir).is_dir():
+            resume = get_last_checkpoint(trainer.args.output_dir)  # "True": the last one, as Trainer reads it
+        if resume:
+            check_weights_readable(resume)
         result = trainer.train(resume_from_checkpoint=trainer.args.resume_from_checkpoint)
         metrics = {**result.metrics, **samples("train", prepared["train"])}
         trainer.log_metrics("train", metrics)

@@ -50,7 +50,7 @@ from fastformer.distillation import (
     transfer_errors,
 )
 from fastformer.model_card import write_conversion_card
-from fastformer.training import fail, hyperparameters, parse_args, setup_logging
+from fastformer.training import check_weights_readable, fail, hyperparameters, parse_args, setup_logging
 
 logger = logging.getLogger(__name__)
 DISTILLATION_DIR = "distillation"  # inside --output_dir while the transfer runs
@@ -231,6 +231,7 @@ def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir
         stage_dir = output_dir / DISTILLATION_DIR / stage
         finished = stage_dir / FINISHED
         if finished.exists():  # by a former run: its student and report (Trainer would train one more step)
+            check_weights_readable(stage_dir / FINISHED_STUDENT)
             load_model(encoder, stage_dir / FINISHED_STUDENT)
             report["stages"][stage] = json.loads(finished.read_text())
             logger.info(f"The {stage} stage finished before this run: its student is read back")
@@ -238,6 +239,7 @@ def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir
         stage_args = replace(training_args, output_dir=str(stage_dir), **settings[stage])
         last = get_last_checkpoint(str(stage_dir)) if stage_dir.is_dir() else None
         if last is not None:
+            check_weights_readable(last)
             logger.info(f"Resuming the {stage} stage from {last}")
         started = time.perf_counter()
         result = transfer_attention(

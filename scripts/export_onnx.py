@@ -7,7 +7,7 @@ last_hidden_state and pooler_output, or logits), with --int8 also model_quantize
 and the tokenizer beside it (optimum's file names), and onnx_check.json: the largest absolute difference between
 ONNX Runtime and PyTorch on padded batches at lengths the export did not trace. A difference above --atol fails
 the export (exit status 1) and leaves the folder as it was. The route is `torch.onnx.export(dynamo=True)`; why not
-optimum, and which attention implementation the graph holds: fastformer/export.py.
+optimum, and which additive attention mode the graph holds: fastformer/export.py.
 """
 
 import argparse
@@ -20,7 +20,7 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer
 
 import fastformer  # noqa: F401  (registers Fastformer with the Auto classes)
-from fastformer.export import EXAMPLE_SHAPE, OUTPUT_NAMES, export_onnx, exported_implementation, quantize_int8
+from fastformer.export import EXAMPLE_SHAPE, OUTPUT_NAMES, export_onnx, exported_attention_mode, quantize_int8
 
 # optimum's task names -> the head
 TASKS = {
@@ -44,7 +44,7 @@ def parse_args(argv=None):
         help="the head to export (default: the checkpoint's own, from its config's architectures)",
     )
     parser.add_argument(
-        "--attention_implementation",
+        "--additive_attention_mode",
         choices=["plain", "collapsed"],
         default=None,
         help="the graph's attention sub-layer (default: the config's; \"auto\" as export.py says)",
@@ -93,12 +93,12 @@ def main(argv=None):
         sys.exit(f"export_onnx.py: error: {args.model_name_or_path} is a {config.model_type!r} model, not Fastformer")
     task = task_of(config) if args.task == "auto" else args.task
     model = TASKS[task].from_pretrained(args.model_name_or_path).eval()
-    implementation = args.attention_implementation or exported_implementation(config)
+    attention_mode = args.additive_attention_mode or exported_attention_mode(config)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     partial = args.output_dir / "model.onnx.partial"
     output_names = OUTPUT_NAMES[type(model).__name__]
     try:  # a failed export or check leaves the folder as it was
-        session = onnxruntime.InferenceSession(str(export_onnx(model, partial, implementation)),
+        session = onnxruntime.InferenceSession(str(export_onnx(model, partial, attention_mode)),
                                                providers=["CPUExecutionProvider"])  # fmt: skip
         differences = largest_differences(model, session, output_names)
         if max(differences.values()) > args.atol:
@@ -106,7 +106,7 @@ def main(argv=None):
         partial.replace(args.output_dir / "model.onnx")
     finally:
         partial.unlink(missing_ok=True)
-    check = {"task": task, "attention_implementation": implementation, "shapes": CHECK_SHAPES,
+    check = {"task": task, "additive_attention_mode": attention_mode, "shapes": CHECK_SHAPES,
              "max_abs_difference": differences, "atol": args.atol}  # fmt: skip
     quantized = args.output_dir / "model_quantized.onnx"
     quantized.unlink(missing_ok=True)  # an earlier export's, of the model.onnx just replaced
@@ -120,7 +120,7 @@ def main(argv=None):
         AutoTokenizer.from_pretrained(args.model_name_or_path).save_pretrained(args.output_dir)
     except (OSError, ValueError):
         print(f"warning: {args.model_name_or_path} has no tokenizer to save beside the model", file=sys.stderr)
-    print(f"Exported {task} ({implementation} attention) to {args.output_dir / 'model.onnx'}; "
+    print(f"Exported {task} ({attention_mode} attention) to {args.output_dir / 'model.onnx'}; "
           f"largest difference to PyTorch: {max(differences.values()):.2e}")  # fmt: skip
 
 

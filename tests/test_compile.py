@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from fastformer import FastformerForConditionalGeneration, FastformerModel
+from fastformer.export import state_tensors
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,8 @@ def test_decoding_step_compiles_as_one_graph(build):
                       cache=compiled_cache)
         torch.testing.assert_close(result.logits, expected.logits, rtol=1e-5, atol=1e-5)
         compiled_states, eager_states = compiled_cache.self_attention_cache, eager_cache.self_attention_cache
-        for compiled_tensor, eager_tensor in zip(compiled_states.tensors(), eager_states.tensors()):
+        compiled, eager = ([*state_tensors(states), states.positions] for states in (compiled_states, eager_states))
+        for compiled_tensor, eager_tensor in zip(compiled, eager, strict=True):
             torch.testing.assert_close(compiled_tensor, eager_tensor, rtol=1e-5, atol=1e-5)
         token = expected.logits[:, -1].argmax(-1, keepdim=True)
     assert compiled_cache.get_seq_length() == eager_cache.get_seq_length() == 6

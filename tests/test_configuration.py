@@ -6,7 +6,7 @@ import pytest
 from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassFieldValidationError
 from transformers import AutoConfig
 
-from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerModel
+from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerModel, modeling_fastformer
 
 
 def test_defaults_are_the_papers_final_model():
@@ -19,7 +19,7 @@ def test_defaults_are_the_papers_final_model():
     assert config.tie_word_embeddings
     assert config.num_decoder_layers == config.num_hidden_layers  # as T5: the decoder mirrors the encoder
     assert config.cross_attention_type == "softmax"
-    assert config.attention_implementation == "auto"
+    assert config.additive_attention_mode == "auto"
 
 
 @pytest.mark.parametrize(
@@ -46,12 +46,12 @@ def test_defaults_are_the_papers_final_model():
             r"`eos_token_id` must be .* list of ids in \[0, 10\), got \[2, 10\]",
         ),
         (
-            {"attention_implementation": "fast"},
-            r"`attention_implementation` must be one of \('auto', 'plain', 'collapsed'\), got 'fast'",
+            {"additive_attention_mode": "fast"},
+            r"`additive_attention_mode` must be one of \('auto', 'plain', 'collapsed'\), got 'fast'",
         ),
         (
-            {"interaction": "add", "attention_implementation": "collapsed"},
-            r'`attention_implementation="collapsed"` .* needs `interaction="product"`, got interaction=\'add\'; use',
+            {"interaction": "add", "additive_attention_mode": "collapsed"},
+            r'`additive_attention_mode="collapsed"` .* needs `interaction="product"`, got interaction=\'add\'; use',
         ),
     ],
     ids=lambda value: "-".join(value) if isinstance(value, dict) else None,
@@ -85,7 +85,7 @@ def test_errors_are_also_the_strict_dataclass_errors_and_are_raised_at_assignmen
     with pytest.raises(ValueError, match=r"`interaction` must be one of .*, got 'mul'"):
         config.interaction = "mul"
     config.interaction = "add"
-    config.attention_implementation = "collapsed"
+    config.additive_attention_mode = "collapsed"
     with pytest.raises(ValueError, match='needs `interaction="product"`') as refusal:
         config.save_pretrained(tmp_path)
     assert isinstance(refusal.value, StrictDataclassClassValidationError)
@@ -93,25 +93,58 @@ def test_errors_are_also_the_strict_dataclass_errors_and_are_raised_at_assignmen
 
 
 @pytest.mark.parametrize(
-    "attention_implementation, interaction",
+    "additive_attention_mode, interaction",
     [("auto", "product"), ("plain", "product"), ("collapsed", "product"), ("auto", "add"), ("plain", "concat")],
     ids=lambda value: value,
 )
-def test_attention_implementation_values_round_trip(attention_implementation, interaction, tmp_path):
-    config = FastformerConfig(attention_implementation=attention_implementation, interaction=interaction)
+def test_additive_attention_mode_values_round_trip(additive_attention_mode, interaction, tmp_path):
+    config = FastformerConfig(additive_attention_mode=additive_attention_mode, interaction=interaction)
     config.save_pretrained(tmp_path)
     loaded = FastformerConfig.from_pretrained(tmp_path)
-    assert (loaded.attention_implementation, loaded.interaction) == (attention_implementation, interaction)
+    assert (loaded.additive_attention_mode, loaded.interaction) == (additive_attention_mode, interaction)
 
 
-def test_config_saved_before_attention_implementation_loads_as_auto(tmp_path):
-    FastformerConfig(attention_implementation="plain").save_pretrained(tmp_path)
+def test_config_saved_before_additive_attention_mode_loads_as_auto(tmp_path):
+    FastformerConfig(additive_attention_mode="plain").save_pretrained(tmp_path)
     path = tmp_path / "config.json"
     saved = json.loads(path.read_text())
-    del saved["attention_implementation"]
+    del saved["additive_attention_mode"]
     path.write_text(json.dumps(saved))
-    assert FastformerConfig.from_pretrained(tmp_path).attention_implementation == "auto"
-    assert AutoConfig.from_pretrained(tmp_path).attention_implementation == "auto"
+    assert FastformerConfig.from_pretrained(tmp_path).additive_attention_mode == "auto"
+    assert AutoConfig.from_pretrained(tmp_path).additive_attention_mode == "auto"
+
+
+@pytest.mark.parametrize("mode", ["plain", "collapsed"])
+def test_config_saved_with_the_former_name_attention_implementation_keeps_its_value(mode, tmp_path):
+    FastformerConfig().save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    saved = json.loads(path.read_text())
+    del saved["additive_attention_mode"]
+    path.write_text(json.dumps({**saved, "attention_implementation": mode}))
+    for loader in (FastformerConfig, AutoConfig):
+        loaded = loader.from_pretrained(tmp_path)
+        assert loaded.additive_attention_mode == mode and not hasattr(loaded, "attention_implementation")
+    assert "attention_implementation" not in loaded.to_dict()  # saved again under the one name
+
+
+def test_the_generation_model_leaves_the_config_it_is_given_unchanged():
+    config = FastformerConfig(hidden_size=32, num_attention_heads=4)
+    before = config.to_dict()
+    model = FastformerForConditionalGeneration(config)
+    assert config.to_dict() == before and not config.is_encoder_decoder
+    assert model.config.is_encoder_decoder and "summarization" in model.config.custom_pipelines
+    seq2seq = FastformerConfig(hidden_size=32, num_attention_heads=4, is_encoder_decoder=True)
+    assert FastformerForConditionalGeneration(seq2seq).config is seq2seq  # nothing to change: the same object
+
+
+def test_auto_map_names_every_head_for_hub_code():
+    config = FastformerConfig()
+    assert config.auto_map["AutoConfig"] == "configuration_fastformer.FastformerConfig"
+    assert config.auto_map["AutoModelForCausalLM"] == "modeling_fastformer.FastformerForCausalLM"
+    assert set(config.auto_map) == {"AutoConfig", *modeling_fastformer.AUTO_CLASSES.values()}
+    for model_class, auto_class in modeling_fastformer.AUTO_CLASSES.items():
+        assert config.auto_map[auto_class] == f"modeling_fastformer.{model_class.__name__}"
+    assert not hasattr(config, "custom_pipelines")  # an encoder's config has no summarization pipeline
 
 
 def test_eos_token_id_takes_a_list_of_ids(tmp_path):

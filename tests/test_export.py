@@ -42,7 +42,7 @@ def padded_inputs(vocab_size, batch, length, seed=0):
 
 
 def exported(build, head, implementation, tmp_path):
-    model = build(head, attention_implementation=implementation)
+    model = build(head, additive_attention_mode=implementation)
     path = export_onnx_file(model, tmp_path / "model.onnx")
     return model, onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
@@ -94,10 +94,10 @@ def test_torch_export_program_runs_at_lengths_not_traced(build, implementation):
             expected = model(input_ids=input_ids, attention_mask=attention_mask).logits
             found = program(input_ids=input_ids, attention_mask=attention_mask).logits
         torch.testing.assert_close(found, expected, rtol=0, atol=1e-5)
-    assert model.config.attention_implementation == "auto"  # restored after the export
+    assert model.config.additive_attention_mode == "auto"  # restored after the export
     with pytest.raises(ValueError, match='folds the "product" interaction'):
         export_program(build(FastformerForSequenceClassification, interaction="add"), "collapsed")
-    assert model.config.attention_implementation == "auto"
+    assert model.config.additive_attention_mode == "auto"
 
 
 def test_export_refuses_what_it_cannot_export(build):
@@ -158,7 +158,7 @@ def test_script_exports_the_checkpoints_head_with_its_tokenizer(build, tokenizer
     process = run_script("--model_name_or_path", tmp_path / "model", "--output_dir", tmp_path / "onnx", "--int8")
     assert process.returncode == 0, process.stderr[-3000:]
     check = json.loads((tmp_path / "onnx" / "onnx_check.json").read_text())
-    assert check["task"] == "text-classification" and check["attention_implementation"] == "collapsed"
+    assert check["task"] == "text-classification" and check["additive_attention_mode"] == "collapsed"
     assert 0 <= check["max_abs_difference"]["logits"] <= 1e-4
     # int8 weights: further from PyTorch, within 5% of the largest logit (the tolerance docs/DEPLOY.md states)
     int8 = onnxruntime.InferenceSession(str(tmp_path / "onnx" / "model_quantized.onnx"))

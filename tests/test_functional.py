@@ -1,5 +1,6 @@
 """fastformer.functional against fastformer.naive, the float64 loops written plainly from the paper's Eqs. 3-6."""
 
+import itertools
 import math
 
 import pytest
@@ -215,13 +216,34 @@ def leaves(state):
     return [t for pooling in state for t in pooling]
 
 
-def call_causal(tensors, mask, interaction="product", state=None, chunk_size=64):
+def call_causal(tensors, mask, interaction="product", state=None, chunk_size=64, return_weights=False):
+    """(u, state), or with `return_weights` (u, state, weights)."""
     q, k, v, w_q, w_k, *projections = tensors
     qk_proj, kv_proj = projections or (None, None)
-    return causal_additive_attention(
-        q, k, v, w_q, w_k, mask, state,
-        interaction=interaction, query_key_projection=qk_proj, key_value_projection=kv_proj, chunk_size=chunk_size,
-    )
+    output = causal_additive_attention(
+        q, k, v, w_q, w_k, mask, state, interaction=interaction, query_key_projection=qk_proj,
+        key_value_projection=kv_proj, chunk_size=chunk_size, return_weights=return_weights,
+    )  # fmt: skip
+    return output if return_weights else output[:2]
+
+
+@pytest.mark.parametrize("mask_kind", MASKS)
+@pytest.mark.parametrize("interaction", INTERACTIONS)
+def test_causal_weights_match_float64_reference(interaction, mask_kind):
+    tensors, generator = make_inputs(interaction)
+    mask = make_mask(mask_kind, generator)
+    q, k, _, w_q, w_k, *projections = tensors
+    _, _, weights = call_causal(tensors, mask, interaction, return_weights=True)
+    torch.testing.assert_close(weights[:, :, 0], naive.causal_pooling_weights(q, w_q, mask), rtol=1e-12, atol=1e-12)
+    # beta pools p_t = interact(global query_t, k_t), whose global queries are alpha's pools
+    global_query = weights[:, :, 0].to(q.dtype) @ q
+    p = torch.empty_like(q)
+    for b, h, t in itertools.product(range(B), range(H), range(N)):
+        projection = projections[0][h] if projections else None
+        p[b, h, t] = naive.combine(interaction, global_query[b, h, t], k[b, h, t], projection)
+    torch.testing.assert_close(weights[:, :, 1], naive.causal_pooling_weights(p, w_k, mask), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="return_weights=True needs the whole sequence"):
+        call_causal(tensors, mask, interaction, state=call_causal(tensors, mask, interaction)[1], return_weights=True)
 
 
 @pytest.mark.parametrize("chunk_size", [1, 4, 64], ids=lambda c: f"C{c}")

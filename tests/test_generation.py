@@ -4,9 +4,13 @@ import functools
 
 import pytest
 import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from benchmarks.decoding import cache_nbytes
 from fastformer import FastformerCache, FastformerForCausalLM, FastformerForConditionalGeneration
-from fastformer.modeling_fastformer import FastformerCrossAttention, cache_nbytes
+from fastformer.export import state_tensors
+from fastformer.modeling_fastformer import FastformerCrossAttention
 
 VOCAB, PAD, START, EOS = 61, 0, 1, 2
 
@@ -142,12 +146,12 @@ def test_a_reset_cache_takes_another_batch_size_and_states_read_earlier_stay_as_
     model = build(FastformerForCausalLM)
     cache = model.new_cache()
     logits(model, tokens(4, 5), cache=cache)
-    earlier = cache.state_tensors()
+    earlier = state_tensors(cache)
     copies = [tensor.clone() for tensor in earlier]
     logits(model, tokens(4, 1, seed=2), cache=cache)  # one more step
     assert all(torch.equal(tensor, copy) for tensor, copy in zip(earlier, copies))  # not overwritten in place
     cache.reset()
-    assert cache.get_seq_length() == 0 and cache.state_tensors() == []
+    assert cache.get_seq_length() == 0 and state_tensors(cache) == []
     one = tokens(1, 5, seed=3)
     torch.testing.assert_close(logits(model, one, cache=cache), logits(model, one, use_cache=False))
 
@@ -332,9 +336,9 @@ def test_cache_rows_follow_beam_reordering_and_cannot_be_cropped(build):
     model = build(FastformerForCausalLM)
     cache = model.new_cache()
     logits(model, tokens(3, 4), cache=cache)
-    before = [t.clone() for t in cache.tensors()]
+    before = [t.clone() for t in [*state_tensors(cache), cache.positions]]
     cache.reorder_cache(torch.tensor([2, 0, 0]))
-    for old, new in zip(before, cache.tensors()):
+    for old, new in zip(before, [*state_tensors(cache), cache.positions], strict=True):
         assert torch.equal(new, old[[2, 0, 0]])
     with pytest.raises(ValueError, match="cannot be rolled back"):
         cache.crop(1)
@@ -346,17 +350,17 @@ def test_beam_reordering_leaves_the_source_side_alone(build):
     cache = model.new_cache()
     logits(model, tokens(3, 4), cache=cache)
     cross = [(layer.keys, layer.values) for layer in cache.cross_attention_cache.layers]
-    states = [tensor.clone() for tensor in cache.self_attention_cache.state_tensors()]
+    states = [tensor.clone() for tensor in state_tensors(cache.self_attention_cache)]
     cache.reorder_cache(torch.tensor([2, 0, 0]))
     assert all(layer.keys is keys and layer.values is values
                for layer, (keys, values) in zip(cache.cross_attention_cache.layers, cross))  # fmt: skip
-    for old, new in zip(states, cache.self_attention_cache.state_tensors()):
+    for old, new in zip(states, state_tensors(cache.self_attention_cache)):
         assert torch.equal(new, old[[2, 0, 0]])
 
 
 def test_decoding_past_the_positions_is_a_clear_error(build):
     model = build(FastformerForCausalLM, max_position_embeddings=8)
-    with pytest.raises(ValueError, match="reaches 9 tokens but `max_position_embeddings` is 8"):
+    with pytest.raises(ValueError, match="`input_ids` sequence reaches more than 8 positions"):
         logits(model, tokens(1, 9))
 
 
@@ -395,7 +399,7 @@ def test_shared_layers_store_the_encoder_side_once(build):
     for model in (shared, unshared):
         cache = model.new_cache()
         logits(model, tokens(2, 4), cache=cache)
-        sizes[model.config.share_layers] = cache_nbytes(cache) - cache.self_attention_cache.nbytes
+        sizes[model.config.share_layers] = cache_nbytes(cache.cross_attention_cache)
     assert sizes[False] == model.config.num_decoder_layers * sizes[True] > 0
 
 
@@ -409,3 +413,92 @@ def test_generation_stops_at_any_of_several_eos_ids(build):
     assert model.generation_config.eos_token_id == [EOS, stop]
     stopped = generate(model, tokens(1, 5), max_new_tokens=6).sequences[0, 5:]
     assert stopped.tolist() == free[: index + 1].tolist()
+
+
+@pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
+def test_logits_to_keep_computes_the_last_positions_only(build, model_class):
+    model = build(model_class)
+    ids = tokens(2, 6)
+    full = logits(model, ids, use_cache=False)
+    torch.testing.assert_close(logits(model, ids, use_cache=False, logits_to_keep=1), full[:, -1:])
+    kept = logits(model, ids, use_cache=False, logits_to_keep=torch.tensor([0, 3]))
+    torch.testing.assert_close(kept, full[:, [0, 3]])
+    widths = []  # generate() asks for the last position of the prompt pass only
+    model.lm_head.register_forward_hook(lambda module, args, out: widths.append(args[0].shape[1]))
+    generate(model, ids, max_new_tokens=3)
+    assert widths == [1, 1, 1]
+
+
+@pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
+def test_output_attentions_returns_the_decoders_pooling_weights(build, model_class):
+    """Per layer application, alpha and beta of every position over its prefix (B, H, 2, T, T): left padding gets
+    no weight, every row of a real token sums to one, and the cross-attention's softmax weights (B, H, T, M)."""
+    model = build(model_class, share_layers=False)
+    model.set_attn_implementation("eager")
+    ids, mask = tokens(2, 6), torch.ones(2, 6, dtype=torch.long)
+    mask[1, :2] = 0
+    flags = dict(output_attentions=True, use_cache=False)
+    with torch.no_grad():
+        if model.config.is_encoder_decoder:
+            output = model(tokens(2, 9, seed=7), decoder_input_ids=ids, decoder_attention_mask=mask, **flags)
+        else:
+            output = model(ids, attention_mask=mask, **flags)
+    decoder = output.decoder_attentions if model.config.is_encoder_decoder else output.attentions
+    assert len(decoder) == model.config.num_decoder_layers
+    for weights in decoder:
+        assert weights.shape == (2, 4, 2, 6, 6)
+        assert torch.equal(weights, weights.tril())  # no position weighs a later token
+        assert (weights[1, :, :, :, :2] == 0).all()  # nor padding
+        torch.testing.assert_close(weights[0].sum(-1), torch.ones(4, 2, 6))
+        torch.testing.assert_close(weights[1, :, :, 2:].sum(-1), torch.ones(4, 2, 4))
+    if model.config.is_encoder_decoder:
+        assert [tuple(weights.shape) for weights in output.cross_attentions] == [(2, 4, 6, 9)] * 3
+        torch.testing.assert_close(output.cross_attentions[0].sum(-1), torch.ones(2, 4, 6))
+
+
+@pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
+def test_output_attentions_after_cached_tokens_is_refused_not_dropped(build, model_class):
+    model = build(model_class)
+    cache = model.new_cache()
+    logits(model, tokens(2, 4), cache=cache)
+    with pytest.raises(ValueError, match=r"`output_attentions=True` needs the decoder's whole sequence"):
+        logits(model, tokens(2, 1), cache=cache, output_attentions=True)
+    with torch.no_grad():  # without a cache, generate() can return them
+        output = model.generate(tokens(2, 4), max_new_tokens=2, use_cache=False, output_attentions=True,
+                                return_dict_in_generate=True)  # fmt: skip
+    steps = output.decoder_attentions if model.config.is_encoder_decoder else output.attentions
+    assert len(steps) == 2 and all(len(step) == model.config.num_decoder_layers for step in steps)
+
+
+@pytest.mark.parametrize("share_layers", [True, False], ids=["shared-layers", "unshared"])
+def test_eager_and_sdpa_cross_attention_load_and_agree(build, share_layers, tmp_path):
+    """The softmax cross-attention goes through transformers' attention functions: `attn_implementation` is
+    honoured at loading, and "eager" and "sdpa" give the same logits, a padded and an all-padding source included."""
+    build(FastformerForConditionalGeneration, share_layers=share_layers).save_pretrained(tmp_path)
+    source, decoder_ids = tokens(3, 9, seed=7), tokens(3, 5, seed=4)
+    mask = torch.ones_like(source)
+    mask[1, 6:] = 0
+    mask[2] = 0
+    outputs = {}
+    for implementation in ("eager", "sdpa"):
+        model = FastformerForConditionalGeneration.from_pretrained(tmp_path, attn_implementation=implementation)
+        assert model.config._attn_implementation == implementation
+        with torch.no_grad():
+            outputs[implementation] = model(source, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+    assert torch.isfinite(outputs["eager"]).all()
+    torch.testing.assert_close(outputs["eager"], outputs["sdpa"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_registered_attention_function_serves_the_cross_attention(build):
+    calls = []
+
+    def counted(module, *args, **kwargs):
+        calls.append(type(module).__name__)
+        return sdpa_attention_forward(module, *args, **kwargs)
+
+    AttentionInterface.register("counted_sdpa", counted)
+    model = build(FastformerForConditionalGeneration, share_layers=False)
+    expected = logits(model, tokens(2, 4), use_cache=False)
+    model.set_attn_implementation("counted_sdpa")
+    torch.testing.assert_close(logits(model, tokens(2, 4), use_cache=False), expected)
+    assert calls == ["FastformerCrossAttention"] * model.config.num_decoder_layers

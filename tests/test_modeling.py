@@ -182,7 +182,7 @@ def test_query_residual_adds_the_query_or_nothing(tiny_config, query_residual):
 
 def test_auto_takes_the_collapsed_path_for_long_product_inputs_only(tiny_config):
     layer = FastformerLayer(tiny_config())
-    assert layer.config.attention_implementation == "auto"
+    assert layer.config.additive_attention_mode == "auto"
     assert layer.uses_collapsed_attention(torch.zeros(1, HIDDEN // 2, HIDDEN))
     assert not layer.uses_collapsed_attention(torch.zeros(1, HIDDEN // 2 - 1, HIDDEN))
     for interaction in ("add", "concat"):
@@ -191,9 +191,9 @@ def test_auto_takes_the_collapsed_path_for_long_product_inputs_only(tiny_config)
 
 
 @pytest.mark.parametrize("implementation", ["plain", "collapsed"])
-def test_attention_implementation_selects_the_path_at_any_length(build, implementation, monkeypatch):
+def test_additive_attention_mode_selects_the_path_at_any_length(build, implementation, monkeypatch):
     """The config field decides, whatever the length; both give the same model output."""
-    model = build(FastformerModel, attention_implementation=implementation).double()
+    model = build(FastformerModel, additive_attention_mode=implementation).double()
     taken = []
     monkeypatch.setattr(FastformerLayer, "collapsed_attention", record_call(FastformerLayer.collapsed_attention, taken))
     ids = torch.randint(1, VOCAB, (2, 3 * HIDDEN // 2))
@@ -202,10 +202,10 @@ def test_attention_implementation_selects_the_path_at_any_length(build, implemen
         with torch.no_grad():
             output = model(ids[:, :length]).last_hidden_state
         assert bool(taken) == (implementation == "collapsed")
-        model.config.attention_implementation = "auto" if implementation == "plain" else "plain"
+        model.config.additive_attention_mode = "auto" if implementation == "plain" else "plain"
         with torch.no_grad():
             other = model(ids[:, :length]).last_hidden_state
-        model.config.attention_implementation = implementation
+        model.config.additive_attention_mode = implementation
         torch.testing.assert_close(output, other, rtol=1e-12, atol=1e-12)
 
 
@@ -219,9 +219,9 @@ def record_call(function, calls):
 
 def test_collapsed_attention_is_refused_where_it_cannot_apply(build, tiny_config):
     with pytest.raises(ValueError, match="interaction"):
-        tiny_config(interaction="add", attention_implementation="collapsed")
+        tiny_config(interaction="add", additive_attention_mode="collapsed")
     model = build(FastformerModel, interaction="add")
-    model.config.attention_implementation = "collapsed"  # set after validation: refused when it would run
+    model.config.additive_attention_mode = "collapsed"  # set after validation: refused when it would run
     with pytest.raises(ValueError, match='needs interaction="product", got interaction=\'add\''):
         model(torch.randint(1, VOCAB, (1, 4)))
 
@@ -232,7 +232,7 @@ def test_the_causal_decoder_has_no_collapsed_path(build):
     ids = torch.randint(1, VOCAB, (2, 3 * HIDDEN // 2))  # long enough for "auto" to collapse in an encoder
     outputs = []
     for implementation in ("collapsed", "plain"):
-        model = build(FastformerForCausalLM, attention_implementation=implementation)
+        model = build(FastformerForCausalLM, additive_attention_mode=implementation)
         assert not any(hasattr(module, "collapsed_attention") for module in model.modules())
         assert any(isinstance(module, FastformerCausalAttention) for module in model.modules())
         with torch.no_grad():
@@ -506,7 +506,7 @@ def test_invalid_inputs_raise_clear_errors(build):
         model(ids, inputs_embeds=torch.zeros(2, 7, HIDDEN))
     with pytest.raises(ValueError, match=r"`attention_mask` must have shape .* \(2, 7\), got \(2, 6\)"):
         model(ids, attention_mask=torch.ones(2, 6))
-    with pytest.raises(ValueError, match="65 tokens but `max_position_embeddings` is 64"):
+    with pytest.raises(ValueError, match="`input_ids` sequence reaches more than 64 positions"):
         model(torch.ones(1, 65, dtype=torch.long))
 
 

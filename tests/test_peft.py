@@ -1,5 +1,7 @@
 """PEFT: LoRA on a Fastformer as on BERT (default targets, Trainer fine-tuning, adapter save and reload)."""
 
+import json
+
 import datasets
 import pytest
 import torch
@@ -73,6 +75,32 @@ def test_lora_changes_the_output_on_every_attention_path(build):
         with model.disable_adapter():
             torch.testing.assert_close(model(input_ids=ids).logits, plain)
         assert not torch.allclose(model(input_ids=ids).logits, plain, atol=1e-4)  # the adapter acts
-        base.config.attention_implementation = "collapsed"
+        base.config.additive_attention_mode = "collapsed"
         with pytest.raises(ValueError, match="some are wrapped .e.g. by a PEFT adapter"):
             model(input_ids=ids)
+
+
+IMPORT_SCRIPT = """
+import json
+
+from peft.utils import constants
+
+
+def tables():
+    return {name: sorted(table) for name, table in vars(constants).items() if name.endswith("_TARGET_MODULES_MAPPING")}
+
+
+before = tables()
+import fastformer
+
+imported = tables()
+fastformer.FastformerModel(fastformer.FastformerConfig(hidden_size=32, num_attention_heads=4))
+created = tables()
+lora = "fastformer" in created["TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING"]
+print(json.dumps({"unchanged_by_import": imported == before, "lora": lora}))
+"""
+
+
+def test_importing_the_package_leaves_peft_alone_and_a_model_brings_its_defaults(fresh_python, tmp_path):
+    result = json.loads(fresh_python(IMPORT_SCRIPT, tmp_path).strip().splitlines()[-1])
+    assert result == {"unchanged_by_import": True, "lora": True}

@@ -35,9 +35,10 @@ IDS = torch.randint(1, VOCAB, (2, 7), generator=torch.Generator().manual_seed(0)
         (torch.tensor([[5, -1, 7]]), r"`input_ids` holds the id -1, outside the vocabulary \[0, 99\)"),
         (torch.tensor([[5.0, 6.0]]), r"`input_ids` must hold integer token ids .*got dtype torch.float32"),
         (torch.tensor([5, 6, 7]), r"`input_ids` must have shape \(batch, seq_len\), got \(3,\)"),
-        (torch.ones(1, 65, dtype=torch.long), r"65 tokens but `max_position_embeddings` is 64"),
+        (torch.ones(1, 65, dtype=torch.long), r"`input_ids` sequence reaches more than 64 positions"),
+        (torch.ones(2, 0, dtype=torch.long), r"`input_ids` has no token \(seq_len 0\)"),
     ],
-    ids=["id-too-large", "negative-id", "float-ids", "one-dimensional", "too-long"],
+    ids=["id-too-large", "negative-id", "float-ids", "one-dimensional", "too-long", "empty"],
 )
 def test_bad_input_ids(build, model_class, ids, message):
     with pytest.raises(ValueError, match=message):
@@ -222,3 +223,65 @@ def test_value_checks_still_run_on_the_cpu(build):
         model(torch.tensor([[1, VOCAB]]))
     with pytest.raises(ValueError, match="no token type"):
         model(torch.tensor([[1, 2]]), token_type_ids=torch.tensor([[0, 1]]))
+
+
+def test_empty_decoder_input_is_named(build):
+    model = build(FastformerForConditionalGeneration)
+    with pytest.raises(ValueError, match=r"`decoder_input_ids` has no token \(seq_len 0\)"):
+        model(IDS, decoder_input_ids=torch.ones(2, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"`decoder_inputs_embeds` has no token"):
+        model(IDS, decoder_inputs_embeds=torch.ones(2, 0, HIDDEN))
+
+
+@pytest.mark.parametrize("model_class", [FastformerModel, FastformerForCausalLM])
+def test_position_ids_past_the_table_or_of_another_shape_are_named(build, model_class):
+    model = build(model_class)
+    with pytest.raises(ValueError, match=r"`position_ids` holds 64, outside \[0, 64\)"):
+        model(IDS, position_ids=torch.arange(58, 65).expand(2, -1))
+    with pytest.raises(ValueError, match=r"`position_ids` holds -1"):
+        model(IDS, position_ids=torch.arange(-1, 6).expand(2, -1))
+    with pytest.raises(ValueError, match=r"`position_ids` must have shape \(batch, seq_len\) = \(2, 7\) or \(1, 7\)"):
+        model(IDS, position_ids=torch.arange(6)[None])
+    shared = model(IDS, position_ids=torch.arange(7)[None])[0]
+    torch.testing.assert_close(shared, model(IDS)[0])  # (1, seq_len) serves every row
+
+
+def test_padding_columns_do_not_count_against_the_positions(build):
+    """Positions count real tokens: a left-padded batch wider than the table runs when its real tokens fit."""
+    model = build(FastformerModel)
+    ids = torch.randint(1, VOCAB, (2, 70), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones_like(ids)
+    mask[:, :10] = 0  # 60 real tokens, 70 columns, 64 positions
+    padded = model(ids, attention_mask=mask).last_hidden_state[:, 10:]
+    torch.testing.assert_close(padded, model(ids[:, 10:]).last_hidden_state, rtol=1e-5, atol=1e-5)
+    mask[:, 5:10] = 1  # 65 real tokens
+    with pytest.raises(ValueError, match="`input_ids` sequence reaches more than 64 positions"):
+        model(ids, attention_mask=mask)
+
+
+def test_the_over_length_error_names_inputs_embeds_when_they_were_passed(build):
+    model = build(FastformerModel)
+    with pytest.raises(ValueError, match="The `inputs_embeds` sequence reaches more than 64 positions"):
+        model(inputs_embeds=torch.randn(1, 65, HIDDEN))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.uint8])
+def test_integer_class_labels_of_any_width_work(build, dtype):
+    """numpy and pandas often give int32 labels: they train as torch.long ones."""
+    model = build(FastformerForSequenceClassification, num_labels=3, problem_type="single_label_classification")
+    labels = torch.tensor([2, 0])
+    expected = model(IDS, labels=labels).loss
+    torch.testing.assert_close(model(IDS, labels=labels.to(dtype)).loss, expected)
+
+
+@pytest.mark.parametrize("model_class", [FastformerForMaskedLM, FastformerForCausalLM])
+def test_int32_token_labels_work(build, model_class):
+    model = build(model_class)
+    torch.testing.assert_close(model(IDS, labels=IDS.int()).loss, model(IDS, labels=IDS).loss)
+
+
+def test_a_head_count_changed_on_the_config_after_creation_is_refused_by_the_model(tiny_config):
+    config = tiny_config()
+    config.num_attention_heads = 5  # does not divide hidden_size 32; only the field's own rule runs on assignment
+    with pytest.raises(ValueError, match=r"`hidden_size` \(32\) must be divisible by `num_attention_heads` \(5\)"):
+        FastformerModel(config)
