@@ -1,16 +1,17 @@
 """The model cards (README.md) that the scripts write next to a trained or a converted checkpoint.
 
-`huggingface_hub.ModelCard.from_template` (with jinja2, the [train] extra) renders the repository's
+`huggingface_hub.ModelCard.from_template` (with jinja2, the [train] extra) renders the package's
 model_cards/fastformer.md, or model_cards/converted.md for a converted checkpoint: the YAML metadata (license,
 pipeline tag, tags, datasets, a model-index holding the evaluation results) comes from a `ModelCardData`, the
 text from the template and the variables built here.
 """
 
+from importlib.resources import files
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-TEMPLATE_PATH = Path(__file__).resolve().parents[1] / "model_cards" / "fastformer.md"
+TEMPLATES = files("fastformer") / "model_cards"  # package data: read from an installed wheel as from a checkout
 
 # task (the pipeline tag) -> (Auto class that loads the checkpoint, task name in the model-index)
 TASKS = {
@@ -112,7 +113,7 @@ def write_model_card(
     labels = [config.id2label[index] for index in sorted(config.id2label)] if task == "text-classification" else []
     card = ModelCard.from_template(
         card_data,
-        template_path=TEMPLATE_PATH,
+        template_str=(TEMPLATES / "fastformer.md").read_text(encoding="utf-8"),
         model_name=model_name,  # the card data's model_name goes into its model-index, not to the template
         base_model=base_model,
         dataset=dataset,
@@ -149,9 +150,6 @@ def _cell(value, decimals=None):
     if decimals is not None and isinstance(value, float):
         value = round(value, decimals)
     return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-CONVERSION_TEMPLATE_PATH = TEMPLATE_PATH.with_name("converted.md")
 
 
 def write_conversion_card(
@@ -200,7 +198,7 @@ def write_conversion_card(
         ]
     card = ModelCard.from_template(
         card_data,
-        template_path=CONVERSION_TEMPLATE_PATH,
+        template_str=(TEMPLATES / "converted.md").read_text(encoding="utf-8"),
         model_name=Path(output_dir).resolve().name,
         source=base_model or source,
         config=model.config,

@@ -24,8 +24,6 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from .model_card import write_model_card
 
-REPO = Path(__file__).resolve().parents[1]
-BUNDLED_TOKENIZER = REPO / "data" / "tokenizers" / "bert-base-uncased"
 DATA_EXTENSIONS = {".json": "json", ".jsonl": "json", ".csv": "csv"}
 
 logger = transformers.utils.logging.get_logger(__name__)
@@ -147,9 +145,12 @@ def hub_kwargs(model_args) -> dict:
     )
 
 
-def load_tokenizer(model_args):
+def load_tokenizer(model_args, bundled: Path | None = None):
+    """--tokenizer_name, else --model_name_or_path's, else `bundled` (the tokenizer a source checkout ships)."""
     flag = "--tokenizer_name" if model_args.tokenizer_name else "--model_name_or_path"
-    source = model_args.tokenizer_name or model_args.model_name_or_path or BUNDLED_TOKENIZER
+    source = model_args.tokenizer_name or model_args.model_name_or_path or bundled
+    if source is None or (source == bundled and not bundled.is_dir()):
+        fail("pass --tokenizer_name (or --model_name_or_path): the bundled tokenizer comes with a source checkout only")
     try:
         return AutoTokenizer.from_pretrained(source, **hub_kwargs(model_args))
     except (OSError, ValueError) as error:  # a folder not written yet is looked up on the Hub: say so by name
@@ -252,7 +253,10 @@ def load_raw_datasets(
         if path
     }
     if not files:
-        logger.info(f"No data given: using the bundled {default_files['train'].parent.relative_to(REPO)}")
+        if not all(path.is_file() for path in default_files.values()):
+            fail("pass --train_file and --validation_file (or --dataset_name): the bundled data comes with a source "
+                 "checkout only")  # fmt: skip
+        logger.info(f"No data given: using the bundled {default_files['train'].parent}")
         files = {split: str(path) for split, path in default_files.items()}
     kinds = set()
     for split, path in files.items():
@@ -379,7 +383,7 @@ def dataset_name(data_args, default: Path) -> str:
         return data_args.dataset_name
     if data_args.train_file:
         return str(Path(data_args.train_file).parent)
-    return str(default.relative_to(REPO))
+    return f"{default.parent.name}/{default.name}"  # the bundled data, as the checkout names it: data/<name>
 
 
 def save_hub_ready(trainer, **card_settings):

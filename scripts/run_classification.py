@@ -14,6 +14,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 import datasets
 import evaluate
@@ -28,7 +29,6 @@ from transformers import (
 )
 
 from fastformer.training import (
-    REPO,
     DataArguments,
     ModelArguments,
     ModelCardTrainerMixin,
@@ -48,6 +48,8 @@ from fastformer.training import (
 )
 
 logger = logging.getLogger(__name__)
+REPO = Path(__file__).resolve().parents[1]  # the source checkout this script is part of
+BUNDLED_TOKENIZER = REPO / "data" / "tokenizers" / "bert-base-uncased"
 NEWSGROUPS = REPO / "data" / "20newsgroups"
 BUNDLED = {"train": NEWSGROUPS / "train.jsonl", "validation": NEWSGROUPS / "test.jsonl"}
 
@@ -172,7 +174,7 @@ def main():
             "label2id": {str(label): index for label, index in label2id.items()},
         }
 
-    tokenizer = load_tokenizer(model_args)
+    tokenizer = load_tokenizer(model_args, BUNDLED_TOKENIZER)
     config = load_config(model_args, tokenizer, data_args.max_seq_length, **task_settings)
     model = load_model(AutoModelForSequenceClassification, model_args, config)
     delimiter = data_args.text_column_delimiter

@@ -15,6 +15,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from itertools import chain
+from pathlib import Path
 
 import datasets
 from transformers import (
@@ -27,7 +28,6 @@ from transformers import (
 
 from fastformer.training import (
     DATA_EXTENSIONS,
-    REPO,
     DataArguments,
     ModelArguments,
     ModelCardTrainerMixin,
@@ -48,6 +48,8 @@ from fastformer.training import (
 
 logger = logging.getLogger(__name__)
 TEXT_EXTENSIONS = {**DATA_EXTENSIONS, ".txt": "text"}  # .txt: one example per line, in a column named "text"
+REPO = Path(__file__).resolve().parents[1]  # the source checkout this script is part of
+BUNDLED_TOKENIZER = REPO / "data" / "tokenizers" / "bert-base-uncased"
 NEWSGROUPS = REPO / "data" / "20newsgroups"
 BUNDLED = {"train": NEWSGROUPS / "train.jsonl", "validation": NEWSGROUPS / "test.jsonl"}
 
@@ -97,7 +99,7 @@ def main():
         raw = split_off_validation(raw, data_args.validation_split_percentage)
     for split in raw:
         require_columns(raw[split], [data_args.text_column_name], "--text_column_name")
-    tokenizer = load_tokenizer(model_args)
+    tokenizer = load_tokenizer(model_args, BUNDLED_TOKENIZER)
     config = load_config(model_args, tokenizer, data_args.max_seq_length)
     model = load_model(AutoModelForMaskedLM, model_args, config)
     block = data_args.max_seq_length

@@ -14,6 +14,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 
 import datasets
 import numpy as np
@@ -28,7 +29,6 @@ from transformers import (
 
 from fastformer.summarization import CachedEncoderStates, freeze_encoder, rouge
 from fastformer.training import (
-    REPO,
     SPLIT_FLAGS,
     DataArguments,
     ModelArguments,
@@ -49,6 +49,8 @@ from fastformer.training import (
 )
 
 logger = logging.getLogger(__name__)
+REPO = Path(__file__).resolve().parents[1]  # the source checkout this script is part of
+BUNDLED_TOKENIZER = REPO / "data" / "tokenizers" / "bert-base-uncased"
 BUNDLED_DATA = REPO / "data" / "news_headlines"
 BUNDLED = {split: BUNDLED_DATA / f"{split}.jsonl" for split in ("train", "validation", "test")}
 
@@ -195,7 +197,7 @@ def main():
     if data_args.num_beams is not None:
         training_args.generation_num_beams = data_args.num_beams
 
-    tokenizer = load_tokenizer(model_args)
+    tokenizer = load_tokenizer(model_args, BUNDLED_TOKENIZER)
     max_length = max(data_args.max_source_length, data_args.max_target_length, training_args.generation_max_length)
     config = load_config(model_args, tokenizer, max_length)
     encoder_config = getattr(config, "encoder", config)  # EncoderDecoderModel (BERT2BERT) nests its encoder's

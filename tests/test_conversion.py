@@ -31,6 +31,7 @@ from transformers import (
 )
 
 from fastformer import FastformerForConditionalGeneration, FastformerModel
+from fastformer.cli import convert_bert_to_fastformer
 from fastformer.conversion import convert_bert, extend_positions, load_bert_source
 from fastformer.distillation import (
     AttentionTransfer,
@@ -41,7 +42,6 @@ from fastformer.distillation import (
     transfer_errors,
 )
 from fastformer.model_card import write_conversion_card
-from scripts import convert_bert_to_fastformer
 
 POSITIONS = 24  # the tiny teacher's learned positions
 TEXTS = [

@@ -17,6 +17,7 @@ from fastformer import (
     FastformerForSequenceClassification,
     FastformerModel,
 )
+from fastformer.cli import export_onnx
 from fastformer.export import (
     EXAMPLE_SHAPE,
     OUTPUT_NAMES,
@@ -26,7 +27,6 @@ from fastformer.export import (
     onnx_sessions,
 )
 from fastformer.export import export_onnx as export_onnx_file
-from scripts import export_onnx
 
 HEADS = [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM]
 NEW_SHAPES = [(3, 7), (1, 41)]  # (batch, length): neither is EXAMPLE_SHAPE

@@ -19,7 +19,14 @@ from transformers import AutoModelForMaskedLM
 
 from benchmarks.harness import run_in_process
 from fastformer import FastformerConfig, FastformerForMaskedLM
-from fastformer.training import ModelArguments, load_model, parse_args, warn_emulated_bf16
+from fastformer.training import (
+    ModelArguments,
+    load_model,
+    load_raw_datasets,
+    load_tokenizer,
+    parse_args,
+    warn_emulated_bf16,
+)
 from scripts import run_classification, run_mlm, run_summarization
 
 TINY = {
@@ -518,3 +525,14 @@ def test_bf16_on_a_cpu_without_bf16_instructions_is_warned_about(native, monkeyp
         assert warned == (["--bf16 on a CPU without AVX512-BF16 or AMX instructions: bf16 is emulated here and runs "
                            "slower than float32 (about 2x a training step); leave --bf16 out (or set \"bf16\": false) "
                            "on this machine"] if bf16 and not native else [])  # fmt: skip
+
+
+def test_defaults_of_a_source_checkout_that_are_missing_say_what_to_pass(tmp_path):
+    """Installed without the repository, the bundled tokenizer and data are not there: one line says what to pass."""
+    model_args = ModelArguments()
+    with pytest.raises(SystemExit, match=r"pass --tokenizer_name \(or --model_name_or_path\): the bundled"):
+        load_tokenizer(model_args, tmp_path / "data" / "tokenizers" / "bert-base-uncased")
+    data_args = parse_args(run_classification.ARGUMENTS, ["--output_dir", str(tmp_path)])[1]
+    missing = {"train": tmp_path / "train.jsonl", "validation": tmp_path / "test.jsonl"}
+    with pytest.raises(SystemExit, match=r"pass --train_file and --validation_file \(or --dataset_name\)"):
+        load_raw_datasets(data_args, model_args, missing)

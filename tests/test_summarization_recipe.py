@@ -18,10 +18,11 @@ from transformers import AutoModelForSeq2SeqLM, BertConfig, BertModel, EncoderDe
 from benchmarks.harness import run_in_process
 from benchmarks.quality import specs, summarization
 from benchmarks.quality.report import copied_key, mean_words
+from fastformer.cli import convert_bert_to_fastformer
 from fastformer.conversion import convert_bert
 from fastformer.summarization import freeze_encoder, rouge
 from fastformer.training import parse_args
-from scripts import convert_bert_to_fastformer, run_summarization
+from scripts import run_summarization
 
 RECIPE = Path("configs/summarization/news_headlines.json")
 PRETRAINING = Path("configs/summarization/pseudo_summaries.json")

@@ -1,6 +1,6 @@
 """A user's everyday calls emit no deprecation warning: neither a Python DeprecationWarning/FutureWarning nor a
 transformers log message about something deprecated. (The whole suite also runs with RuntimeWarning as an
-error: setup.cfg's filterwarnings.)"""
+error: pyproject.toml's filterwarnings.)"""
 
 import logging
 import warnings

@@ -1,0 +1,385 @@
+"""Turn a pretrained BERT-family checkpoint into a pretrained Fastformer: map the shared weights, extend the positions,
+transfer the attention from the source (the teacher) on unlabeled text, and save a Hub-ready folder.
+
+    fastformer-convert --model_name_or_path sentence-transformers/all-MiniLM-L6-v2 \\
+        --output_dir runs/minilm-fastformer --max_position_embeddings 8192 \\
+        --distill_file data/distillation/train.jsonl.gz
+
+(in a checkout also `python scripts/convert_bert_to_fastformer.py`, with the same flags). The source is a local
+folder or Hub id of a BERT-family model (model_type bert, roberta, xlm-roberta, distilbert or electra), or a
+sentence-transformers model whose first module is one (its pooling and normalization carry over, and the output
+folder is a sentence-transformers model too). `--task seq2seq` writes a
+FastformerForConditionalGeneration whose encoder and decoder both start from the source (BERT2BERT). Without
+`--distill_file` only the weights are mapped (the attention then differs from the teacher's: see
+docs/PRETRAINED.md). The distillation runs on Trainer (two stages, `fastformer.distillation`), so `accelerate
+launch` scales it out and a rerun of the same command resumes it from its last checkpoint, a stage that had
+finished read back as it ended (`OUTPUT_DIR/distillation/`, deleted once the folder is saved).
+"""
+
+import json
+import logging
+import shlex
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import datasets
+import torch
+from huggingface_hub import ModelCard
+from huggingface_hub.errors import HfHubHTTPError
+from safetensors.torch import load_model, save_model
+from transformers import AutoTokenizer, DataCollatorWithPadding, SchedulerType, TrainingArguments, set_seed
+from transformers.trainer_utils import get_last_checkpoint
+
+from fastformer.conversion import (
+    CROSS_ATTENTION_INITS,
+    TASKS,
+    convert_bert,
+    copy_encoder_layers,
+    load_bert_source,
+    sentence_transformers_files,
+    source_positions,
+)
+from fastformer.distillation import (
+    MATCHED,
+    STAGES,
+    embedding_cosine,
+    least_squares_start,
+    transfer_attention,
+    transfer_errors,
+)
+from fastformer.model_card import write_conversion_card
+from fastformer.training import check_weights_readable, fail, hyperparameters, parse_args, setup_logging
+
+logger = logging.getLogger(__name__)
+DISTILLATION_DIR = "distillation"  # inside --output_dir while the transfer runs
+FINISHED, FINISHED_STUDENT = "finished.json", "student.safetensors"  # a stage's report and student, once it ends
+
+
+@dataclass
+class ConversionArguments:
+    model_name_or_path: str = field(
+        metadata={"help": "The BERT-family checkpoint to convert (bert, roberta, xlm-roberta, distilbert, electra): "
+                          "a local folder or a Hub id (also sentence-transformers)."}
+    )
+    task: str = field(
+        default="encoder",
+        metadata={"help": "encoder: a FastformerModel; seq2seq: an encoder-decoder warm-started from the source.",
+                  "choices": list(TASKS)},
+    )
+    cross_attention_init: str = field(
+        default="random",
+        metadata={"help": "With --task seq2seq: random, or self_attention (each decoder layer's cross-attention "
+                  "from the same source layer's self-attention projections).", "choices": list(CROSS_ATTENTION_INITS)},
+    )  # fmt: skip
+    max_position_embeddings: int | None = field(
+        default=None, metadata={"help": "Positions of the converted model (default: the source's); more repeat them."}
+    )
+    base_model: str | None = field(
+        default=None,
+        metadata={"help": "The source's Hub id, for the model card, when --model_name_or_path is a local copy."},
+    )
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Replace what --output_dir holds (a finished folder is kept otherwise)."}
+    )
+    cache_dir: str | None = field(default=None, metadata={"help": "Where to cache Hub downloads."})
+    model_revision: str = field(default="main", metadata={"help": "Branch, tag or commit of the checkpoint."})
+    token: str | None = field(default=None, metadata={"help": "Hub token (default: the cached login)."})
+
+
+@dataclass
+class DistillationArguments:
+    distill_file: str | None = field(
+        default=None,
+        metadata={"help": "Unlabeled text (json/jsonl, optionally .gz, or txt) for the attention transfer."},
+    )
+    text_column: str = field(default="text", metadata={"help": "The text column of --distill_file."})
+    max_seq_length: int = field(default=256, metadata={"help": "Distillation texts are truncated to this many tokens."})
+    validation_split_percentage: int = field(
+        default=2, metadata={"help": "Held-out share of --distill_file on which the per-layer errors are reported."}
+    )
+    max_eval_samples: int | None = field(default=128, metadata={"help": "Keep at most N held-out texts."})
+    least_squares_start: bool = field(
+        default=False,
+        metadata={"help": "Before the layerwise stage, fit every layer's W_r in closed form (least squares against "
+                  "the teacher's attention contexts on --least_squares_batches training batches)."},
+    )  # fmt: skip
+    least_squares_batches: int = field(default=8, metadata={"help": "Batches of the --least_squares_start fit."})
+    end_to_end_steps: int = field(default=350, metadata={"help": "Steps of the end-to-end stage (0: skip it)."})
+    end_to_end_learning_rate: float = field(
+        default=3e-4, metadata={"help": "Learning rate of the end-to-end stage (--learning_rate: the layerwise one)."}
+    )
+    end_to_end_matched: str = field(
+        default="pooled",
+        metadata={"help": "What the end-to-end stage matches: the teacher's hidden state after the last layer and the "
+                  "sentence embedding pooled from it by the converted model's pooler (pooled), after the last layer "
+                  "only (last: the layers below free to reach it their own way), or after every layer (all).",
+                  "choices": list(MATCHED)},
+    )  # fmt: skip
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+
+
+@dataclass
+class DistillationTrainingArguments(TrainingArguments):
+    """TrainingArguments with this script's defaults (steps sized so that all-MiniLM-L6-v2 converts in under 30
+    minutes on 2 CPU cores); `--max_steps` and `--learning_rate` are the layerwise stage's."""
+
+    max_steps: int = field(default=500, metadata={"help": "Steps of the layerwise stage."})
+    learning_rate: float = field(default=3e-3, metadata={"help": "Learning rate of the layerwise stage."})
+    per_device_train_batch_size: int = field(default=16, metadata={"help": "Batch size per device."})
+    lr_scheduler_type: SchedulerType | str = field(default="cosine", metadata={"help": "Learning rate schedule."})
+    warmup_steps: float = field(default=0.1, metadata={"help": "Warm-up steps, or a fraction (< 1) of the steps."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
+    logging_steps: float = field(default=50, metadata={"help": "Log the loss every N steps."})
+    save_steps: float = field(default=100, metadata={"help": "Checkpoint every N steps (to resume)."})
+    save_total_limit: int | None = field(default=1, metadata={"help": "Checkpoints kept per stage."})
+    report_to: None | str | list[str] = field(default="none", metadata={"help": "Where to report the logs."})
+
+
+ARGUMENTS = (ConversionArguments, DistillationArguments, DistillationTrainingArguments)
+
+
+def prepare_output_dir(output_dir: Path, overwrite: bool, run: dict) -> None:
+    """A finished folder is never replaced without --overwrite_output_dir. An unfinished transfer of the same run
+    (`run`: source, task, positions, data, text length, seed) is resumed from its checkpoints; of another run it is
+    refused, or with --overwrite_output_dir deleted, as are the sentence-transformers files of a former run."""
+    work = output_dir / DISTILLATION_DIR
+    finished = (output_dir / "config.json").exists()
+    if finished and not overwrite:
+        fail(f"--output_dir {output_dir} already holds a converted model: pass --overwrite_output_dir to replace it")
+    recorded = work / "run.json"
+    if work.exists() and not overwrite:
+        former = json.loads(recorded.read_text()) if recorded.exists() else None
+        if former != run:
+            fail(
+                f"{work} holds the checkpoints of another conversion ({former}); pass --overwrite_output_dir to "
+                "start afresh, or the same arguments to resume it"
+            )
+    if overwrite:
+        shutil.rmtree(work, ignore_errors=True)
+        for path in ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json"):
+            (output_dir / path).unlink(missing_ok=True)
+        for folder in output_dir.glob("*_Pooling"):
+            shutil.rmtree(folder)
+    work.mkdir(parents=True, exist_ok=True)
+    recorded.write_text(json.dumps(run, indent=2) + "\n")
+
+
+def load_texts(distill_args, tokenizer, training_args, seed: int):
+    suffixes = [suffix for suffix in Path(distill_args.distill_file).suffixes if suffix != ".gz"]
+    loader = {".txt": "text", ".json": "json", ".jsonl": "json"}.get(suffixes[-1] if suffixes else "")
+    if loader is None:
+        fail(f"--distill_file {distill_args.distill_file}: use a .json, .jsonl or .txt file (optionally .gz)")
+    raw = datasets.load_dataset(loader, data_files=distill_args.distill_file, split="train")
+    column = "text" if loader == "text" else distill_args.text_column
+    if column not in raw.column_names:
+        fail(f"--text_column {column!r} is not a column of --distill_file; it has {raw.column_names}")
+    raw = raw.filter(lambda row: bool(row[column] and row[column].strip()))
+    held_out = max(1, len(raw) * distill_args.validation_split_percentage // 100)
+    splits = raw.train_test_split(test_size=held_out, seed=seed, shuffle=True)
+
+    def tokenize(batch):
+        return tokenizer(batch[column], truncation=True, max_length=distill_args.max_seq_length)
+
+    with training_args.main_process_first(desc="tokenizing the distillation texts"):
+        tokenized = splits.map(
+            tokenize, batched=True, remove_columns=raw.column_names, num_proc=distill_args.preprocessing_num_workers
+        )
+    evaluation = tokenized["test"].select(range(min(len(tokenized["test"]), distill_args.max_eval_samples or held_out)))
+    return tokenized["train"], evaluation
+
+
+def batches(dataset, tokenizer, size: int):
+    collate = DataCollatorWithPadding(tokenizer)
+    return [collate([dataset[index] for index in range(start, min(start + size, len(dataset)))])
+            for start in range(0, len(dataset), size)]
+
+
+def measure(student, teacher, held_out) -> dict:
+    errors = transfer_errors(student, teacher, held_out)
+    return {**errors, "embedding_cosine": embedding_cosine(student, teacher, held_out)}
+
+
+def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir: Path) -> dict:
+    """Both transfer stages on --distill_file; the per-layer errors on the held-out texts before and after each."""
+    train, held_out = load_texts(distill_args, tokenizer, training_args, training_args.seed)
+    evaluation = batches(held_out, tokenizer, training_args.per_device_eval_batch_size)
+    report = {"train_texts": len(train), "held_out_texts": len(held_out), "stages": {}}
+    report["before"] = measure(encoder, teacher, evaluation)
+    print_errors("before the transfer", report["before"])
+    if distill_args.least_squares_start:
+        started = time.perf_counter()
+        size = training_args.per_device_train_batch_size
+        fit = batches(train.select(range(min(len(train), size * distill_args.least_squares_batches))), tokenizer, size)
+        context_errors = least_squares_start(encoder, teacher, fit)
+        report["least_squares_start"] = {
+            "batches": len(fit), "context_errors": context_errors, "seconds": round(time.perf_counter() - started, 1),
+            "after": measure(encoder, teacher, evaluation),
+        }  # fmt: skip
+        print_errors("after the least-squares start", report["least_squares_start"]["after"])
+    settings = {
+        "layerwise": dict(max_steps=training_args.max_steps, learning_rate=training_args.learning_rate),
+        "end_to_end": dict(
+            max_steps=distill_args.end_to_end_steps, learning_rate=distill_args.end_to_end_learning_rate
+        ),
+    }
+    collator = DataCollatorWithPadding(tokenizer)
+    for stage in STAGES:
+        if settings[stage]["max_steps"] <= 0:
+            continue
+        stage_dir = output_dir / DISTILLATION_DIR / stage
+        finished = stage_dir / FINISHED
+        if finished.exists():  # by a former run: its student and report (Trainer would train one more step)
+            check_weights_readable(stage_dir / FINISHED_STUDENT)
+            load_model(encoder, stage_dir / FINISHED_STUDENT)
+            report["stages"][stage] = json.loads(finished.read_text())
+            logger.info(f"The {stage} stage finished before this run: its student is read back")
+            continue
+        stage_args = replace(training_args, output_dir=str(stage_dir), **settings[stage])
+        last = get_last_checkpoint(str(stage_dir)) if stage_dir.is_dir() else None
+        if last is not None:
+            check_weights_readable(last)
+            logger.info(f"Resuming the {stage} stage from {last}")
+        started = time.perf_counter()
+        result = transfer_attention(
+            encoder, teacher, stage, train, stage_args, collator, resume_from_checkpoint=last,
+            matched=distill_args.end_to_end_matched,  # the layerwise stage matches every attention sub-layer
+        )
+        report["stages"][stage] = {
+            **settings[stage],
+            **({"matched": distill_args.end_to_end_matched} if stage == "end_to_end" else {}),
+            "train_loss": result.training_loss,
+            "seconds": round(time.perf_counter() - started, 1),
+            "after": measure(encoder, teacher, evaluation),
+        }
+        print_errors(f"after the {stage} stage", report["stages"][stage]["after"])
+        if training_args.should_save:
+            save_model(encoder, str(stage_dir / FINISHED_STUDENT))
+            finished.write_text(json.dumps(report["stages"][stage], indent=2) + "\n")
+    return report
+
+
+def print_errors(when: str, measured: dict) -> None:
+    """The per-layer errors on the held-out texts, printed whatever the log level (as Trainer.log_metrics)."""
+    print(f"***** agreement with the teacher, {when} *****")
+    for name in ("attention", "hidden"):
+        print(f"  {name + ' error per layer':28} = {', '.join(f'{error:.4f}' for error in measured[name])}")
+    print(f"  {'embedding cosine':28} = {measured['embedding_cosine']:.4f}")
+
+
+def save_sentence_transformers_files(source, output_dir: Path, max_seq_length: int) -> None:
+    """A sentence-transformers source stays one: its module list, pooling and settings next to the weights
+    (load it with `SentenceTransformer(output_dir, trust_remote_code=True)`)."""
+    for path, text in sentence_transformers_files(source, max_seq_length).items():
+        target = output_dir / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+
+
+def main(args: list[str] | None = None):
+    started = time.perf_counter()
+    program = sys.argv[0] if args is None else Path(__file__).name
+    launcher = ["python", program] if program.endswith(".py") else [Path(program).name]  # a script, or the command
+    command = shlex.join([*launcher, *(args or sys.argv[1:])])
+    conversion_args, distill_args, training_args = parse_args(ARGUMENTS, args)
+    setup_logging(training_args)
+    output_dir = Path(training_args.output_dir)
+    set_seed(training_args.seed)
+    hub = dict(
+        cache_dir=conversion_args.cache_dir, revision=conversion_args.model_revision, token=conversion_args.token
+    )
+    try:
+        source = load_bert_source(conversion_args.model_name_or_path, **hub)
+    except (ValueError, OSError) as error:
+        fail(str(error))
+    tokenizer = AutoTokenizer.from_pretrained(conversion_args.model_name_or_path, subfolder=source.subfolder, **hub)
+    special_ids = {}
+    if conversion_args.task == "seq2seq":  # a BERT tokenizer's [CLS] starts a sequence and [SEP] ends it
+        special_ids = dict(bos_token_id=tokenizer.cls_token_id, decoder_start_token_id=tokenizer.cls_token_id,
+                           eos_token_id=tokenizer.sep_token_id)
+    try:
+        model = convert_bert(
+            source.model,
+            pooler_type=source.pooler_type,
+            max_position_embeddings=conversion_args.max_position_embeddings,
+            task=conversion_args.task,
+            cross_attention_init=conversion_args.cross_attention_init,
+            **special_ids,
+        )
+    except ValueError as error:
+        fail(str(error))
+    tokenizer.model_max_length = model.config.max_position_embeddings
+
+    encoder = model if conversion_args.task == "encoder" else model.get_encoder()
+    report = None
+    if distill_args.distill_file:
+        if distill_args.max_seq_length > source_positions(source.model.config):
+            fail(
+                f"--max_seq_length {distill_args.max_seq_length} is more than the teacher's "
+                f"{source_positions(source.model.config)} positions, which it reads the texts with"
+            )
+        run = dict(
+            source=conversion_args.model_name_or_path, revision=conversion_args.model_revision,
+            task=conversion_args.task, cross_attention_init=conversion_args.cross_attention_init,
+            max_position_embeddings=model.config.max_position_embeddings, distill_file=str(distill_args.distill_file),
+            text_column=distill_args.text_column, max_seq_length=distill_args.max_seq_length, seed=training_args.seed,
+            least_squares_start=distill_args.least_squares_start,
+        )
+        if training_args.should_save:
+            prepare_output_dir(output_dir, conversion_args.overwrite_output_dir, run)
+        dtype = model.dtype
+        report = distill(encoder.float(), source.model.float(), tokenizer, distill_args, training_args, output_dir)
+        if conversion_args.task == "seq2seq":
+            copy_encoder_layers(encoder, model.get_decoder().layers)
+        model.to(device="cpu", dtype=dtype)  # as the source: the transfer ran in float32, maybe on an accelerator
+    elif training_args.should_save:
+        prepare_output_dir(output_dir, conversion_args.overwrite_output_dir, {})
+
+    if training_args.should_save:
+        model.save_pretrained(output_dir)
+        tokenizer.save_pretrained(output_dir)
+        sentence_transformers = bool(source.sentence_transformers) and conversion_args.task == "encoder"
+        if sentence_transformers:
+            save_sentence_transformers_files(source, output_dir, model.config.max_position_embeddings)
+        settings = {
+            "command": command,
+            "seconds": round(time.perf_counter() - started, 1),
+            "threads": torch.get_num_threads(),  # the intra-op threads that the seconds ran on
+            "source": conversion_args.model_name_or_path,
+            "source_model_type": source.model_type,
+            "task": conversion_args.task,
+            "cross_attention_init": conversion_args.cross_attention_init,
+            "max_position_embeddings": model.config.max_position_embeddings,
+            "source_max_position_embeddings": source_positions(source.model.config),
+            "distill_file": distill_args.distill_file,
+            "max_seq_length": distill_args.max_seq_length if distill_args.distill_file else None,
+            "hyperparameters": hyperparameters(training_args) if distill_args.distill_file else None,
+            "distillation": report,
+        }
+        (output_dir / "conversion.json").write_text(json.dumps(settings, indent=2) + "\n")
+        write_conversion_card(
+            output_dir, model=model, settings=settings, base_model=conversion_args.base_model,
+            license=source_license(source.name_or_path, token=conversion_args.token),
+            sentence_transformers=sentence_transformers,
+        )
+        shutil.rmtree(output_dir / DISTILLATION_DIR, ignore_errors=True)
+        logger.info(f"Saved the converted model in {output_dir}")
+
+
+def source_license(name_or_path: str, token=None) -> str | None:
+    """The license the source's model card declares; None if it has no card (or none that can be read)."""
+    path = Path(name_or_path) / "README.md"
+    if Path(name_or_path).is_dir() and not path.exists():  # a local folder without a card: nothing to ask the Hub
+        return None
+    try:
+        card = ModelCard.load(path) if path.exists() else ModelCard.load(name_or_path, token=token)
+    except (OSError, ValueError, HfHubHTTPError):
+        return None
+    return card.data.license
+
+
+if __name__ == "__main__":
+    torch.set_float32_matmul_precision("high")
+    main()
