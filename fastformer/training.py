@@ -4,8 +4,8 @@ Hub-ready folder with a model card.
 
 The scripts follow the transformers examples (HfArgumentParser over dataclasses and TrainingArguments), so the
 flags are the ones users know; this module keeps the parts they share in one place. It needs the [train] extra
-(datasets), so `import fastformer` does not import it. The bundled data and tokenizer are the repository's
-(`REPO`): the package installed from a checkout with `pip install -e`, as the README does.
+(datasets), so `import fastformer` does not import it. The bundled data and tokenizer are a source checkout's: the
+scripts pass their paths as defaults, used where they exist.
 """
 
 import logging
