@@ -215,7 +215,10 @@ class FastformerConfig(PreTrainedConfig):
         # of the saved class only), and an encoder-decoder's brings its summarization pipeline
         self.auto_map = {**AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
         if self.is_encoder_decoder:
-            self.custom_pipelines = getattr(self, "custom_pipelines", None) or copy.deepcopy(SUMMARIZATION_PIPELINE)
+            self._declare_summarization_pipeline()
+
+    def _declare_summarization_pipeline(self):
+        self.custom_pipelines = getattr(self, "custom_pipelines", None) or copy.deepcopy(SUMMARIZATION_PIPELINE)
 
     def for_encoder_decoder(self) -> "FastformerConfig":
         """This config if `is_encoder_decoder`, else a copy that is (what generate() reads), with the summarization
@@ -225,7 +228,7 @@ class FastformerConfig(PreTrainedConfig):
             return self
         config = copy.deepcopy(self)
         config.is_encoder_decoder = True
-        config.custom_pipelines = getattr(self, "custom_pipelines", None) or copy.deepcopy(SUMMARIZATION_PIPELINE)
+        config._declare_summarization_pipeline()
         return config
 
     @property

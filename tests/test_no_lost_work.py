@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel, Trainer, TrainerCallback, TrainingArguments
 
 from fastformer import FastformerForSequenceClassification, FastformerModel
-from fastformer.training import check_weights_readable
+from fastformer.training import ModelArguments, check_weights_readable, load_model
 
 VOCAB = 99
 
@@ -141,3 +141,10 @@ def test_config_of_another_shape_fails_loudly(saved, tmp_path):
     (mismatched / "config.json").write_text(json.dumps({**settings, "intermediate_size": 40}))
     with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
         FastformerModel.from_pretrained(mismatched)
+
+
+def test_the_scripts_loader_names_a_damaged_checkpoint_before_loading(saved):
+    damage(saved, "truncated")
+    model_args = ModelArguments(model_name_or_path=str(saved))
+    with pytest.raises(SystemExit, match=rf"{saved / 'model.safetensors'} is damaged"):
+        load_model(AutoModel, model_args, FastformerModel.config_class.from_pretrained(saved))
