@@ -1,75 +1,38 @@
-"""Encoder forward time, forward+backward time and peak memory against sequence length: Fastformer and its peers.
+"""Encoder forward time, forward+backward time and peak memory against sequence length: Fastformer and its peers
+(docs/ENCODER.md). A model predicted above --max-seconds or --max-memory-gb at a length is not run from there on.
 
-Models of the same width, depth, heads and feed-forward size, random weights, no dropout, fp32, batch 1, eval mode
-(the report's header describes each): Fastformer on its collapsed and plain paths, the floor (FloorEncoder), BERT,
-FNet, Longformer, BigBird and lucidrains' fast-transformer-pytorch, each wrapped as `(input_ids) -> last hidden
-states`. Per length every model is warmed up once; then each repeat measures every model in turn, the order
-alternating, and the tables report medians over repeats.
-
-Not every model fits every length: before a length, each model's forward+backward time and peak memory there are
-predicted from its two previous lengths (the growth extrapolated); a model predicted above --max-seconds or
---max-memory-gb is not run at this length and longer ones. Peak memory (Linux) is measured first, in a fresh
-process that holds that model alone (harness.peak_megabytes), so that a model that does not fit is found there.
-
-Usage (`python -m benchmarks.suite` runs this and the decoding benchmark in one command):
     python -m benchmarks.encoder                                    # 512..65536 tokens, 3 repeats, 2 threads
     python -m benchmarks.encoder --lengths 512 2048 --repeats 1     # a quick check
     python -m benchmarks.encoder --lengths 16384 65536 --models Fastformer floor FNet
-    python -m benchmarks.encoder --report                           # docs/ENCODER.md from docs/encoder.csv
 """
 
+import itertools
 import math
 import statistics
 import sys
 import time
 from pathlib import Path
 
+import psutil
 import torch
 import transformers
 from torch import nn
-from transformers import (
-    BertConfig,
-    BertModel,
-    BigBirdConfig,
-    BigBirdModel,
-    FNetConfig,
-    FNetModel,
-    LongformerConfig,
-    LongformerModel,
-)
 
-from benchmarks.harness import (
-    DOCS,
-    arguments,
-    calls_to_fill,
-    csv_report,
-    log_log,
-    memory_available_gb,
-    peak_megabytes,
-    plt,
-    random_ids,
-    report_start,
-    save_figure,
-    seconds_per_call,
-    table,
-    write_measurements,
-)
-from benchmarks.specs import ENCODER_RATIOS
+from benchmarks import harness
+from benchmarks.harness import DOCS, log_log, plt, random_ids, save_figure, table
 from fastformer import FastformerConfig, FastformerModel
 from fastformer.modeling_fastformer import FastformerEmbeddings, FastformerLayer
 
-MAX_LENGTH = 65536
-TARGET_SECONDS = 0.5  # per measurement, when --iterations is not given
+SIZE = {"hidden-size": 256, "layers": 4, "heads": 16, "intermediate-size": 1024, "vocab-size": 30522}
+MODELS = "Fastformer Fastformer-plain floor BERT FNet Longformer BigBird fast-transformer-pytorch".split()
+COLUMNS = {"forward_ms": "ms per forward", "forward_backward_ms": "ms per forward+backward", "peak_mb": "peak MB"}
+RATIOS = [(top, "floor") for top in ("Fastformer", "Fastformer-plain")]
+RATIOS += [(top, "Fastformer") for top in ("fast-transformer-pytorch", "BERT")]
 
 
 class FloorEncoder(nn.Module):
-    """The plain formulation's Linear and LayerNorm work with the additive-attention math removed.
-
-    Each layer runs the query, key, value and transform (W_r) Linear layers of FastformerAttention, with
-    u = key + value in place of the two additive poolings (the sum keeps the key's Linear in the backward pass),
-    keeps the query residual, then attention_output and feed_forward as FastformerLayer does. No implementation
-    that runs these Linear layers can beat it; the collapsed path folds the first five into one, so it can.
-    """
+    """The plain path's Linear and LayerNorm work with the additive-attention math removed (u = key + value in place
+    of the two poolings): a bound for any implementation that runs those Linear layers (docs/ENCODER.md)."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -89,123 +52,85 @@ class FloorEncoder(nn.Module):
 
 
 def parse_args(argv=None):
-    parser = arguments(__doc__, threads=2, repeats=3, report="only rewrite --markdown from --csv and its .json")
+    parser = harness.arguments(__doc__)
     parser.add_argument("--lengths", type=int, nargs="+", default=[2**k for k in range(9, 17)])
-    parser.add_argument("--models", nargs="+", choices=list(BUILDERS), default=list(BUILDERS))
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=MODELS)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=None, help="calls per measurement (default: ~0.5 s)")
-    parser.add_argument("--hidden-size", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--intermediate-size", type=int, default=1024)
-    parser.add_argument("--vocab-size", type=int, default=30522)
-    parser.add_argument("--max-seconds", type=float, default=60.0, help="skip a model predicted slower per "
-                        "forward+backward")  # fmt: skip
-    parser.add_argument("--max-memory-gb", type=float, default=round(0.6 * memory_available_gb(), 1),
-                        help="skip a model predicted to need more for forward+backward (default: 60%% of the memory "
-                        "available now)")  # fmt: skip
+    for flag, default in SIZE.items():
+        parser.add_argument(f"--{flag}", type=int, default=default, help="of every model")
+    parser.add_argument("--max-seconds", type=float, default=60.0, help="per forward+backward, predicted")
+    available = round(0.6 * psutil.virtual_memory().available / 2**30, 1)  # GB
+    parser.add_argument("--max-memory-gb", type=float, default=available, help="peak, predicted (default: 60%% free)")
     parser.add_argument("--attention-window", type=int, default=256, help="Longformer's")
     parser.add_argument("--block-size", type=int, default=64, help="BigBird's")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--csv", type=Path, default=DOCS / "encoder.csv", help="every measurement")
-    parser.add_argument("--markdown", type=Path, default=DOCS / "ENCODER.md", help="the report")
-    parser.add_argument("--plots", type=Path, default=DOCS, help="folder for encoder_time.png, encoder_memory.png")
+    parser.add_argument("--profile", type=int, metavar="ROWS", help="instead: each model's ROWS top operators per step")
+    parser.add_argument("--output", type=Path, help="the record, CSV and figures beside it (docs/encoder.json)")
     args = parser.parse_args(argv)
+    args.output = args.output or DOCS / ("profile.json" if args.profile else "encoder.json")
     args.lengths = sorted(set(args.lengths))
-    if not 1 <= args.lengths[0] <= args.lengths[-1] <= MAX_LENGTH:
-        parser.error(f"lengths must lie in 1..{MAX_LENGTH}")
-    if "Fastformer" not in args.models:
-        parser.error("the report compares every model with Fastformer: keep it in --models")
     return args
 
 
-def bert_like(args, heads=True) -> dict:
-    """The size settings the BERT, FNet (no heads), Longformer and BigBird configs share."""
-    settings = dict(vocab_size=args.vocab_size, hidden_size=args.hidden_size, num_hidden_layers=args.layers,
-                    intermediate_size=args.intermediate_size, hidden_dropout_prob=0.0,
-                    max_position_embeddings=args.lengths[-1], type_vocab_size=1)  # fmt: skip
-    return {**settings, "num_attention_heads": args.heads, "attention_probs_dropout_prob": 0.0} if heads else settings
-
-
-def fastformer_config(args, additive_attention_mode="collapsed") -> FastformerConfig:
-    return FastformerConfig(
-        vocab_size=args.vocab_size, hidden_size=args.hidden_size, num_hidden_layers=args.layers,
-        num_attention_heads=args.heads, intermediate_size=args.intermediate_size, share_layers=False,
-        share_query_value=False, hidden_dropout_prob=0.0, max_position_embeddings=args.lengths[-1],
-        additive_attention_mode=additive_attention_mode,
-    )  # fmt: skip
-
-
-def hidden_states_of(model):
-    """`model` (a transformers encoder without its pooler) and its `(input_ids) -> last hidden states` callable."""
-    return model, lambda input_ids: model(input_ids=input_ids).last_hidden_state
-
-
-def build_fastformer(args, additive_attention_mode="collapsed"):
-    config = fastformer_config(args, additive_attention_mode)
-    return hidden_states_of(FastformerModel(config, add_pooling_layer=False))
-
-
-def build_floor(args):
-    model = FloorEncoder(fastformer_config(args))
-    return model, model
-
-
-def build_bert(args):
-    config = BertConfig(**bert_like(args), attn_implementation="sdpa")
-    return hidden_states_of(BertModel(config, add_pooling_layer=False))
-
-
-def build_fnet(args):
-    return hidden_states_of(FNetModel(FNetConfig(**bert_like(args, heads=False)), add_pooling_layer=False))
-
-
-def build_longformer(args):
-    settings = bert_like(args)
-    settings["max_position_embeddings"] += 2  # RoBERTa-style positions start after the padding index 1
-    config = LongformerConfig(**settings, attention_window=args.attention_window)
-    return hidden_states_of(LongformerModel(config, add_pooling_layer=False))
-
-
-def build_bigbird(args):
-    config = BigBirdConfig(**bert_like(args), attention_type="block_sparse", block_size=args.block_size)
-    model = BigBirdModel(config, add_pooling_layer=False)
-
-    def call(input_ids):
-        # BigBird switches itself to full attention for good after one short input; switch back for long ones
-        if model.attention_type != "block_sparse":
-            model.set_attention_type("block_sparse")
-        return model(input_ids=input_ids).last_hidden_state
-
-    return model, call
-
-
-def build_fast_transformer(args):
-    from fast_transformer_pytorch import FastTransformer  # noqa: PLC0415  (the [bench] extra, this model only)
-
-    model = FastTransformer(num_tokens=args.vocab_size, dim=args.hidden_size, depth=args.layers,
-                            max_seq_len=args.lengths[-1], heads=args.heads, dim_head=args.hidden_size // args.heads,
-                            ff_mult=args.intermediate_size // args.hidden_size, absolute_pos_emb=True)  # fmt: skip
-    model.to_logits = model.to_logits[0]  # its final LayerNorm, without the vocabulary projection
-    return model, lambda input_ids: model(input_ids, mask=torch.ones_like(input_ids, dtype=torch.bool))  # None crashes
-
-
-BUILDERS = {
-    "Fastformer": build_fastformer,
-    "Fastformer-plain": lambda args: build_fastformer(args, additive_attention_mode="plain"),
-    "floor": build_floor,
-    "BERT": build_bert,
-    "FNet": build_fnet,
-    "Longformer": build_longformer,
-    "BigBird": build_bigbird,
-    "fast-transformer-pytorch": build_fast_transformer,
-}
-
-
 def build(name, args):
-    """The model in eval mode and its `(input_ids) -> last hidden states` callable, same seed for every model."""
-    torch.manual_seed(args.seed)
-    model, call = BUILDERS[name](args)
-    return model.eval(), call
+    """`name` of the benchmark's size in eval mode, no dropout, random weights from the same seed; the transformers
+    encoders without their poolers."""
+    torch.manual_seed(0)
+    size = dict(vocab_size=args.vocab_size, hidden_size=args.hidden_size, num_hidden_layers=args.layers)
+    size.update(num_attention_heads=args.heads, intermediate_size=args.intermediate_size, hidden_dropout_prob=0.0)
+    size.update(max_position_embeddings=args.lengths[-1])
+    if name in ("Fastformer", "Fastformer-plain", "floor"):
+        mode = "plain" if name == "Fastformer-plain" else "collapsed"
+        config = FastformerConfig(**size, share_layers=False, share_query_value=False, additive_attention_mode=mode)
+        model = FloorEncoder(config) if name == "floor" else FastformerModel(config, add_pooling_layer=False)
+    elif name == "fast-transformer-pytorch":
+        from fast_transformer_pytorch import FastTransformer  # noqa: PLC0415  (the [bench] extra, this model only)
+
+        size = dict(num_tokens=args.vocab_size, dim=args.hidden_size, depth=args.layers, max_seq_len=args.lengths[-1])
+        size.update(heads=args.heads, dim_head=args.hidden_size // args.heads)
+        model = FastTransformer(**size, ff_mult=args.intermediate_size // args.hidden_size, absolute_pos_emb=True)
+        model.to_logits = model.to_logits[0]  # its final LayerNorm, without the vocabulary projection
+    else:
+        size.update(attention_probs_dropout_prob=0.0, type_vocab_size=1)
+        if name == "BERT":
+            size.update(attn_implementation="sdpa")
+        elif name == "Longformer":  # RoBERTa-style positions start after the padding index 1
+            size.update(attention_window=args.attention_window, max_position_embeddings=args.lengths[-1] + 2)
+        elif name == "BigBird":
+            size.update(attention_type="block_sparse", block_size=args.block_size)
+        prefix = "Bert" if name == "BERT" else name
+        config = getattr(transformers, f"{prefix}Config")(**size)
+        model = getattr(transformers, f"{prefix}Model")(config, add_pooling_layer=False)
+    return model.eval()
+
+
+def hidden_states(model, input_ids) -> torch.Tensor:
+    """The last hidden states of any of the models."""
+    if isinstance(model, FloorEncoder):
+        return model(input_ids)
+    if not isinstance(model, transformers.PreTrainedModel):  # fast-transformer-pytorch, whose mask=None crashes
+        return model(input_ids, mask=torch.ones_like(input_ids, dtype=torch.bool))
+    if getattr(model, "attention_type", "block_sparse") != "block_sparse":
+        model.set_attention_type("block_sparse")  # BigBird turns to full attention for good after one short input
+    return model(input_ids=input_ids).last_hidden_state
+
+
+def forward(model, input_ids):
+    with torch.no_grad():
+        hidden_states(model, input_ids)
+
+
+def forward_backward(model, input_ids):
+    model.zero_grad(set_to_none=True)
+    hidden_states(model, input_ids).sum().backward()
+
+
+def prepare_forward_backward(name, length, args):
+    """For harness.peak_megabytes: `name` built alone, one forward+backward at `length` tokens to run."""
+    torch.set_num_threads(args.threads)
+    transformers.logging.set_verbosity_error()
+    model, input_ids = build(name, args), random_ids(length, args.vocab_size)
+    return lambda: forward_backward(model, input_ids)
 
 
 def predict(history: list[tuple[int, float]], length: int) -> float | None:
@@ -213,8 +138,7 @@ def predict(history: list[tuple[int, float]], length: int) -> float | None:
     extrapolated, at least linear (quadratic when there is one pair only); None before any measurement."""
     if not history:
         return None
-    last_length, last = history[-1]
-    exponent = 2.0
+    (last_length, last), exponent = history[-1], 2.0
     if len(history) > 1:
         previous_length, previous = history[-2]
         exponent = max(1.0, math.log(max(last, 1e-9) / max(previous, 1e-9)) / math.log(last_length / previous_length))
@@ -232,27 +156,8 @@ def skip_reason(name, length, history, args) -> str | None:
     return None
 
 
-def forward(model, call, input_ids):
-    with torch.no_grad():
-        call(input_ids)
-
-
-def forward_backward(model, call, input_ids):
-    model.zero_grad(set_to_none=True)
-    call(input_ids).sum().backward()
-
-
-def prepare_forward_backward(name, length, args):
-    """For harness.peak_megabytes: `name` built alone, one forward+backward at `length` tokens to run."""
-    torch.set_num_threads(args.threads)
-    transformers.logging.set_verbosity_error()
-    model, call = build(name, args)
-    input_ids = random_ids(length, args.vocab_size)
-    return lambda: forward_backward(model, call, input_ids)
-
-
 def measure(models, args) -> list[dict]:
-    """Every (model, length, repeat) measurement; lengths one after another, models interleaved within each."""
+    """Every (model, length, repeat) measurement, and a row with a note for each model not run at a length."""
     steps = {"forward_ms": forward, "forward_backward_ms": forward_backward}
     rows, history, skipped = [], {}, {}
     for length in args.lengths:
@@ -260,7 +165,7 @@ def measure(models, args) -> list[dict]:
         for name in models:
             skipped[name] = skipped.get(name) or skip_reason(name, length, history, args)
             if skipped[name] is None:
-                peak = peak_megabytes(prepare_forward_backward, name, length, args)
+                peak = harness.peak_megabytes(prepare_forward_backward, name, length, args)
                 if peak is None:
                     skipped[name] = f"killed (out of memory) during forward+backward at {length} tokens"
                 else:
@@ -269,147 +174,112 @@ def measure(models, args) -> list[dict]:
         input_ids = random_ids(length, args.vocab_size)
         runnable = [name for name in models if skipped[name] is None]
         iterations = {}
-        for name in runnable:  # warm-up, which also sets the number of calls per measurement
-            for column, step in steps.items():
-                calls = calls_to_fill(lambda: step(*models[name], input_ids), TARGET_SECONDS)
-                iterations[name, column] = args.iterations or calls
+        for name, (column, step) in itertools.product(runnable, steps.items()):
+            iterations[name, column] = args.iterations or harness.calls_to_fill(lambda: step(models[name], input_ids))
         for repeat in range(args.repeats):
             for name in runnable[:: 1 if repeat % 2 == 0 else -1]:
                 row = dict(model=name, length=length, repeat=repeat)
                 for column, step in steps.items():
-                    seconds = seconds_per_call(lambda: step(*models[name], input_ids), iterations[name, column])
-                    row[column] = round(1e3 * seconds, 3)
-                    row[column.replace("_ms", "_iterations")] = iterations[name, column]
-                rows.append(row)
-        for row in rows:
-            if row["length"] == length:
-                row["peak_mb"] = memory[row["model"]]
-        for name in runnable:
-            times = [row["forward_backward_ms"] for row in rows if row["length"] == length and row["model"] == name]
-            history.setdefault((name, "seconds"), []).append((length, statistics.median(times) / 1e3))
+                    calls = iterations[name, column]
+                    seconds = harness.seconds_per_call(lambda: step(models[name], input_ids), calls)
+                    row[column], row[column.replace("_ms", "_iterations")] = round(1e3 * seconds, 3), calls
+                rows.append(dict(row, peak_mb=memory[name]))
+        times = median_by([row for row in rows if row["length"] == length], "forward_backward_ms", "model")
+        for (name,), ms in times.items():
+            history.setdefault((name, "seconds"), []).append((length, ms / 1e3))
         rows += [dict(model=name, length=length, note=skipped[name]) for name in models if name not in runnable]
         print(f"length {length} done", file=sys.stderr)
     return rows
 
 
-def header(record) -> list[str]:
-    """The command, the machine, the date and the models (`record`: the run's header, settings and parameters)."""
-    settings = record["settings"]
-    title = "# Encoder: forward time, forward+backward time and peak memory against sequence length"
-    start, parameters = report_start(title, record)
-    return [
-        *start,
-        f"- Models: hidden {settings['hidden_size']}, {settings['layers']} layers, {settings['heads']} heads, "
-        f"feed-forward {settings['intermediate_size']}, vocabulary {settings['vocab_size']}, "
-        f"{settings['lengths'][-1]} positions, random weights, "
-        f"no dropout, fp32, batch 1, eval mode; parameters {parameters}. Fastformer: no layer or query-value "
-        "sharing, the collapsed attention sub-layer (one matrix per sequence for its five Linear layers); "
-        "Fastformer-plain: the same model on the plain path. floor: the plain path's Linear and LayerNorm work "
-        "without the additive attention (FloorEncoder in benchmarks/encoder.py), a bound for any implementation "
-        "that runs those Linear layers (the collapsed path runs fewer). BERT: sdpa attention. "
-        f"Longformer: window {settings['attention_window']}, no global tokens. BigBird: block_sparse, blocks of "
-        f"{settings['block_size']}, 3 random blocks (transformers runs full attention at lengths up to "
-        f"{(5 + 2 * 3) * settings['block_size']}). fast-transformer-pytorch: lucidrains' FastTransformer, absolute "
-        "positions, without its vocabulary projection.",
-        f"- Method: per length, one warm-up call per model; then {settings['repeats']} repeats, each measuring every "
-        "model in turn, the order alternating; a measurement is the mean over its calls (column *_iterations of the "
-        "CSV). Forward under no_grad; forward+backward: `output.sum().backward()`. Times: median over repeats. "
-        "Peak MB: peak resident memory (VmHWM, reset just before) over one forward+backward minus the resident "
-        "memory before it, in a fresh process that holds that model only (activations, temporaries and "
-        "parameter gradients, not the weights).",
-        "",
-    ]
-
-
-COLUMNS = {"forward_ms": "ms per forward", "forward_backward_ms": "ms per forward+backward", "peak_mb": "peak MB"}
-
-
-def medians(rows) -> tuple[dict, list[str]]:
-    """The medians over repeats by (column, model, length), and the models in order."""
+def median_by(rows, column, *keys) -> dict:
+    """The median of `column` over the rows of each value of `keys` (rows without the column left out)."""
     values = {}
     for row in rows:
-        for column in COLUMNS:
-            if column in row:
-                values.setdefault((column, row["model"], row["length"]), []).append(row[column])
+        if row.get(column) is not None:
+            values.setdefault(tuple(row[key] for key in keys), []).append(row[column])
+    return {key: statistics.median(found) for key, found in values.items()}
+
+
+def tables(record) -> str:
+    """Per measure, the medians by model and length; then the ratios of medians per length."""
+    rows, lengths = record["rows"], record["settings"]["lengths"]
+    median = {column: median_by(rows, column, "model", "length") for column in COLUMNS}
     names = list(dict.fromkeys(row["model"] for row in rows))
-    return {key: statistics.median(found) for key, found in values.items()}, names
 
-
-def tables(record, rows) -> list[str]:
-    """The header; per measure, model x length medians; the ratios per length; what was not run."""
-    median, names = medians(rows)
-    lengths = record["settings"]["lengths"]
-
-    def cell(column, name, length):
-        value = median.get((column, name, length))
+    def cell(column, name, n):
+        value = median[column].get((name, n))
         return "not run" if value is None else f"{value:.{1 if column == 'peak_mb' else 2}f}"
 
-    lines = header(record)
+    found = []
     for column, title in COLUMNS.items():
-        cells = [[name, *(cell(column, name, n) for n in lengths)] for name in names]
-        lines += [f"## {title}", "", *table(["model", *map(str, lengths)], cells), ""]
+        found.append(table([title, *lengths], [[name, *(cell(column, name, n) for n in lengths)] for name in names]))
     ratios = []
-    for top, bottom in (pair for pair in ENCODER_RATIOS if set(pair) <= set(names)):
-        for n in lengths:
-            cells = []
-            for column in COLUMNS:
-                a, b = median.get((column, top, n)), median.get((column, bottom, n))
-                cells.append("not run" if a is None or b is None or b == 0 else f"{a / b:.2f}")
-            if set(cells) != {"not run"}:
-                ratios.append([f"{top} / {bottom}", n, *cells])
-    lines += ["## Ratios (medians)", "",
-              *table(["ratio", "length", "forward", "forward+backward", "peak MB"], ratios), ""]  # fmt: skip
-    first_skips = {}
-    for row in rows:
-        if "note" in row:
-            first_skips.setdefault(row["model"], row)
-    if first_skips:
-        lines += ["## Not run", ""]
-        lines += [f"- {name} from {row['length']} tokens on: {row['note']}" for name, row in first_skips.items()]
-        lines.append("")
-    return lines
+    for (top, bottom), n in itertools.product(RATIOS, lengths):
+        pairs = [(median[column].get((top, n)), median[column].get((bottom, n))) for column in COLUMNS]
+        cells = ["not run" if a is None or b is None else f"{a / b:.2f}" for a, b in pairs]
+        if set(cells) != {"not run"}:
+            ratios.append([f"{top} / {bottom}", n, *cells])
+    found.append(table(["ratio of medians", "length", "forward", "forward+backward", "peak MB"], ratios))
+    return "\n\n".join(found)
 
 
-def report(csv_path: Path, markdown: Path) -> str:
-    return csv_report(csv_path, markdown, tables)
-
-
-def plot(rows, args):
+def plot(rows, lengths, folder: Path):
     """Log-log time against length (forward, forward+backward) and peak memory against length."""
-    median, names = medians(rows)
+    names = list(dict.fromkeys(row["model"] for row in rows))
 
     def lines(column):
-        return {name: [(n, median[column, name, n]) for n in args.lengths if (column, name, n) in median]
-                for name in names}  # fmt: skip
+        median = median_by(rows, column, "model", "length")
+        return {name: [(n, median[name, n]) for n in lengths if (name, n) in median] for name in names}
 
     figure, axes = plt.subplots(1, 2, figsize=(12, 5))
     for axis, column, title in zip(axes, ("forward_ms", "forward_backward_ms"), ("forward", "forward+backward")):
-        log_log(axis, lines(column), args.lengths, "sequence length", "ms", title)
+        log_log(axis, lines(column), lengths, "sequence length", "ms", title)
     axes[0].legend()
-    save_figure(figure, args.plots / "encoder_time.png")
+    save_figure(figure, folder / "encoder_time.png")
     figure, axis = plt.subplots(figsize=(6, 5))
-    log_log(axis, lines("peak_mb"), args.lengths, "sequence length", "MB", "peak memory, forward+backward")
+    log_log(axis, lines("peak_mb"), lengths, "sequence length", "MB", "peak memory, forward+backward")
     axis.legend()
-    save_figure(figure, args.plots / "encoder_memory.png")
+    save_figure(figure, folder / "encoder_memory.png")
 
 
-SETTINGS = ("hidden_size", "layers", "heads", "intermediate_size", "vocab_size", "lengths", "attention_window",
-            "block_size", "repeats", "threads")  # fmt: skip
+def profile(models, args) -> list[dict]:
+    """Per length, model and step: the --profile operators of most self CPU time over one call after a warm-up call."""
+    rows = []
+    steps = {"forward": forward, "forward+backward": forward_backward}
+    for length, (name, model), (title, step) in itertools.product(args.lengths, models.items(), steps.items()):
+        input_ids = random_ids(length, args.vocab_size)
+        step(model, input_ids)
+        with torch.profiler.profile() as profiler:
+            step(model, input_ids)
+        events = sorted(profiler.key_averages(), key=lambda event: event.self_cpu_time_total, reverse=True)
+        total = sum(event.self_cpu_time_total for event in events)  # microseconds
+        found = []
+        for event in events[: args.profile]:
+            us = event.self_cpu_time_total
+            row = dict(model=name, length=length, step=title, operator=event.key, calls=event.count)
+            found.append(dict(row, self_ms=us / 1e3, share=us / total, total_ms=total / 1e3))
+        cells = [[row["operator"], row["calls"], f"{row['self_ms']:.1f}", f"{row['share']:.0%}"] for row in found]
+        print(f"{name}, {title}, {length} tokens: total self CPU time {total / 1e3:.0f} ms", end="\n\n")
+        print(table(["operator", "calls", "self ms", "share"], cells), end="\n\n")
+        rows += found
+    return rows
 
 
-def run(args):
-    """Measure, then write the CSV (and its .json), the markdown report and the plots."""
+def main(argv=None):
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()  # BigBird's warning at every short input
     models = {name: build(name, args) for name in args.models}
     start = time.perf_counter()
-    rows = measure(models, args)
-    parameters = {name: model for name, (model, _) in models.items()}
-    write_measurements(args.csv, rows, args, SETTINGS, parameters, time.perf_counter() - start)
-    print(report(args.csv, args.markdown))
-    plot(rows, args)
+    rows = profile(models, args) if args.profile else measure(models, args)
+    minutes = round((time.perf_counter() - start) / 60, 1)
+    parameters = {name: sum(p.numel() for p in model.parameters()) for name, model in models.items()}
+    record = harness.write_record(args.output, rows, args, minutes=minutes, parameters=parameters)
+    if not args.profile:  # the profile printed its tables as it went
+        print(tables(record))
+        plot(rows, args.lengths, args.output.parent)
 
 
 if __name__ == "__main__":
-    args = parse_args()
-    report(args.csv, args.markdown) if args.report else run(args)
+    main()

@@ -1,20 +1,16 @@
-"""Numerical parity of the fast paths with the paper's equations.
+"""Numerical parity of the fast paths with the paper's equations in float64 (docs/PARITY.md).
 
-For `additive_attention` (the encoder) and `causal_additive_attention` (the decoder):
-1. float64 vs the plain float64 loops of `fastformer.naive` (small sizes: the loops are slow);
-2. each dtype (and CUDA when present) vs float64, at a realistic size with left padding.
-For the models:
-3. FastformerModel (the paper's default config) in each dtype vs the same weights in float64;
-4. FastformerForConditionalGeneration, float32: token-by-token decoding with the cache vs one full forward.
-
-Prints a markdown table. Usage: python -m benchmarks.parity [--seq-len 4096]
+python -m benchmarks.parity                               # 4096 tokens -> docs/parity.json
+python -m benchmarks.parity --seq-len 64 --decode-tokens 16
 """
 
 import copy
+from pathlib import Path
 
 import torch
 
-from benchmarks.harness import arguments, table
+from benchmarks import harness
+from benchmarks.harness import DOCS, table
 from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerModel, naive
 from fastformer.functional import additive_attention, causal_additive_attention
 
@@ -25,74 +21,68 @@ FUNCTIONS = {
 }
 
 
-def random_inputs(batch, heads, length, head_dim, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    shape = (batch, heads, length, head_dim)
-    tensors = [torch.randn(shape, generator=generator, dtype=torch.float64) for _ in range(3)]
+def random_inputs(heads, length, head_dim):
+    """Query, key, value (2, H, N, D) and the two pooling vectors (H, D) in float64, and a mask (2, N) whose first
+    sequence is one-third left padding."""
+    generator = torch.Generator().manual_seed(0)
+    tensors = [torch.randn(2, heads, length, head_dim, generator=generator, dtype=torch.float64) for _ in "qkv"]
     tensors += [torch.randn(heads, head_dim, generator=generator, dtype=torch.float64) for _ in range(2)]
-    mask = torch.ones(batch, length, dtype=torch.bool)
-    mask[0, : length // 3] = False  # left padding
+    mask = torch.ones(2, length, dtype=torch.bool)
+    mask[0, : length // 3] = False
     return tensors, mask
 
 
-def errors(result, expected, mask):
-    real = mask[:, None, :, None].expand_as(expected)
-    diff = (result.double().cpu() - expected)[real]
-    return diff.abs().max().item(), (diff.norm() / expected[real].norm()).item()
-
-
-def function_rows(seq_len, devices):
-    for name, (function, reference) in FUNCTIONS.items():
-        tensors, mask = random_inputs(2, 4, 64, 16)
-        error = errors(function(*tensors, mask), reference(*tensors, mask), mask)
-        yield name, "cpu", torch.float64, "loop reference", 64, *error
-        tensors, mask = random_inputs(2, 16, seq_len, 16)
-        expected = function(*tensors, mask)
-        for device in devices:
-            for dtype in DTYPES:
-                result = function(*[t.to(device=device, dtype=dtype) for t in tensors], mask.to(device))
-                yield name, device, dtype, "float64", seq_len, *errors(result, expected, mask)
-
-
 @torch.no_grad()
-def model_rows(seq_len, devices):
+def comparisons(seq_len, decode_tokens, devices):
+    """(what, device, dtype, compared with, result, expected (B, H, N, D), mask) of each comparison (docs/PARITY.md)."""
+    for name, (function, reference) in FUNCTIONS.items():
+        tensors, mask = random_inputs(4, 64, 16)
+        expected = reference(*tensors, mask)
+        yield name, "cpu", torch.float64, "loop reference", function(*tensors, mask), expected, mask
+        tensors, mask = random_inputs(16, seq_len, 16)
+        expected = function(*tensors, mask)
+        for device, dtype in [(device, dtype) for device in devices for dtype in DTYPES]:
+            result = function(*[t.to(device=device, dtype=dtype) for t in tensors], mask.to(device))
+            yield name, device, dtype, "float64", result, expected, mask
     torch.manual_seed(0)
     model = FastformerModel(FastformerConfig(max_position_embeddings=seq_len)).eval()
-    ids = torch.randint(1, model.config.vocab_size, (2, seq_len))
-    _, mask = random_inputs(2, 1, seq_len, 1)
+    ids, (_, mask) = torch.randint(1, model.config.vocab_size, (2, seq_len)), random_inputs(1, seq_len, 1)
     expected = copy.deepcopy(model).double()(ids, attention_mask=mask).last_hidden_state[:, None]
-    for device in devices:
-        for dtype in DTYPES:
-            cast = copy.deepcopy(model).to(device=device, dtype=dtype)
-            result = cast(ids.to(device), attention_mask=mask.to(device)).last_hidden_state[:, None]
-            yield "FastformerModel", device, dtype, "float64", seq_len, *errors(result, expected, mask)
-
-    length = 256
-    config = FastformerConfig(num_decoder_layers=4, share_layers=False, max_position_embeddings=length)
+    for device, dtype in [(device, dtype) for device in devices for dtype in DTYPES]:
+        cast = copy.deepcopy(model).to(device=device, dtype=dtype)
+        result = cast(ids.to(device), attention_mask=mask.to(device)).last_hidden_state[:, None]
+        yield "FastformerModel", device, dtype, "float64", result, expected, mask
+    config = FastformerConfig(num_decoder_layers=4, share_layers=False, max_position_embeddings=max(64, decode_tokens))
     model = FastformerForConditionalGeneration(config).eval()
-    source, target = torch.randint(1, config.vocab_size, (2, 64)), torch.randint(1, config.vocab_size, (2, length))
-    full = model(source, decoder_input_ids=target, use_cache=False).logits
-    cache = model.new_cache()
-    encoder_outputs = model.get_encoder()(source)
-    steps = [
-        model(encoder_outputs=encoder_outputs, decoder_input_ids=target[:, t : t + 1], cache=cache).logits
-        for t in range(length)
-    ]
-    mask = torch.ones(2, length, dtype=torch.bool)
-    error = errors(torch.cat(steps, 1)[:, None], full[:, None].double(), mask)
-    yield "seq2seq decoding, token by token", "cpu", torch.float32, "full forward", length, *error
+    source = torch.randint(1, config.vocab_size, (2, 64))  # 64 source tokens
+    target = torch.randint(1, config.vocab_size, (2, decode_tokens))
+    full = model(source, decoder_input_ids=target, use_cache=False).logits[:, None].double()
+    cache, encoded, steps = model.new_cache(), model.get_encoder()(source), []
+    for t in range(decode_tokens):
+        steps.append(model(encoder_outputs=encoded, decoder_input_ids=target[:, [t]], cache=cache).logits)
+    result, mask = torch.cat(steps, 1)[:, None], torch.ones(2, decode_tokens, dtype=torch.bool)
+    yield "seq2seq decoding, token by token", "cpu", torch.float32, "full forward", result, full, mask
 
 
-def main():
-    parser = arguments(__doc__)
+def main(argv=None):
+    parser = harness.arguments(__doc__)
     parser.add_argument("--seq-len", type=int, default=4096)
-    args = parser.parse_args()
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    rows = [[what, device, str(dtype).removeprefix("torch."), reference, length, f"{max_abs:.2e}", f"{relative:.2e}"]
-            for what, device, dtype, reference, length, max_abs, relative in
-            [*function_rows(args.seq_len, devices), *model_rows(args.seq_len, devices)]]  # fmt: skip
+    parser.add_argument("--decode-tokens", type=int, default=256, help="of the decoding row")
+    parser.add_argument("--output", type=Path, default=DOCS / "parity.json", help="the record; a CSV beside it")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    devices, rows = ["cpu"] + (["cuda"] if torch.cuda.is_available() else []), []
+    found = comparisons(args.seq_len, args.decode_tokens, devices)
+    for what, device, dtype, reference, result, expected, mask in found:
+        real = mask[:, None, :, None].expand_as(expected)  # errors over real tokens
+        difference = (result.double().cpu() - expected)[real]
+        row = dict(what=what, device=device, dtype=str(dtype).removeprefix("torch."), compared_with=reference)
+        row.update(tokens=mask.shape[1], max_abs_error=difference.abs().max().item())
+        rows.append(dict(row, relative_error=(difference.norm() / expected[real].norm()).item()))
+    harness.write_record(args.output, rows, args)
+    cells = [[*list(row.values())[:5], f"{row['max_abs_error']:.2e}", f"{row['relative_error']:.2e}"] for row in rows]
     header = ["what", "device", "dtype", "compared with", "tokens", "max abs error", "relative error (L2)"]
-    print("\n".join(table(header, rows)))
+    print(table(header, cells))
 
 
 if __name__ == "__main__":

@@ -92,9 +92,11 @@ AUTO_MAP = {
 }
 SUMMARIZATION_PIPELINE = {
     "summarization": {
-        "impl": "pipeline_fastformer.SummarizationPipeline", "pt": ["AutoModelForSeq2SeqLM"], "type": "text",
+        "impl": "pipeline_fastformer.SummarizationPipeline",
+        "pt": ["AutoModelForSeq2SeqLM"],
+        "type": "text",
     }
-}  # fmt: skip
+}
 
 
 @_value_errors

@@ -60,16 +60,27 @@ from .modeling_fastformer import FastformerForConditionalGeneration, FastformerM
 
 # model_type -> the source's model class (its encoder, no task head)
 SOURCE_MODELS = {
-    "bert": BertModel, "roberta": RobertaModel, "xlm-roberta": XLMRobertaModel, "distilbert": DistilBertModel,
+    "bert": BertModel,
+    "roberta": RobertaModel,
+    "xlm-roberta": XLMRobertaModel,
+    "distilbert": DistilBertModel,
     "electra": ElectraModel,
-}  # fmt: skip
+}
 SUPPORTED_MODEL_TYPES = tuple(SOURCE_MODELS)
 # the sources whose real tokens' positions start at padding_idx + 1 (rows up to padding_idx: padding, unused)
 POSITIONS_AFTER_PADDING_IDX = ("roberta", "xlm-roberta")
 # config fields that BertConfig and FastformerConfig share, with one meaning: the converted model takes the source's
 SHARED_CONFIG_FIELDS = (
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act",
-    "hidden_dropout_prob", "layer_norm_eps", "initializer_range", "pad_token_id",
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "layer_norm_eps",
+    "initializer_range",
+    "pad_token_id",
 )
 TASKS = ("encoder", "seq2seq")
 # how an encoder-decoder's cross-attention starts: the usual random initialization, or the projections of the
@@ -82,7 +93,9 @@ SENTENCE_TRANSFORMERS_POOLING = {"mean": "mean", "mean_tokens": "mean", "cls": "
 # modules.json names the class by its import path, which moved between versions (sentence_transformers.models.
 # Transformer before 6.0, sentence_transformers.base.modules.transformer.Transformer since): the name identifies it.
 SENTENCE_TRANSFORMERS_SETTINGS = {
-    "Transformer": "sentence_bert_config.json", "Pooling": "config.json", "Normalize": None,
+    "Transformer": "sentence_bert_config.json",
+    "Pooling": "config.json",
+    "Normalize": None,
 }
 
 
@@ -97,7 +110,6 @@ class BertSource:
     pooler_type: str = "cls"  # the first token, as BERT's pooler (less its dense + tanh); or the source's pooling
     subfolder: str = ""  # where a sentence-transformers source keeps the BERT model and its tokenizer
     sentence_transformers: dict = field(default_factory=dict)  # file name -> text of its files (modules.json, ...)
-
 
 
 def _module_class(module: dict) -> str:
@@ -144,12 +156,20 @@ def bert_from_distilbert(distilbert: DistilBertModel) -> BertModel:
     token-type row), in eval mode."""
     source = distilbert.config
     config = BertConfig(
-        vocab_size=source.vocab_size, hidden_size=source.dim, num_hidden_layers=source.n_layers,
-        num_attention_heads=source.n_heads, intermediate_size=source.hidden_dim, hidden_act=source.activation,
-        hidden_dropout_prob=source.dropout, attention_probs_dropout_prob=source.attention_dropout,
-        max_position_embeddings=source.max_position_embeddings, type_vocab_size=1, layer_norm_eps=1e-12,
-        initializer_range=source.initializer_range, pad_token_id=source.pad_token_id,
-    )  # fmt: skip
+        vocab_size=source.vocab_size,
+        hidden_size=source.dim,
+        num_hidden_layers=source.n_layers,
+        num_attention_heads=source.n_heads,
+        intermediate_size=source.hidden_dim,
+        hidden_act=source.activation,
+        hidden_dropout_prob=source.dropout,
+        attention_probs_dropout_prob=source.attention_dropout,
+        max_position_embeddings=source.max_position_embeddings,
+        type_vocab_size=1,
+        layer_norm_eps=1e-12,
+        initializer_range=source.initializer_range,
+        pad_token_id=source.pad_token_id,
+    )
     bert = BertModel(config, add_pooling_layer=False).to(distilbert.dtype)
     embeddings = distilbert.embeddings
     bert.embeddings.word_embeddings.load_state_dict(embeddings.word_embeddings.state_dict())
@@ -220,8 +240,11 @@ def _sentence_transformers_pooler(name_or_path, files, modules) -> str:
     if "pooling_mode" in settings:  # sentence-transformers 6: one mode by name
         modes = [settings["pooling_mode"]]
     else:  # before: one flag per mode
-        modes = [flag.removeprefix("pooling_mode_") for flag, value in settings.items()
-                 if flag.startswith("pooling_mode_") and value is True]
+        modes = [
+            flag.removeprefix("pooling_mode_")
+            for flag, value in settings.items()
+            if flag.startswith("pooling_mode_") and value is True
+        ]
     if len(modes) != 1 or modes[0] not in SENTENCE_TRANSFORMERS_POOLING:
         raise ValueError(
             f"{name_or_path} pools with {modes}; a converted model pools with exactly one of "
@@ -360,7 +383,10 @@ def convert_bert(
     if task == "encoder" and cross_attention_init != "random":
         raise ValueError(f'cross_attention_init={cross_attention_init!r} is for task="seq2seq": an encoder has none')
     config = fastformer_config(
-        bert.config, pooler_type=pooler_type, max_position_embeddings=max_position_embeddings, task=task,
+        bert.config,
+        pooler_type=pooler_type,
+        max_position_embeddings=max_position_embeddings,
+        task=task,
         **config_overrides,
     )
     if task == "encoder":

@@ -67,10 +67,14 @@ def least_squares_start(student: FastformerModel, teacher: PreTrainedModel, batc
     unexplained variance of the context left."""
     layers = student.layers
     contexts, inputs = [], []
-    hooks = [layer.attention.self.register_forward_hook(lambda module, args, output: contexts.append(output[0]))
-             for layer in teacher.encoder.layer]  # fmt: skip
-    hooks += [layer.attention.transform.register_forward_hook(lambda module, args, output: inputs.append(args[0]))
-              for layer in layers]  # fmt: skip
+    hooks = [
+        layer.attention.self.register_forward_hook(lambda module, args, output: contexts.append(output[0]))
+        for layer in teacher.encoder.layer
+    ]
+    hooks += [
+        layer.attention.transform.register_forward_hook(lambda module, args, output: inputs.append(args[0]))
+        for layer in layers
+    ]
     size, sums = student.config.hidden_size, dict(dtype=torch.float64, device=student.device)
     gram = torch.zeros(len(layers), size + 1, size + 1, **sums)
     cross = torch.zeros(len(layers), size + 1, size, **sums)

@@ -87,9 +87,12 @@ def export_onnx(model: FastformerPreTrainedModel, path: str | Path, attention_mo
     path = Path(path)
     program = export_program(model, attention_mode)
     onnx_program = torch.onnx.export(
-        program, input_names=list(INPUT_NAMES), output_names=list(OUTPUT_NAMES[type(model).__name__]), dynamo=True,
+        program,
+        input_names=list(INPUT_NAMES),
+        output_names=list(OUTPUT_NAMES[type(model).__name__]),
+        dynamo=True,
         verbose=False,
-    )  # fmt: skip
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx_program.save(str(path))
     return path
@@ -199,17 +202,25 @@ def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
     step_dims = ({0: batch}, {0: batch}, {0: batch, 1: source}, cross_dims, ({0: batch},) * len(state))
     with using_attention_mode(model, exported_attention_mode(config)), torch.no_grad():
         programs = {
-            "encoder": torch.export.export(encoder, (input_ids, attention_mask),
-                                           dynamic_shapes=({0: batch, 1: source}, {0: batch, 1: source})),
+            "encoder": torch.export.export(
+                encoder, (input_ids, attention_mask), dynamic_shapes=({0: batch, 1: source}, {0: batch, 1: source})
+            ),
             "decoder_step": torch.export.export(step, step_inputs, dynamic_shapes=step_dims),
-        }  # fmt: skip
+        }
     cross_names = [f"cross.{index}" for index in range(len(cross))]
     names = {
         "encoder": (["input_ids", "attention_mask"], cross_names),
-        "decoder_step": (["input_ids", "positions", "encoder_attention_mask", *cross_names,
-                          *(f"state.{index}" for index in range(len(state)))],
-                         ["logits", "positions_out", *(f"state_out.{index}" for index in range(len(state)))]),
-    }  # fmt: skip
+        "decoder_step": (
+            [
+                "input_ids",
+                "positions",
+                "encoder_attention_mask",
+                *cross_names,
+                *(f"state.{index}" for index in range(len(state))),
+            ],
+            ["logits", "positions_out", *(f"state_out.{index}" for index in range(len(state)))],
+        ),
+    }
     for name, program in programs.items():
         inputs, outputs = names[name]
         torch.onnx.export(program, input_names=inputs, output_names=outputs, dynamo=True, verbose=False).save(
@@ -219,10 +230,18 @@ def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
 
 
 # generation settings that change greedy search's choice of token (logits processors): the loop below has none
-PROCESSOR_DEFAULTS = {"no_repeat_ngram_size": (0, None), "encoder_no_repeat_ngram_size": (0, None),
-                      "min_length": (0, None), "min_new_tokens": (None,), "repetition_penalty": (1.0, None),
-                      "bad_words_ids": (None,), "suppress_tokens": (None,), "begin_suppress_tokens": (None,),
-                      "forced_bos_token_id": (None,), "forced_eos_token_id": (None,)}  # fmt: skip
+PROCESSOR_DEFAULTS = {
+    "no_repeat_ngram_size": (0, None),
+    "encoder_no_repeat_ngram_size": (0, None),
+    "min_length": (0, None),
+    "min_new_tokens": (None,),
+    "repetition_penalty": (1.0, None),
+    "bad_words_ids": (None,),
+    "suppress_tokens": (None,),
+    "begin_suppress_tokens": (None,),
+    "forced_bos_token_id": (None,),
+    "forced_eos_token_id": (None,),
+}
 
 
 def onnx_sessions(folder: str | Path, threads: int | None = None) -> tuple:
@@ -232,12 +251,15 @@ def onnx_sessions(folder: str | Path, threads: int | None = None) -> tuple:
     options = onnxruntime.SessionOptions()
     if threads is not None:
         options.intra_op_num_threads = threads
-    return tuple(onnxruntime.InferenceSession(str(Path(folder) / name), options, providers=["CPUExecutionProvider"])
-                 for name in ("encoder.onnx", "decoder_step.onnx"))  # fmt: skip
+    return tuple(
+        onnxruntime.InferenceSession(str(Path(folder) / name), options, providers=["CPUExecutionProvider"])
+        for name in ("encoder.onnx", "decoder_step.onnx")
+    )
 
 
-def onnx_greedy_generate(sessions: tuple, config, input_ids, attention_mask, max_new_tokens: int,
-                         generation_config=None):  # fmt: skip
+def onnx_greedy_generate(
+    sessions: tuple, config, input_ids, attention_mask, max_new_tokens: int, generation_config=None
+):
     """Greedy decoding on ONNX Runtime with `sessions` (`onnx_sessions`): what `model.generate(input_ids,
     attention_mask=..., do_sample=False, num_beams=1, max_new_tokens=...)` returns (numpy int64 (B, 1 + new tokens):
     the decoder start token first; after a row's end-of-sequence token, padding; stops when every row has ended).
@@ -248,8 +270,11 @@ def onnx_greedy_generate(sessions: tuple, config, input_ids, attention_mask, max
     from transformers import GenerationConfig  # noqa: PLC0415
 
     generation = generation_config or GenerationConfig.from_model_config(config)
-    changed = {name: getattr(generation, name, None) for name, defaults in PROCESSOR_DEFAULTS.items()
-               if getattr(generation, name, None) not in defaults}  # fmt: skip
+    changed = {
+        name: getattr(generation, name, None)
+        for name, defaults in PROCESSOR_DEFAULTS.items()
+        if getattr(generation, name, None) not in defaults
+    }
     if changed:
         raise ValueError(f"onnx_greedy_generate is plain greedy search; the generation config also sets {changed}")
     start = (
@@ -272,9 +297,13 @@ def onnx_greedy_generate(sessions: tuple, config, input_ids, attention_mask, max
     positions = np.zeros(batch_size, np.int64)
     finished = np.zeros(batch_size, bool)
     for _ in range(max_new_tokens):
-        feeds = {"input_ids": tokens[:, -1:], "positions": positions, "encoder_attention_mask": attention_mask,
-                 **{f"cross.{index}": tensor for index, tensor in enumerate(cross)},
-                 **{f"state.{index}": tensor for index, tensor in enumerate(state)}}  # fmt: skip
+        feeds = {
+            "input_ids": tokens[:, -1:],
+            "positions": positions,
+            "encoder_attention_mask": attention_mask,
+            **{f"cross.{index}": tensor for index, tensor in enumerate(cross)},
+            **{f"state.{index}": tensor for index, tensor in enumerate(state)},
+        }
         logits, positions, *state = step.run(None, {name: value for name, value in feeds.items() if name in read})
         chosen = np.where(finished, pad if pad is not None else 0, logits.argmax(-1))
         tokens = np.concatenate([tokens, chosen[:, None]], axis=1)

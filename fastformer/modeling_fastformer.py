@@ -326,8 +326,11 @@ class FastformerLayer(GradientCheckpointingLayer):
     def uses_collapsed_attention(self, hidden_states) -> bool:
         mode = self.config.additive_attention_mode
         if mode == "auto":
-            return (self.config.interaction == "product" and 2 * hidden_states.shape[1] >= hidden_states.shape[2]
-                    and self.folds_plain_linears())  # fmt: skip
+            return (
+                self.config.interaction == "product"
+                and 2 * hidden_states.shape[1] >= hidden_states.shape[2]
+                and self.folds_plain_linears()
+            )
         if mode == "collapsed" and self.config.interaction != "product":
             raise ValueError(
                 'additive_attention_mode="collapsed" folds the "product" interaction\'s linear maps and needs '
@@ -408,9 +411,16 @@ class FastformerDecoderLayer(GradientCheckpointingLayer):
         self.feed_forward = FastformerFeedForward(config)
 
     def forward(
-        self, hidden_states, attention_mask=None, cross_key=None, cross_value=None, source_mask=None, cache=None,
-        layer_idx=None, output_attentions=False,
-    ):  # fmt: skip
+        self,
+        hidden_states,
+        attention_mask=None,
+        cross_key=None,
+        cross_value=None,
+        source_mask=None,
+        cache=None,
+        layer_idx=None,
+        output_attentions=False,
+    ):
         attention, _ = self.attention(hidden_states, attention_mask, cache, layer_idx, output_attentions)
         hidden_states = self.attention_output(attention, hidden_states)
         if self.cross_attention is not None:
@@ -874,9 +884,12 @@ class FastformerDecoder(FastformerStack):
             encoder_hidden_states = hidden_states.new_empty(*mask.shape, 0)
         # no skip of a mask without padding: telling would read the mask's values, a GPU synchronization per step
         return create_bidirectional_mask(
-            config=self.config, inputs_embeds=hidden_states, attention_mask=mask,
-            encoder_hidden_states=encoder_hidden_states, allow_is_bidirectional_skip=False,
-        )  # fmt: skip
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=mask,
+            encoder_hidden_states=encoder_hidden_states,
+            allow_is_bidirectional_skip=False,
+        )
 
     @capture_outputs
     def forward(
@@ -892,18 +905,27 @@ class FastformerDecoder(FastformerStack):
     ) -> BaseModelOutputWithCrossAttentions:
         states = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         hidden_states, attention_mask = self.embed(
-            input_ids, attention_mask, position_ids, inputs_embeds,
+            input_ids,
+            attention_mask,
+            position_ids,
+            inputs_embeds,
             *((0, None) if states is None else (states.seen_tokens, states.positions)),
-        )  # fmt: skip
+        )
         cross_inputs = self.cross_attention_inputs(encoder_hidden_states, encoder_attention_mask, cache)
         source_mask = self.source_mask(hidden_states, encoder_hidden_states, encoder_attention_mask)
         output_attentions = kwargs.get("output_attentions", self.config.output_attentions)
         for index, layer in self.applied_layers():
             key, value = cross_inputs[index % len(self.layers)]
             hidden_states = layer(
-                hidden_states, attention_mask, key, value, source_mask, cache=states, layer_idx=index,
+                hidden_states,
+                attention_mask,
+                key,
+                value,
+                source_mask,
+                cache=states,
+                layer_idx=index,
                 output_attentions=output_attentions,
-            )  # fmt: skip
+            )
         if states is not None:
             states.advance(attention_mask, *hidden_states.shape[:2], hidden_states.device)
         return BaseModelOutputWithCrossAttentions(last_hidden_state=hidden_states)
@@ -935,9 +957,15 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
         return self.training and torch.is_grad_enabled() and self.is_activation_checkpointing
 
     def prepare_inputs_for_generation(
-        self, input_ids, next_sequence_length=None, cache=None, attention_mask=None, inputs_embeds=None,
-        is_first_iteration=False, **kwargs,
-    ):  # fmt: skip
+        self,
+        input_ids,
+        next_sequence_length=None,
+        cache=None,
+        attention_mask=None,
+        inputs_embeds=None,
+        is_first_iteration=False,
+        **kwargs,
+    ):
         """As transformers', and generation that continues from a returned cache takes only the new tokens:
         transformers trims the cached tokens only for caches that count them (attention caches), not for a
         recurrent state."""
@@ -952,9 +980,14 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
             if input_ids.shape[0] != rows and input_ids.shape[0] % rows == 0:  # beams or several samples per row
                 cache.batch_repeat_interleave(input_ids.shape[0] // rows)
         return super().prepare_inputs_for_generation(
-            input_ids, next_sequence_length=next_sequence_length, cache=cache, attention_mask=attention_mask,
-            inputs_embeds=inputs_embeds, is_first_iteration=is_first_iteration, **kwargs,
-        )  # fmt: skip
+            input_ids,
+            next_sequence_length=next_sequence_length,
+            cache=cache,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            is_first_iteration=is_first_iteration,
+            **kwargs,
+        )
 
     def tokens_to_continue(self, states, input_ids, length, attention_mask, kwargs) -> int | None:
         """How many of the `length` input tokens generation continuing from `states` runs: the ones after the
@@ -1223,7 +1256,10 @@ class FastformerForCausalLM(FastformerGenerativeModel):
                 logits, labels, vocab_size=self.config.vocab_size, num_items_in_batch=num_items_in_batch
             )
         return CausalLMOutputWithPast(
-            loss=loss, logits=logits, cache=cache if use_cache else None, hidden_states=outputs.hidden_states,
+            loss=loss,
+            logits=logits,
+            cache=cache if use_cache else None,
+            hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
 

@@ -39,8 +39,15 @@ def _prepare(q, k, v, w_q, w_k, mask, query_key_projection, key_value_projection
 
 
 def additive_attention(
-    query, key, value, query_weight, key_weight, attention_mask=None, interaction="product",
-    query_key_projection=None, key_value_projection=None,
+    query,
+    key,
+    value,
+    query_weight,
+    key_weight,
+    attention_mask=None,
+    interaction="product",
+    query_key_projection=None,
+    key_value_projection=None,
 ) -> torch.Tensor:
     """u (B, H, N, D) of Eqs. 3-6: padding takes no part in either softmax; a sequence without tokens pools
     to the zero vector."""
@@ -61,8 +68,15 @@ def additive_attention(
 
 
 def causal_additive_attention(
-    query, key, value, query_weight, key_weight, attention_mask=None, interaction="product",
-    query_key_projection=None, key_value_projection=None,
+    query,
+    key,
+    value,
+    query_weight,
+    key_weight,
+    attention_mask=None,
+    interaction="product",
+    query_key_projection=None,
+    key_value_projection=None,
 ) -> torch.Tensor:
     """u (B, H, N, D) of the causal variant: position t pools the prefix 1..t as in Eqs. 3-6, padding left out."""
     (q, k, v, w_q, w_k), mask, (qk_proj, kv_proj) = _prepare(

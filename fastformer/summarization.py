@@ -92,8 +92,9 @@ class CachedEncoderStates:
             chunk = keys[start : start + batch_size]
             rows = [pending[key] for key in chunk]
             ids = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True)
-            mask = torch.nn.utils.rnn.pad_sequence([torch.ones_like(row, dtype=torch.bool) for row in rows],
-                                                   batch_first=True)  # fmt: skip
+            mask = torch.nn.utils.rnn.pad_sequence(
+                [torch.ones_like(row, dtype=torch.bool) for row in rows], batch_first=True
+            )
             self._encode(ids, mask, chunk)
 
     @torch.no_grad()

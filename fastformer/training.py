@@ -254,8 +254,10 @@ def load_raw_datasets(
     }
     if not files:
         if not all(path.is_file() for path in default_files.values()):
-            fail("pass --train_file and --validation_file (or --dataset_name): the bundled data comes with a source "
-                 "checkout only")  # fmt: skip
+            fail(
+                "pass --train_file and --validation_file (or --dataset_name): the bundled data comes with a source "
+                "checkout only"
+            )
         logger.info(f"No data given: using the bundled {default_files['train'].parent}")
         files = {split: str(path) for split, path in default_files.items()}
     kinds = set()

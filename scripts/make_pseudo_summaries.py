@@ -41,11 +41,20 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", type=Path, required=True, help="the JSON-lines file to write")
     parser.add_argument("--mode", choices=PSEUDO_SUMMARY_MODES, default="lead")
-    parser.add_argument("--texts", type=file_and_field, nargs="+", default=TEXTS,
-                        help="FILE:FIELD, JSON lines (.gz too) (default: the bundled news training articles and "
-                        "distillation texts)")  # fmt: skip
-    parser.add_argument("--held_out", type=file_and_field, nargs="+", default=HELD_OUT,
-                        help="FILE:FIELD of texts never to use (default: the news validation and test articles)")
+    parser.add_argument(
+        "--texts",
+        type=file_and_field,
+        nargs="+",
+        default=TEXTS,
+        help="FILE:FIELD, JSON lines (.gz too) (default: the bundled news training articles and distillation texts)",
+    )
+    parser.add_argument(
+        "--held_out",
+        type=file_and_field,
+        nargs="+",
+        default=HELD_OUT,
+        help="FILE:FIELD of texts never to use (default: the news validation and test articles)",
+    )
     parser.add_argument("--lead_words", type=int, default=16, help="the summary of a text without sentence ends")
     parser.add_argument("--max_texts", type=int, default=None, help="use only the first N texts")
     args = parser.parse_args(argv)

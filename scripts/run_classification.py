@@ -104,8 +104,11 @@ def arrange_splits(raw, data_args):
         if split not in raw:
             fail(f"--remove_splits: no split {split!r} in the data, which has {list(raw)}")
         raw.pop(split)
-    chosen = {"train": data_args.train_split_name, "validation": data_args.validation_split_name,
-              "test": data_args.test_split_name}
+    chosen = {
+        "train": data_args.train_split_name,
+        "validation": data_args.validation_split_name,
+        "test": data_args.test_split_name,
+    }
     for split, name in chosen.items():
         if name is None:
             continue
@@ -215,8 +218,13 @@ def main():
                     prediction = float(value) if is_regression else str(labels[value])
                     file.write(json.dumps({"index": index, "prediction": prediction}) + "\n")
 
-    publish(trainer, task="text-classification", dataset=dataset_name(data_args, NEWSGROUPS),
-            metrics=eval_metrics, base_model=model_args.model_name_or_path)
+    publish(
+        trainer,
+        task="text-classification",
+        dataset=dataset_name(data_args, NEWSGROUPS),
+        metrics=eval_metrics,
+        base_model=model_args.model_name_or_path,
+    )
 
 
 if __name__ == "__main__":

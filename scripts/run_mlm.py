@@ -109,8 +109,9 @@ def main():
 
     def tokenize_lines(batch):
         """Each text one example, cut to max_seq_length (padded to it with --pad_to_max_length)."""
-        return tokenizer(texts(batch), truncation=True, max_length=block, padding=padding(data_args),
-                         return_special_tokens_mask=True)
+        return tokenizer(
+            texts(batch), truncation=True, max_length=block, padding=padding(data_args), return_special_tokens_mask=True
+        )
 
     def tokenize_packed(batch):
         """Tokenize the texts, concatenate them and cut them into blocks of max_seq_length (the rest is dropped)."""
@@ -139,8 +140,13 @@ def main():
         return {"perplexity": math.exp(metrics["eval_loss"]) if metrics["eval_loss"] < 700 else math.inf}
 
     eval_metrics = train_and_evaluate(trainer, prepared, add_eval_metrics=perplexity)
-    publish(trainer, task="fill-mask", dataset=dataset_name(data_args, NEWSGROUPS),
-            metrics=eval_metrics, base_model=model_args.model_name_or_path)
+    publish(
+        trainer,
+        task="fill-mask",
+        dataset=dataset_name(data_args, NEWSGROUPS),
+        metrics=eval_metrics,
+        base_model=model_args.model_name_or_path,
+    )
 
 
 if __name__ == "__main__":

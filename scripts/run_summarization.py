@@ -84,8 +84,10 @@ class DataTrainingArguments(DataArguments):
     )
     min_target_length: int | None = field(
         default=None,
-        metadata={"help": "Generate at least this many tokens in evaluation and prediction (min_new_tokens); saved in "
-                  "the generation config."},
+        metadata={
+            "help": "Generate at least this many tokens in evaluation and prediction (min_new_tokens); saved in "
+            "the generation config."
+        },
     )
     no_repeat_ngram_size: int | None = field(
         default=None,
@@ -203,16 +205,21 @@ def main():
     encoder_config = getattr(config, "encoder", config)  # EncoderDecoderModel (BERT2BERT) nests its encoder's
     positions = getattr(encoder_config, "max_position_embeddings", None)
     if positions is not None and data_args.max_source_length > positions:
-        fail(f"--max_source_length {data_args.max_source_length} is longer than the model reads: "
-             f"{positions} positions (max_position_embeddings)")  # fmt: skip
+        fail(
+            f"--max_source_length {data_args.max_source_length} is longer than the model reads: "
+            f"{positions} positions (max_position_embeddings)"
+        )
     model = load_model(AutoModelForSeq2SeqLM, model_args, config)
     for name in ("decoder_start_token_id", "eos_token_id"):
         if getattr(model.config, name, None) is None:
             fail(f"the model config has no {name}: set it with --config_overrides {name}=ID")
     # the decoding flags go into the generation config, so the saved model generates as it was evaluated
-    decoding = {"num_beams": data_args.num_beams, "length_penalty": data_args.length_penalty,
-                "no_repeat_ngram_size": data_args.no_repeat_ngram_size,
-                "min_new_tokens": data_args.min_target_length}  # fmt: skip
+    decoding = {
+        "num_beams": data_args.num_beams,
+        "length_penalty": data_args.length_penalty,
+        "no_repeat_ngram_size": data_args.no_repeat_ngram_size,
+        "min_new_tokens": data_args.min_target_length,
+    }
     model.generation_config.update(**{name: value for name, value in decoding.items() if value is not None})
     if model_args.cache_encoder_states and model_args.train_encoder_layers:
         fail("--cache_encoder_states needs the whole encoder frozen: the states of layers in training go stale")
@@ -259,8 +266,9 @@ def main():
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=pad)
     if model_args.cache_encoder_states:
         # every split's sources up front, sorted by length (a streamed split's as its batches come)
-        sources = [ids for split in prepared.values() if isinstance(split, datasets.Dataset)
-                   for ids in split["input_ids"]]  # fmt: skip
+        sources = [
+            ids for split in prepared.values() if isinstance(split, datasets.Dataset) for ids in split["input_ids"]
+        ]
         collator = CachedEncoderStates(collator, model, sources, training_args.per_device_eval_batch_size)
     trainer = SummarizationTrainer(
         model=model,
@@ -285,8 +293,13 @@ def main():
             with open(os.path.join(training_args.output_dir, "generated_predictions.txt"), "w") as file:
                 file.write("\n".join(text.strip() for text in texts) + "\n")
 
-    publish(trainer, task="summarization", dataset=dataset_name(data_args, BUNDLED_DATA),
-            metrics=eval_metrics, base_model=model_args.model_name_or_path)
+    publish(
+        trainer,
+        task="summarization",
+        dataset=dataset_name(data_args, BUNDLED_DATA),
+        metrics=eval_metrics,
+        base_model=model_args.model_name_or_path,
+    )
 
 
 if __name__ == "__main__":

@@ -16,13 +16,19 @@ from pathlib import Path
 # the suite runs offline, in this process too (huggingface_hub reads these when it is first imported)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# one thread per process, here and in the processes the tests start: pytest-xdist runs a worker per core, and
+# OpenMP threads beyond the cores wait on each other (the tiny models' many small operations run 3-7x slower)
+os.environ["OMP_NUM_THREADS"] = "1"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+import transformers  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 from fastformer import FastformerConfig  # noqa: E402
 from tests.hub_server import serve  # noqa: E402  (a loopback server speaking the Hub's HTTP API)
+
+torch.set_num_threads(1)  # OMP_NUM_THREADS reaches torch only if set before it is first imported
 
 # the tiny models' defaults; a module whose assertions count with other numbers overrides `tiny_config`
 TINY = dict(
@@ -35,6 +41,17 @@ TINY = dict(
     hidden_dropout_prob=0.0,
     num_labels=3,
 )
+
+
+@pytest.fixture(autouse=True)
+def process_settings():
+    """transformers' log verbosity and torch's thread count as they were before each test: a script or benchmark
+    run in this process sets them (a benchmark silences warnings and takes --threads), and later tests read the
+    warnings they expect and share the cores with the other workers."""
+    verbosity, threads = transformers.logging.get_verbosity(), torch.get_num_threads()
+    yield
+    transformers.logging.set_verbosity(verbosity)
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
@@ -147,10 +164,24 @@ def fresh_python(repo_root):
         env["HF_MODULES_CACHE"] = str(cwd / "hf_modules")  # where remote code is copied and imported from
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), env.get("PYTHONPATH")]))
         process = subprocess.run(
-            [sys.executable, "-c", script], cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-            text=True, timeout=600,
+            [sys.executable, "-c", script],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         assert process.returncode == 0, f"fresh interpreter failed:\n{process.stdout}\n{process.stderr}"
         return process.stdout
 
     return run
+
+
+def pytest_collection_modifyitems(items):
+    """The modules with the most tests marked slow first, each module's tests in their order: pytest-xdist hands a
+    free worker the next module, so the long ones start early instead of running alone at the end."""
+    slow = {}
+    for item in items:
+        slow[item.path] = slow.get(item.path, 0) + (item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: -slow[item.path])

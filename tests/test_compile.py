@@ -13,7 +13,11 @@ from fastformer.export import state_tensors
 @pytest.fixture(scope="module")
 def tiny_config(tiny_config):
     return functools.partial(
-        tiny_config, intermediate_size=64, num_decoder_layers=2, share_layers=False, decoder_start_token_id=1,
+        tiny_config,
+        intermediate_size=64,
+        num_decoder_layers=2,
+        share_layers=False,
+        decoder_start_token_id=1,
         initializer_range=0.2,
     )
 
@@ -25,6 +29,7 @@ def padded_batch():
     return ids, mask
 
 
+@pytest.mark.slow
 @torch.no_grad()
 def test_encoder_compiles_as_one_graph(build):
     model = build(FastformerModel)
@@ -36,6 +41,7 @@ def test_encoder_compiles_as_one_graph(build):
     torch.testing.assert_close(result.pooler_output, expected.pooler_output, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @torch.no_grad()
 def test_decoding_step_compiles_as_one_graph(build):
     model = build(FastformerForConditionalGeneration)
@@ -48,10 +54,12 @@ def test_decoding_step_compiles_as_one_graph(build):
     step = torch.compile(model, fullgraph=True)
     token = torch.tensor([[3], [8]])
     for _ in range(3):  # the same compiled step again and again, its state moving on
-        expected = model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=token,
-                         cache=eager_cache)
-        result = step(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=token,
-                      cache=compiled_cache)
+        expected = model(
+            encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=token, cache=eager_cache
+        )
+        result = step(
+            encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=token, cache=compiled_cache
+        )
         torch.testing.assert_close(result.logits, expected.logits, rtol=1e-5, atol=1e-5)
         compiled_states, eager_states = compiled_cache.self_attention_cache, eager_cache.self_attention_cache
         compiled, eager = ([*state_tensors(states), states.positions] for states in (compiled_states, eager_states))
@@ -70,8 +78,12 @@ def test_compiled_decoding_step_does_not_recompile_per_token(build):
     ids, mask = padded_batch()
     encoder_outputs = model.get_encoder()(ids, attention_mask=mask)
     cache = model.new_cache()
-    model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=torch.tensor([[1, 5], [1, 9]]),
-          cache=cache)  # a prompt, in eager mode
+    model(
+        encoder_outputs=encoder_outputs,
+        attention_mask=mask,
+        decoder_input_ids=torch.tensor([[1, 5], [1, 9]]),
+        cache=cache,
+    )  # a prompt, in eager mode
     step = torch.compile(model, fullgraph=True)
     token = torch.tensor([[3], [8]])
 

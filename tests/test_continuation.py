@@ -16,9 +16,16 @@ MODELS = [FastformerForCausalLM, FastformerForConditionalGeneration]
 @pytest.fixture(scope="module")
 def tiny_config(tiny_config):
     return functools.partial(
-        tiny_config, vocab_size=VOCAB, intermediate_size=48, num_decoder_layers=3, initializer_range=0.2,
-        pad_token_id=PAD, bos_token_id=START, decoder_start_token_id=START, eos_token_id=EOS,
-    )  # fmt: skip
+        tiny_config,
+        vocab_size=VOCAB,
+        intermediate_size=48,
+        num_decoder_layers=3,
+        initializer_range=0.2,
+        pad_token_id=PAD,
+        bos_token_id=START,
+        decoder_start_token_id=START,
+        eos_token_id=EOS,
+    )
 
 
 def peer(model_class):
@@ -28,9 +35,19 @@ def peer(model_class):
     if model_class is FastformerForCausalLM:
         config = GPT2Config(n_embd=32, n_layer=2, n_head=4, initializer_range=0.2, **special)
         return GPT2LMHeadModel(config).eval()
-    config = BartConfig(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                        decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48, init_std=0.2,
-                        decoder_start_token_id=START, forced_eos_token_id=None, **special)  # fmt: skip
+    config = BartConfig(
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=48,
+        decoder_ffn_dim=48,
+        init_std=0.2,
+        decoder_start_token_id=START,
+        forced_eos_token_id=None,
+        **special,
+    )
     return BartForConditionalGeneration(config).eval()
 
 
@@ -81,9 +98,7 @@ FORMS = [
 
 
 @pytest.mark.parametrize("model_class, form, peer_too", FORMS, ids=lambda v: getattr(v, "__name__", str(v)))
-def test_continuing_from_the_returned_cache_gives_the_logits_of_one_shot_generation(
-    build, model_class, form, peer_too
-):
+def test_continuing_from_the_returned_cache_gives_the_logits_of_one_shot_generation(build, model_class, form, peer_too):
     ids, mask = left_padded_batch()
     for model in (peer(model_class), build(model_class)) if peer_too else (build(model_class),):
         one_shot = generate(model, ids, mask, max_new_tokens=8)
@@ -125,9 +140,17 @@ def test_forms_that_cannot_continue_are_refused_with_the_form_to_use(build, mode
     else:  # new tokens only, but a mask of the new tokens only: the cached ones would be lost
         new_tokens, width, message = first.sequences[:, -1:], 1, "`input_ids` has 1 and its attention mask 1"
     with pytest.raises(ValueError, match=f"{message}: pass the whole sequence"):
-        generate(model, ids, mask, new_tokens, torch.ones(2, width, dtype=torch.long), max_new_tokens=2,
-                 cache=first.cache)  # fmt: skip
+        generate(
+            model, ids, mask, new_tokens, torch.ones(2, width, dtype=torch.long), max_new_tokens=2, cache=first.cache
+        )
     beams = generate(model, ids, mask, max_new_tokens=4, num_beams=3)
     with pytest.raises(ValueError, match="comes from beam search"):
-        generate(model, ids, mask, beams.sequences, sequences_mask(model, mask, beams.sequences), max_new_tokens=2,
-                 cache=beams.cache)  # fmt: skip
+        generate(
+            model,
+            ids,
+            mask,
+            beams.sequences,
+            sequences_mask(model, mask, beams.sequences),
+            max_new_tokens=2,
+            cache=beams.cache,
+        )

@@ -62,8 +62,14 @@ def bert(tokenizer):
     weights larger than BERT's initializer so that every term of the mapping matters."""
     torch.manual_seed(0)
     config = BertConfig(
-        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-        max_position_embeddings=POSITIONS, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=POSITIONS,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
     )
     model = BertModel(config, add_pooling_layer=False).eval()
     with torch.no_grad():
@@ -137,10 +143,23 @@ def test_long_inputs_run_past_the_source_positions(bert, tokenizer):
 
 
 def test_non_bert_sources_are_refused_by_name(tmp_path):
-    BartModel(BartConfig(vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                         decoder_attention_heads=2, encoder_ffn_dim=8, decoder_ffn_dim=8)).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match=r"is a 'bart' model; only BERT-family checkpoints .*\('bert', 'roberta', "
-                                         r"'xlm-roberta', 'distilbert', 'electra'\)"):  # fmt: skip
+    BartModel(
+        BartConfig(
+            vocab_size=50,
+            d_model=16,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=8,
+            decoder_ffn_dim=8,
+        )
+    ).save_pretrained(tmp_path)
+    with pytest.raises(
+        ValueError,
+        match=r"is a 'bart' model; only BERT-family checkpoints .*\('bert', 'roberta', "
+        r"'xlm-roberta', 'distilbert', 'electra'\)",
+    ):
         load_bert_source(str(tmp_path))
 
 
@@ -155,22 +174,44 @@ def noisy(model):
 
 # the other BERT-family sources, tiny and random: the sizes of the tiny BERT, the bundled tokenizer's vocabulary
 # and padding id (a RoBERTa's positions then start at row padding_idx + 1 = 1); an ELECTRA with narrower embeddings
-SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-             hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # fmt: skip
+SIZES = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
 SOURCES = {
-    "roberta": lambda vocab: RobertaModel(RobertaConfig(vocab_size=vocab, pad_token_id=0, type_vocab_size=1,
-                                                        max_position_embeddings=POSITIONS + 1, **SIZES),
-                                          add_pooling_layer=False),
-    "xlm-roberta": lambda vocab: XLMRobertaModel(XLMRobertaConfig(vocab_size=vocab, pad_token_id=0, type_vocab_size=1,
-                                                                  max_position_embeddings=POSITIONS + 1, **SIZES),
-                                                 add_pooling_layer=False),
-    "distilbert": lambda vocab: DistilBertModel(DistilBertConfig(vocab_size=vocab, pad_token_id=0, dim=32, n_layers=2,
-                                                                 n_heads=4, hidden_dim=37, dropout=0.0,
-                                                                 attention_dropout=0.0,
-                                                                 max_position_embeddings=POSITIONS)),
-    "electra": lambda vocab: ElectraModel(ElectraConfig(vocab_size=vocab, pad_token_id=0, embedding_size=16,
-                                                        max_position_embeddings=POSITIONS, **SIZES)),
-}  # fmt: skip
+    "roberta": lambda vocab: RobertaModel(
+        RobertaConfig(
+            vocab_size=vocab, pad_token_id=0, type_vocab_size=1, max_position_embeddings=POSITIONS + 1, **SIZES
+        ),
+        add_pooling_layer=False,
+    ),
+    "xlm-roberta": lambda vocab: XLMRobertaModel(
+        XLMRobertaConfig(
+            vocab_size=vocab, pad_token_id=0, type_vocab_size=1, max_position_embeddings=POSITIONS + 1, **SIZES
+        ),
+        add_pooling_layer=False,
+    ),
+    "distilbert": lambda vocab: DistilBertModel(
+        DistilBertConfig(
+            vocab_size=vocab,
+            pad_token_id=0,
+            dim=32,
+            n_layers=2,
+            n_heads=4,
+            hidden_dim=37,
+            dropout=0.0,
+            attention_dropout=0.0,
+            max_position_embeddings=POSITIONS,
+        )
+    ),
+    "electra": lambda vocab: ElectraModel(
+        ElectraConfig(vocab_size=vocab, pad_token_id=0, embedding_size=16, max_position_embeddings=POSITIONS, **SIZES)
+    ),
+}
 
 
 @pytest.fixture(scope="module", params=list(SOURCES))
@@ -222,8 +263,9 @@ def test_other_bert_family_sources_map_exactly(source_folder, tokenizer):
         assert len(hidden_states) == 3 and len(attention_outputs) == 2
     assert model.config.max_position_embeddings == 2 * POSITIONS
     # the positions past the source's repeat its readable rows (a RoBERTa's from row padding_idx + 1)
-    torch.testing.assert_close(model.embeddings.position_embeddings.weight[POSITIONS:],
-                               model.embeddings.position_embeddings.weight[:POSITIONS])  # fmt: skip
+    torch.testing.assert_close(
+        model.embeddings.position_embeddings.weight[POSITIONS:], model.embeddings.position_embeddings.weight[:POSITIONS]
+    )
     loss = AttentionTransfer(model, source.model, "end_to_end")(**batch).loss
     assert torch.isfinite(loss) and loss > 0
 
@@ -263,8 +305,15 @@ def held_out(tokenizer):
 
 def transfer_args(tmp_path, **overrides):
     settings = dict(
-        output_dir=str(tmp_path), max_steps=12, per_device_train_batch_size=4, learning_rate=1e-2,
-        lr_scheduler_type="constant", save_strategy="no", report_to="none", seed=0, disable_tqdm=True,
+        output_dir=str(tmp_path),
+        max_steps=12,
+        per_device_train_batch_size=4,
+        learning_rate=1e-2,
+        lr_scheduler_type="constant",
+        save_strategy="no",
+        report_to="none",
+        seed=0,
+        disable_tqdm=True,
         use_cpu=True,
     )
     return TrainingArguments(**{**settings, **overrides})
@@ -279,7 +328,11 @@ def test_transfer_lowers_the_per_layer_error(bert, tokenizer, tmp_path, stage):
     frozen = {name: tensor.clone() for name, tensor in student.state_dict().items()}
     teacher = {name: tensor.clone() for name, tensor in bert.state_dict().items()}
     transfer_attention(
-        student, bert, stage, dataset_of(tokenizer, TEXTS[:4] * 4), transfer_args(tmp_path),
+        student,
+        bert,
+        stage,
+        dataset_of(tokenizer, TEXTS[:4] * 4),
+        transfer_args(tmp_path),
         DataCollatorWithPadding(tokenizer),
     )
     after = transfer_errors(student, bert, evaluation)
@@ -311,12 +364,18 @@ def test_end_to_end_stage_can_match_the_last_layer_only(bert, tokenizer, tmp_pat
     evaluation = held_out(tokenizer)
     before = transfer_errors(student, bert, evaluation)["hidden"][-1]
     transfer_attention(
-        student, bert, "end_to_end", dataset_of(tokenizer, TEXTS[:4] * 4), transfer_args(tmp_path),
-        DataCollatorWithPadding(tokenizer), matched="last",
+        student,
+        bert,
+        "end_to_end",
+        dataset_of(tokenizer, TEXTS[:4] * 4),
+        transfer_args(tmp_path),
+        DataCollatorWithPadding(tokenizer),
+        matched="last",
     )
     assert transfer_errors(student, bert, evaluation)["hidden"][-1] < before
 
 
+@pytest.mark.slow
 def test_end_to_end_stage_can_match_the_pooled_embedding(bert, tokenizer, tmp_path, converted):
     """The pooled target adds the unexplained variance of the batch's sentence embeddings (the student's pooler on
     both models' last layer) to the last layer's; training on it brings the embeddings closer to the teacher's."""
@@ -332,13 +391,18 @@ def test_end_to_end_stage_can_match_the_pooled_embedding(bert, tokenizer, tmp_pa
     assert pooled.layer_errors[1].item() == pytest.approx(by_hand.item(), rel=1e-4)
     one = tokenizer(TEXTS[:1], return_tensors="pt")  # one embedding has no spread: the last layer alone
     assert AttentionTransfer(student, bert, "end_to_end", matched="pooled")(**one).layer_errors.shape == (1,)
-    with pytest.raises(ValueError, match='pooler, which must have no weights.*additive'):
+    with pytest.raises(ValueError, match="pooler, which must have no weights.*additive"):
         AttentionTransfer(convert_bert(bert, pooler_type="additive"), bert, "end_to_end", matched="pooled")
     evaluation = held_out(tokenizer)
     before = embedding_cosine(student, bert, evaluation)
     transfer_attention(
-        student, bert, "end_to_end", dataset_of(tokenizer, TEXTS[:4] * 4), transfer_args(tmp_path),
-        DataCollatorWithPadding(tokenizer), matched="pooled",
+        student,
+        bert,
+        "end_to_end",
+        dataset_of(tokenizer, TEXTS[:4] * 4),
+        transfer_args(tmp_path),
+        DataCollatorWithPadding(tokenizer),
+        matched="pooled",
     )
     assert embedding_cosine(student, bert, evaluation) > before
     settings = json.loads((converted / "conversion.json").read_text())
@@ -359,8 +423,9 @@ def test_least_squares_start_fits_w_r_to_the_teachers_contexts(bert, tokenizer, 
     padded = convert_bert(bert, query_residual=query_residual)  # padding does not change the fit
     least_squares_start(padded, bert, [tokenizer(TEXTS[:6], padding=True, return_tensors="pt")], ridge=0.0)
     for layer, other in zip(student.layers, padded.layers, strict=True):
-        torch.testing.assert_close(other.attention.transform.weight, layer.attention.transform.weight,
-                                   rtol=1e-4, atol=1e-5)  # fmt: skip
+        torch.testing.assert_close(
+            other.attention.transform.weight, layer.attention.transform.weight, rtol=1e-4, atol=1e-5
+        )
     after = transfer_errors(student, bert, held_out(tokenizer))["attention"]
     assert all(error_after < error_before for error_before, error_after in zip(before, after, strict=True))
     for index, layer in enumerate(student.layers):
@@ -417,20 +482,48 @@ def converted(bert_folder, repo_root, tmp_path_factory):
     texts = tmp_path_factory.mktemp("texts") / "texts.jsonl"
     texts.write_text("".join(json.dumps({"body": text}) + "\n" for text in TEXTS * 3))
     output = tmp_path_factory.mktemp("converted") / "tiny-fastformer"
-    convert_bert_to_fastformer.main([
-        "--model_name_or_path", str(bert_folder), "--output_dir", str(output),
-        "--max_position_embeddings", str(2 * POSITIONS), "--distill_file", str(texts), "--text_column", "body",
-        "--max_seq_length", str(POSITIONS), "--max_steps", "3", "--end_to_end_steps", "2", "--save_steps", "2",
-        "--per_device_train_batch_size", "4", "--validation_split_percentage", "20", "--use_cpu",
-        "--disable_tqdm", "true",
-    ])
+    convert_bert_to_fastformer.main(
+        [
+            "--model_name_or_path",
+            str(bert_folder),
+            "--output_dir",
+            str(output),
+            "--max_position_embeddings",
+            str(2 * POSITIONS),
+            "--distill_file",
+            str(texts),
+            "--text_column",
+            "body",
+            "--max_seq_length",
+            str(POSITIONS),
+            "--max_steps",
+            "3",
+            "--end_to_end_steps",
+            "2",
+            "--save_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "4",
+            "--validation_split_percentage",
+            "20",
+            "--use_cpu",
+            "--disable_tqdm",
+            "true",
+        ]
+    )
     return output
 
 
 def test_converted_folder_is_a_hub_ready_checkpoint(converted, bert):
     names = {path.name for path in converted.iterdir()}
-    assert {"config.json", "model.safetensors", "modeling_fastformer.py", "tokenizer.json", "README.md",
-            "conversion.json"} <= names
+    assert {
+        "config.json",
+        "model.safetensors",
+        "modeling_fastformer.py",
+        "tokenizer.json",
+        "README.md",
+        "conversion.json",
+    } <= names
     assert "distillation" not in names  # the transfer's checkpoints are gone once the folder is saved
     settings = json.loads((converted / "conversion.json").read_text())
     report = settings["distillation"]
@@ -444,8 +537,9 @@ def test_converted_folder_is_a_hub_ready_checkpoint(converted, bert):
     assert config["max_position_embeddings"] == 2 * POSITIONS and config["query_residual"] is False
 
 
-@pytest.mark.parametrize("auto_class", [AutoModel, AutoModelForSequenceClassification, AutoModelForMaskedLM,
-                                        AutoModelForSeq2SeqLM])
+@pytest.mark.parametrize(
+    "auto_class", [AutoModel, AutoModelForSequenceClassification, AutoModelForMaskedLM, AutoModelForSeq2SeqLM]
+)
 def test_converted_folder_loads_with_every_auto_class(converted, auto_class, bert):
     model = auto_class.from_pretrained(converted)
     encoder = model.fastformer if hasattr(model, "fastformer") else model
@@ -455,6 +549,7 @@ def test_converted_folder_loads_with_every_auto_class(converted, auto_class, ber
     assert not torch.equal(encoder.layers[0].attention.query_weight, torch.zeros_like(expected[:4, :8]))
 
 
+@pytest.mark.slow
 def test_converted_folder_loads_as_hub_code_without_the_package(converted, hide_fastformer, fresh_python):
     script = hide_fastformer + (
         "from transformers import AutoModel, AutoTokenizer\n"
@@ -478,9 +573,23 @@ def test_script_resumes_only_the_same_conversion(bert_folder, tmp_path):
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS) + "\n")
     output = tmp_path / "out"
-    arguments = ["--model_name_or_path", str(bert_folder), "--output_dir", str(output), "--distill_file", str(texts),
-                 "--max_steps", "2", "--end_to_end_steps", "0", "--max_seq_length", "16", "--use_cpu",
-                 "--disable_tqdm", "true"]
+    arguments = [
+        "--model_name_or_path",
+        str(bert_folder),
+        "--output_dir",
+        str(output),
+        "--distill_file",
+        str(texts),
+        "--max_steps",
+        "2",
+        "--end_to_end_steps",
+        "0",
+        "--max_seq_length",
+        "16",
+        "--use_cpu",
+        "--disable_tqdm",
+        "true",
+    ]
     work = output / "distillation"
     work.mkdir(parents=True)
     (work / "run.json").write_text(json.dumps({"source": "another-model"}))
@@ -492,6 +601,7 @@ def test_script_resumes_only_the_same_conversion(bert_folder, tmp_path):
     assert "sentence-transformers" not in (output / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_script_rerun_reads_back_a_stage_that_had_finished(bert_folder, tmp_path, monkeypatch):
     """A conversion stopped in its end-to-end stage reruns that stage only, from the layerwise stage's student as it
     ended (Trainer resumed from a stage's last checkpoint would train it one step more), to the same weights as an
@@ -500,9 +610,27 @@ def test_script_rerun_reads_back_a_stage_that_had_finished(bert_folder, tmp_path
     texts.write_text("\n".join(TEXTS) + "\n")
 
     def arguments(output):
-        return ["--model_name_or_path", str(bert_folder), "--output_dir", str(output), "--distill_file", str(texts),
-                "--max_steps", "2", "--end_to_end_steps", "2", "--save_steps", "1", "--max_seq_length", "16",
-                "--lr_scheduler_type", "cosine", "--use_cpu", "--disable_tqdm", "true"]  # fmt: skip
+        return [
+            "--model_name_or_path",
+            str(bert_folder),
+            "--output_dir",
+            str(output),
+            "--distill_file",
+            str(texts),
+            "--max_steps",
+            "2",
+            "--end_to_end_steps",
+            "2",
+            "--save_steps",
+            "1",
+            "--max_seq_length",
+            "16",
+            "--lr_scheduler_type",
+            "cosine",
+            "--use_cpu",
+            "--disable_tqdm",
+            "true",
+        ]
 
     convert_bert_to_fastformer.main(arguments(tmp_path / "whole"))
     transfer = convert_bert_to_fastformer.transfer_attention
@@ -525,15 +653,27 @@ def test_script_rerun_reads_back_a_stage_that_had_finished(bert_folder, tmp_path
     whole, resumed = (FastformerModel.from_pretrained(tmp_path / name).state_dict() for name in ("whole", "stopped"))
     for name, tensor in whole.items():
         torch.testing.assert_close(resumed[name], tensor, msg=name)
-    reports = [json.loads((tmp_path / name / "conversion.json").read_text())["distillation"]["stages"]
-               for name in ("whole", "stopped")]  # fmt: skip
+    reports = [
+        json.loads((tmp_path / name / "conversion.json").read_text())["distillation"]["stages"]
+        for name in ("whole", "stopped")
+    ]
     assert reports[1]["layerwise"]["after"] == reports[0]["layerwise"]["after"]
 
 
 def test_script_names_the_supported_sources(tmp_path):
     source = tmp_path / "bart"
-    BartModel(BartConfig(vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                         decoder_attention_heads=2, encoder_ffn_dim=8, decoder_ffn_dim=8)).save_pretrained(source)
+    BartModel(
+        BartConfig(
+            vocab_size=50,
+            d_model=16,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=8,
+            decoder_ffn_dim=8,
+        )
+    ).save_pretrained(source)
     with pytest.raises(SystemExit, match="only BERT-family checkpoints can be converted"):
         convert_bert_to_fastformer.main(["--model_name_or_path", str(source), "--output_dir", str(tmp_path / "out")])
 
@@ -551,15 +691,23 @@ def test_sentence_transformers_model_stays_one(transformer, request, tmp_path):
     """A sentence-transformers source (mean pooling, normalization; on a BERT or a DistilBERT) converts into a
     folder that SentenceTransformer loads as Hub code, with the same pooling and normalization."""
     folder = request.getfixturevalue(transformer)
-    source = SentenceTransformer(modules=[
-        Transformer(str(folder), max_seq_length=POSITIONS), Pooling(32, pooling_mode="mean"), Normalize()
-    ])
+    source = SentenceTransformer(
+        modules=[Transformer(str(folder), max_seq_length=POSITIONS), Pooling(32, pooling_mode="mean"), Normalize()]
+    )
     source.save(str(tmp_path / "source"))
     loaded = load_bert_source(str(tmp_path / "source"))
     assert loaded.pooler_type == "mean"
     output = tmp_path / "converted"
-    convert_bert_to_fastformer.main(["--model_name_or_path", str(tmp_path / "source"), "--output_dir", str(output),
-                                     "--max_position_embeddings", str(3 * POSITIONS)])
+    convert_bert_to_fastformer.main(
+        [
+            "--model_name_or_path",
+            str(tmp_path / "source"),
+            "--output_dir",
+            str(output),
+            "--max_position_embeddings",
+            str(3 * POSITIONS),
+        ]
+    )
 
     model = SentenceTransformer(str(output), trust_remote_code=True, device="cpu")
     assert model.max_seq_length == 3 * POSITIONS  # the converted positions, not the source's
@@ -596,12 +744,36 @@ def test_script_converts_other_sources_with_the_attention_transfer(model_type, t
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS * 3) + "\n")
     output = tmp_path / "converted"
-    convert_bert_to_fastformer.main([
-        "--model_name_or_path", str(source), "--output_dir", str(output), "--distill_file", str(texts),
-        "--max_seq_length", str(POSITIONS), "--max_steps", "6", "--end_to_end_steps", "2", "--learning_rate", "1e-2",
-        "--per_device_train_batch_size", "4", "--validation_split_percentage", "20", "--use_cpu",
-        "--disable_tqdm", "true", "--save_strategy", "no", "--least_squares_start", "--least_squares_batches", "2",
-    ])  # fmt: skip
+    convert_bert_to_fastformer.main(
+        [
+            "--model_name_or_path",
+            str(source),
+            "--output_dir",
+            str(output),
+            "--distill_file",
+            str(texts),
+            "--max_seq_length",
+            str(POSITIONS),
+            "--max_steps",
+            "6",
+            "--end_to_end_steps",
+            "2",
+            "--learning_rate",
+            "1e-2",
+            "--per_device_train_batch_size",
+            "4",
+            "--validation_split_percentage",
+            "20",
+            "--use_cpu",
+            "--disable_tqdm",
+            "true",
+            "--save_strategy",
+            "no",
+            "--least_squares_start",
+            "--least_squares_batches",
+            "2",
+        ]
+    )
     report = json.loads((output / "conversion.json").read_text())
     assert report["source_max_position_embeddings"] == POSITIONS
     distillation = report["distillation"]
@@ -625,11 +797,27 @@ def test_script_seq2seq_decoder_starts_from_the_distilled_encoder(bert_folder, t
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS * 2) + "\n")
     output = tmp_path / "seq2seq"
-    convert_bert_to_fastformer.main([
-        "--model_name_or_path", str(bert_folder), "--output_dir", str(output), "--task", "seq2seq",
-        "--distill_file", str(texts), "--max_steps", "2", "--end_to_end_steps", "1", "--max_seq_length", "16",
-        "--use_cpu", "--disable_tqdm", "true",
-    ])
+    convert_bert_to_fastformer.main(
+        [
+            "--model_name_or_path",
+            str(bert_folder),
+            "--output_dir",
+            str(output),
+            "--task",
+            "seq2seq",
+            "--distill_file",
+            str(texts),
+            "--max_steps",
+            "2",
+            "--end_to_end_steps",
+            "1",
+            "--max_seq_length",
+            "16",
+            "--use_cpu",
+            "--disable_tqdm",
+            "true",
+        ]
+    )
     model = AutoModelForSeq2SeqLM.from_pretrained(output)
     assert isinstance(model, FastformerForConditionalGeneration)
     for layer, decoder_layer in zip(model.fastformer.layers, model.decoder.layers, strict=True):
@@ -643,5 +831,13 @@ def test_script_refuses_texts_longer_than_the_teacher_reads(bert_folder, tmp_pat
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS) + "\n")
     with pytest.raises(SystemExit, match=f"--max_seq_length 256 is more than the teacher's {POSITIONS} positions"):
-        convert_bert_to_fastformer.main(["--model_name_or_path", str(bert_folder), "--output_dir", str(tmp_path / "o"),
-                                         "--distill_file", str(texts)])
+        convert_bert_to_fastformer.main(
+            [
+                "--model_name_or_path",
+                str(bert_folder),
+                "--output_dir",
+                str(tmp_path / "o"),
+                "--distill_file",
+                str(texts),
+            ]
+        )

@@ -3,6 +3,7 @@ at batch sizes and lengths the export did not trace, against the eager model (ON
 seq2seq model as an encoder graph and a decoding-step graph whose state is explicit, decoded greedily on ONNX
 Runtime against generate()."""
 
+import functools
 import json
 
 import numpy as np
@@ -10,7 +11,6 @@ import onnxruntime
 import pytest
 import torch
 
-from benchmarks.harness import run_in_process
 from fastformer import (
     FastformerForConditionalGeneration,
     FastformerForMaskedLM,
@@ -27,6 +27,7 @@ from fastformer.export import (
     onnx_sessions,
 )
 from fastformer.export import export_onnx as export_onnx_file
+from tests.in_process import run_in_process
 
 HEADS = [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM]
 NEW_SHAPES = [(3, 7), (1, 41)]  # (batch, length): neither is EXAMPLE_SHAPE
@@ -41,10 +42,23 @@ def padded_inputs(vocab_size, batch, length, seed=0):
     return input_ids, attention_mask
 
 
-def exported(build, head, implementation, tmp_path):
-    model = build(head, additive_attention_mode=implementation)
-    path = export_onnx_file(model, tmp_path / "model.onnx")
-    return model, onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+@pytest.fixture(scope="module")
+def tiny_config(tiny_config):
+    """One layer (an export traces every layer's operations again: seconds each), the decoder too."""
+    return functools.partial(tiny_config, num_hidden_layers=1)
+
+
+@pytest.fixture(scope="module")
+def exported(build, tmp_path_factory):
+    """exported(head, implementation) -> the model and an ONNX Runtime session of its export, each exported once."""
+
+    @functools.cache
+    def export(head, implementation):
+        model = build(head, additive_attention_mode=implementation)
+        path = export_onnx_file(model, tmp_path_factory.mktemp("onnx") / "model.onnx")
+        return model, onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+    return export
 
 
 def assert_runs_like_the_model(model, session, max_difference=1e-4):
@@ -60,19 +74,21 @@ def assert_runs_like_the_model(model, session, max_difference=1e-4):
             np.testing.assert_allclose(value, expected[name].numpy(), rtol=0, atol=max_difference, err_msg=name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("head", HEADS, ids=lambda head: head.__name__)
-def test_onnx_runtime_runs_each_head_like_the_model_at_new_lengths(build, head, tmp_path):
-    assert_runs_like_the_model(*exported(build, head, "auto", tmp_path))
+def test_onnx_runtime_runs_each_head_like_the_model_at_new_lengths(exported, head):
+    assert_runs_like_the_model(*exported(head, "auto"))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("head", HEADS, ids=lambda head: head.__name__)
-def test_onnx_runtime_runs_the_plain_attention_like_the_model(build, head, tmp_path):
-    assert_runs_like_the_model(*exported(build, head, "plain", tmp_path))
+def test_onnx_runtime_runs_the_plain_attention_like_the_model(exported, head):
+    assert_runs_like_the_model(*exported(head, "plain"))
 
 
-def test_padding_in_the_onnx_graph_does_not_change_the_real_tokens(build, tmp_path):
-    model, session = exported(build, FastformerModel, "auto", tmp_path)
+@pytest.mark.slow
+def test_padding_in_the_onnx_graph_does_not_change_the_real_tokens(exported):
+    model, session = exported(FastformerModel, "auto")
     input_ids, _ = padded_inputs(model.config.vocab_size, 1, 9)
     alone = session.run(None, {"input_ids": input_ids.numpy(), "attention_mask": np.ones((1, 9), np.int64)})
     padded_ids = torch.cat([input_ids, torch.zeros(1, 6, dtype=torch.long)], dim=1).numpy()
@@ -109,26 +125,30 @@ def test_export_refuses_what_it_cannot_export(build):
         export_program(build(FastformerModel).train())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cross_attention_type", ["softmax", "additive"])
 def test_onnx_greedy_decoding_with_the_state_as_inputs_gives_the_tokens_of_generate(
     build, cross_attention_type, tmp_path
 ):
     special = dict(pad_token_id=0, decoder_start_token_id=1, bos_token_id=1, eos_token_id=2)
     # larger initial weights: a random model that does not repeat one token
-    model = build(FastformerForConditionalGeneration, initializer_range=0.5, cross_attention_type=cross_attention_type,
-                  **special)  # fmt: skip
+    model = build(
+        FastformerForConditionalGeneration, initializer_range=0.5, cross_attention_type=cross_attention_type, **special
+    )
     export_seq2seq_onnx(model, tmp_path)
     sessions = onnx_sessions(tmp_path)
     input_ids, attention_mask = padded_inputs(model.config.vocab_size, 4, 29)  # source length and batch not traced
     input_ids[input_ids < 3] = 3  # no special token in the source
 
     def generate():
-        return model.generate(input_ids, attention_mask=attention_mask, do_sample=False, num_beams=1,
-                              max_new_tokens=20).numpy()  # fmt: skip
+        return model.generate(
+            input_ids, attention_mask=attention_mask, do_sample=False, num_beams=1, max_new_tokens=20
+        ).numpy()
 
     def on_onnx_runtime(max_new_tokens=20, generation_config=model.generation_config):
-        return onnx_greedy_generate(sessions, model.config, input_ids.numpy(), attention_mask.numpy(), max_new_tokens,
-                                    generation_config)  # fmt: skip
+        return onnx_greedy_generate(
+            sessions, model.config, input_ids.numpy(), attention_mask.numpy(), max_new_tokens, generation_config
+        )
 
     expected = generate()
     assert len(np.unique(expected[:, 1:])) > 4
@@ -173,8 +193,9 @@ def test_script_exports_the_checkpoints_head_with_its_tokenizer(build, tokenizer
     batch = tokenizer(["A short text.", "A longer text, padded by the other one."], padding=True, return_tensors="np")
     (logits,) = session.run(None, {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]})
     with torch.no_grad():
-        expected = model(**tokenizer(["A short text.", "A longer text, padded by the other one."], padding=True,
-                                     return_tensors="pt")).logits  # fmt: skip
+        expected = model(
+            **tokenizer(["A short text.", "A longer text, padded by the other one."], padding=True, return_tensors="pt")
+        ).logits
     np.testing.assert_allclose(logits, expected.numpy(), rtol=0, atol=1e-4)
 
     # a difference above --atol fails the export and leaves the folder as it was: the earlier export stays whole

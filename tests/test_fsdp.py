@@ -19,8 +19,13 @@ from fastformer import (
 )
 from scripts import run_classification
 
-HEADS = [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM,
-         FastformerForConditionalGeneration, FastformerForCausalLM]  # fmt: skip
+HEADS = [
+    FastformerModel,
+    FastformerForSequenceClassification,
+    FastformerForMaskedLM,
+    FastformerForConditionalGeneration,
+    FastformerForCausalLM,
+]
 
 
 @pytest.fixture(scope="module")
@@ -76,12 +81,14 @@ for name in sys.argv[2:]:
 """
 
 
+@pytest.mark.slow
 def test_accelerate_shards_the_encoder_heads_and_the_causal_lm_with_fsdp2(tmp_path):
     """accelerate's FSDP2 preparation (fully_shard per wrapped module, then its own embedding group) on a
     one-process gloo group: every parameter becomes a DTensor, forward and backward run."""
     heads = [head.__name__ for head in HEADS if head is not FastformerForConditionalGeneration]
-    process = subprocess.run([sys.executable, "-c", SHARD, "29617", *heads], capture_output=True, text=True,
-                             timeout=300)  # fmt: skip
+    process = subprocess.run(
+        [sys.executable, "-c", SHARD, "29617", *heads], capture_output=True, text=True, timeout=300
+    )
     assert process.returncode == 0, process.stderr[-3000:]
     assert process.stdout.split("\n")[:-1] == [f"{name} sharded True" for name in heads]
 
@@ -91,18 +98,45 @@ def test_an_fsdp_config_on_cpus_trains_as_ddp_and_says_so(repo_root, tmp_path):
     """accelerate (1.15) turns FSDP on for accelerators only: on CPUs the processes run DDP, full replicas."""
     config = yaml.safe_load((repo_root / "configs" / "accelerate" / "fsdp.yaml").read_text())
     cpu = tmp_path / "fsdp_cpu.yaml"
-    cpu.write_text(yaml.safe_dump({**config, "use_cpu": True, "num_processes": 2, "mixed_precision": "no",
-                                   "gpu_ids": None}))  # fmt: skip
+    cpu.write_text(
+        yaml.safe_dump({**config, "use_cpu": True, "num_processes": 2, "mixed_precision": "no", "gpu_ids": None})
+    )
     train = tmp_path / "train.jsonl"
     train.write_text("".join((repo_root / "data" / "20newsgroups" / "train.jsonl").read_text().splitlines(True)[:16]))
     process = subprocess.run(
-        [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(cpu), run_classification.__file__,
-         "--output_dir", str(tmp_path / "out"), "--do_train", "--train_file", str(train), "--max_seq_length", "32",
-         "--max_steps", "1", "--per_device_train_batch_size", "2", "--model_type", "fastformer",
-         "--config_overrides", "hidden_size=32,num_attention_heads=4,intermediate_size=64", "--use_cpu",
-         "--report_to", "none", "--save_strategy", "no"],
-        capture_output=True, text=True, timeout=600, cwd=repo_root,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(cpu),
+            run_classification.__file__,
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--do_train",
+            "--train_file",
+            str(train),
+            "--max_seq_length",
+            "32",
+            "--max_steps",
+            "1",
+            "--per_device_train_batch_size",
+            "2",
+            "--model_type",
+            "fastformer",
+            "--config_overrides",
+            "hidden_size=32,num_attention_heads=4,intermediate_size=64",
+            "--use_cpu",
+            "--report_to",
+            "none",
+            "--save_strategy",
+            "no",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=repo_root,
+    )
     assert process.returncode == 0, process.stderr[-3000:]
     assert "FSDP was asked for (ACCELERATE_USE_FSDP), but accelerate runs FSDP on accelerators only" in (
         process.stdout + process.stderr

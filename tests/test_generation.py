@@ -119,8 +119,9 @@ def test_sampling_with_cache_equals_without(build, model_class):
     for use_cache in [True, False]:
         torch.manual_seed(5)
         runs.append(
-            generate(model, inputs, max_new_tokens=10, do_sample=True, top_k=10, num_return_sequences=3,
-                     use_cache=use_cache).sequences
+            generate(
+                model, inputs, max_new_tokens=10, do_sample=True, top_k=10, num_return_sequences=3, use_cache=use_cache
+            ).sequences
         )
     assert runs[0].shape[0] == 6 and torch.equal(runs[0], runs[1])
 
@@ -323,8 +324,9 @@ def test_a_seq2seq_checkpoint_does_not_load_as_a_causal_lm(build, tmp_path):
         FastformerForCausalLM.from_pretrained(tmp_path)
 
 
-@pytest.mark.parametrize("settings", [dict(assistant_model="self"), dict(penalty_alpha=0.6, top_k=4)],
-                         ids=["assisted", "contrastive"])
+@pytest.mark.parametrize(
+    "settings", [dict(assistant_model="self"), dict(penalty_alpha=0.6, top_k=4)], ids=["assisted", "contrastive"]
+)
 def test_assisted_and_contrastive_decoding_are_refused(build, settings):
     model = build(FastformerForConditionalGeneration)
     settings = {k: model if v == "self" else v for k, v in settings.items()}
@@ -352,8 +354,10 @@ def test_beam_reordering_leaves_the_source_side_alone(build):
     cross = [(layer.keys, layer.values) for layer in cache.cross_attention_cache.layers]
     states = [tensor.clone() for tensor in state_tensors(cache.self_attention_cache)]
     cache.reorder_cache(torch.tensor([2, 0, 0]))
-    assert all(layer.keys is keys and layer.values is values
-               for layer, (keys, values) in zip(cache.cross_attention_cache.layers, cross))  # fmt: skip
+    assert all(
+        layer.keys is keys and layer.values is values
+        for layer, (keys, values) in zip(cache.cross_attention_cache.layers, cross)
+    )
     for old, new in zip(states, state_tensors(cache.self_attention_cache)):
         assert torch.equal(new, old[[2, 0, 0]])
 
@@ -392,9 +396,7 @@ def test_cross_attention_encodes_the_source_once_per_distinct_layer(build, share
 
 
 def test_shared_layers_store_the_encoder_side_once(build):
-    shared, unshared = (
-        build(FastformerForConditionalGeneration, share_layers=sharing) for sharing in (True, False)
-    )
+    shared, unshared = (build(FastformerForConditionalGeneration, share_layers=sharing) for sharing in (True, False))
     sizes = {}
     for model in (shared, unshared):
         cache = model.new_cache()
@@ -464,8 +466,9 @@ def test_output_attentions_after_cached_tokens_is_refused_not_dropped(build, mod
     with pytest.raises(ValueError, match=r"`output_attentions=True` needs the decoder's whole sequence"):
         logits(model, tokens(2, 1), cache=cache, output_attentions=True)
     with torch.no_grad():  # without a cache, generate() can return them
-        output = model.generate(tokens(2, 4), max_new_tokens=2, use_cache=False, output_attentions=True,
-                                return_dict_in_generate=True)  # fmt: skip
+        output = model.generate(
+            tokens(2, 4), max_new_tokens=2, use_cache=False, output_attentions=True, return_dict_in_generate=True
+        )
     steps = output.decoder_attentions if model.config.is_encoder_decoder else output.attentions
     assert len(steps) == 2 and all(len(step) == model.config.num_decoder_layers for step in steps)
 

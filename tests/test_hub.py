@@ -1,9 +1,10 @@
 """Publishing to the Hub and loading back, with the real huggingface_hub client against tests/hub_server.py (the
 `hub` and `hub_server` fixtures).
 
-huggingface_hub reads its endpoint (`HF_ENDPOINT`) at import, so every client runs in a subprocess pointed at the
-loopback server. Loading back happens in a fresh interpreter that cannot import fastformer (`hide_fastformer`), so
-the models are built from the code their repos carry.
+huggingface_hub reads its endpoint (`HF_ENDPOINT`) at import, so every client that reaches the Hub runs in a
+subprocess pointed at the loopback server (push_to_hub.py's refusals, which come before any request, run here).
+Loading back happens in a fresh interpreter that cannot import fastformer (`hide_fastformer`), so the models are
+built from the code their repos carry.
 """
 
 import functools
@@ -15,11 +16,13 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+import huggingface_hub
 import pytest
 import torch
 from transformers import AutoTokenizer
 
 from fastformer import FastformerForConditionalGeneration, FastformerForSequenceClassification
+from fastformer.cli import push_to_hub
 
 # two lengths, so the batch the models see carries padding
 TEXTS = ["fastformer is fast.", "additive attention pools the whole sequence into one global query vector."]
@@ -123,9 +126,7 @@ API_SCRIPT = textwrap.dedent(
 
 def run(args, cwd, env):
     """Runs `args` with stdin closed, so that a prompt gets no answer."""
-    return subprocess.run(
-        args, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300
-    )
+    return subprocess.run(args, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
 
 
 def assert_succeeded(process):
@@ -228,7 +229,13 @@ def test_server_answers_the_client_like_the_hub(hub, tmp_path):
     assert seen["info"] == {"sha": files_commit.oid, "siblings": sorted(files_commit.files)}
     assert seen["tree"] == [".gitattributes", "a.txt", "keep.txt", "sub"]
     assert seen["tree_recursive"] == [
-        ".gitattributes", "a.txt", "keep.txt", "sub", "sub/b.txt", "sub/deeper", "sub/deeper/c.txt"
+        ".gitattributes",
+        "a.txt",
+        "keep.txt",
+        "sub",
+        "sub/b.txt",
+        "sub/deeper",
+        "sub/deeper/c.txt",
     ]
     assert seen["tree_sub"] == ["sub/b.txt", "sub/deeper"]
     assert seen["paths_info"] == [["RepoFolder", "sub"], ["RepoFile", "a.txt"]]
@@ -238,13 +245,17 @@ def test_server_answers_the_client_like_the_hub(hub, tmp_path):
     assert seen["missing_revision"] == "RevisionNotFoundError"
     assert seen["anonymous_private"] == "RepositoryNotFoundError"
     assert seen["commits"] == [
-        "Delete folder sub with huggingface_hub", "Delete a.txt with huggingface_hub", "files", "initial commit"
+        "Delete folder sub with huggingface_hub",
+        "Delete a.txt with huggingface_hub",
+        "files",
+        "initial commit",
     ]
     assert hub.store.files("user/api").keys() == {".gitattributes", "keep.txt"}
     assert seen["whoami"] == "user"
     assert hub.store.unknown_routes == []
 
 
+@pytest.mark.slow
 def test_pushing_again_adds_a_commit_and_deletes_nothing(push_folder, hub, tmp_path, classifier):
     _, folder = classifier
     (folder / "eval_results.json").write_text(json.dumps({"eval_accuracy": 0.5}))
@@ -265,26 +276,37 @@ def test_pushing_again_adds_a_commit_and_deletes_nothing(push_folder, hub, tmp_p
     assert dict(history[2].files) == {**first.files, "README.md": new_card.encode()}
 
 
+def refusal(folder, monkeypatch, capsys, token="hf_test"):
+    """What push_to_hub.py exits with and prints to stderr for `folder`, run in this process: a refusal comes
+    before any request (the suite is offline here, so a request would fail otherwise)."""
+    if token is None:  # neither HF_TOKEN nor a cached login
+        monkeypatch.delenv("HF_TOKEN", raising=False)
+        monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(folder.parent / "no-token"))
+    else:
+        monkeypatch.setenv("HF_TOKEN", token)
+    with pytest.raises(SystemExit) as exit_:
+        push_to_hub.main(["--output_dir", str(folder), "--hub_model_id", "user/classifier"])
+    return exit_.value.code, capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("missing", "message"), [("config.json", "config.json"), ("model.safetensors", "*.safetensors")]
 )
-def test_push_refuses_a_folder_that_is_not_a_model(push_folder, hub, tmp_path, classifier, missing, message):
+def test_push_refuses_a_folder_that_is_not_a_model(classifier, missing, message, monkeypatch, capsys):
     _, folder = classifier
     (folder / missing).unlink()
-    process = push_folder(hub, tmp_path, folder, "user/classifier")
-    assert process.returncode != 0
-    assert f"{folder} is not a model folder" in process.stderr and message in process.stderr
-    assert hub.store.requests == []  # refused before reaching the Hub
+    code, stderr = refusal(folder, monkeypatch, capsys)
+    assert code != 0
+    assert f"{folder} is not a model folder" in stderr and message in stderr
 
 
-def test_push_refuses_without_a_token(push_folder, hub, tmp_path, classifier):
+def test_push_refuses_without_a_token(classifier, monkeypatch, capsys):
     _, folder = classifier
-    process = push_folder(hub, tmp_path, folder, "user/classifier", token=None)
-    assert process.returncode != 0
-    assert "no Hub token" in process.stderr
-    assert hub.store.requests == []
+    code, stderr = refusal(folder, monkeypatch, capsys, token=None)
+    assert code != 0 and "no Hub token" in stderr
 
 
+@pytest.mark.slow
 def test_push_to_a_private_repo_branch_with_a_token_flag(push_folder, hub, tmp_path, classifier):
     _, folder = classifier
     (folder / "README.md").unlink()
@@ -387,12 +409,36 @@ def test_training_script_pushes_through_trainer_with_its_model_card(hub, tmp_pat
     """run_classification.py --push_to_hub: the repo gets the weights, the code and the Fastformer model card,
     whose model-index holds exactly the evaluation results, and loads as remote code elsewhere."""
     data = repo_root / "data" / "20newsgroups"
-    args = [sys.executable, str(repo_root / "scripts" / "run_classification.py"), "--output_dir", str(tmp_path / "out"),
-            "--do_train", "--do_eval", "--train_file", str(data / "train.jsonl"), "--validation_file",
-            str(data / "test.jsonl"), "--max_train_samples", "32", "--max_eval_samples", "16", "--max_seq_length", "64",
-            "--max_steps", "2", "--config_overrides", "hidden_size=32,num_attention_heads=4,intermediate_size=64",
-            "--report_to", "none", "--use_cpu", "--save_strategy", "no", "--push_to_hub", "--hub_model_id",
-            "user/trained"]
+    args = [
+        sys.executable,
+        str(repo_root / "scripts" / "run_classification.py"),
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--do_train",
+        "--do_eval",
+        "--train_file",
+        str(data / "train.jsonl"),
+        "--validation_file",
+        str(data / "test.jsonl"),
+        "--max_train_samples",
+        "32",
+        "--max_eval_samples",
+        "16",
+        "--max_seq_length",
+        "64",
+        "--max_steps",
+        "2",
+        "--config_overrides",
+        "hidden_size=32,num_attention_heads=4,intermediate_size=64",
+        "--report_to",
+        "none",
+        "--use_cpu",
+        "--save_strategy",
+        "no",
+        "--push_to_hub",
+        "--hub_model_id",
+        "user/trained",
+    ]
     env = {**hub.client_env(tmp_path / "hf_home"), "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     assert_succeeded(run(args, repo_root, env))
     files = hub.store.files("user/trained", "main")

@@ -199,6 +199,7 @@ def test_saved_checkpoint_carries_code_for_every_head(checkpoints, repo_root, fo
         assert (saved / module).read_text() == (repo_root / "fastformer" / module).read_text()
 
 
+@pytest.mark.slow
 def test_remote_code_needs_trust_remote_code(remote_results):
     # ValueError is transformers' refusal; an ImportError or OSError would mean loading broke for another reason
     assert remote_results["untrusted_error"] == {"default": "ValueError", "False": "ValueError"}

@@ -161,8 +161,10 @@ def test_metadata(written, case):
 @pytest.mark.parametrize("case", CASES, ids=by_folder)
 def test_model_index_holds_the_exact_quality_metrics(written, case):
     loaded = ModelCard.load(written[case.folder].path / "README.md").data
-    found = {(result.metric_type, result.metric_name, result.metric_config): result.metric_value
-             for result in loaded.eval_results}
+    found = {
+        (result.metric_type, result.metric_name, result.metric_config): result.metric_value
+        for result in loaded.eval_results
+    }
     # exactly equal: not rounded, and nothing else (runtime, samples, epoch, gen_len stay out)
     assert found == EXPECTED_MODEL_INDEX[case.task]
     assert all(type(value) is float for value in found.values())
@@ -175,8 +177,11 @@ def test_model_index_holds_the_exact_quality_metrics(written, case):
 @pytest.mark.parametrize("case", FASTFORMER_CASES, ids=by_folder)
 def test_fastformer_loading_instructions(written, case):
     text = written[case.folder].card.text
-    auto_class = {"text-classification": "AutoModelForSequenceClassification", "summarization": "AutoModelForSeq2SeqLM",
-                  "fill-mask": "AutoModelForMaskedLM"}[case.task]
+    auto_class = {
+        "text-classification": "AutoModelForSequenceClassification",
+        "summarization": "AutoModelForSeq2SeqLM",
+        "fill-mask": "AutoModelForMaskedLM",
+    }[case.task]
     assert "import fastformer" in text
     assert f'{auto_class}.from_pretrained("{case.folder}")' in text
     assert f'{auto_class}.from_pretrained("{case.folder}", trust_remote_code=True)' in text
@@ -217,8 +222,13 @@ def test_card_code_runs(written, case, monkeypatch, capsys):
 def test_architecture_and_parameters(written, case):
     entry = written[case.folder]
     text = entry.card.text
-    for field in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                  "max_position_embeddings"):
+    for field in (
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "max_position_embeddings",
+    ):
         assert f"| `{field}` | {getattr(entry.model.config, field)} |" in text
     assert f"Parameters: {entry.model.num_parameters():,}," in text
     assert f"Task head: `{type(entry.model).__name__}`" in text
@@ -241,8 +251,14 @@ def test_fastformer_switches_in_card(written):
 
 def test_switches_follow_the_config(tmp_path):
     config = FastformerConfig(**TINY, share_layers=False, share_heads=True, interaction="concat")
-    card = write_model_card(tmp_path / "variant", model=FastformerForMaskedLM(config), task="fill-mask",
-                            dataset="d", metrics={}, hyperparameters={})
+    card = write_model_card(
+        tmp_path / "variant",
+        model=FastformerForMaskedLM(config),
+        task="fill-mask",
+        dataset="d",
+        metrics={},
+        hyperparameters={},
+    )
     assert "| `share_layers` | False |" in card.text
     assert "| `share_heads` | True |" in card.text
     assert "| `interaction` | `concat` |" in card.text
@@ -279,8 +295,16 @@ def test_citation_and_limitations(written, case):
 
 def test_base_model(tmp_path):
     model = FastformerForSequenceClassification(FastformerConfig(**TINY))
-    card = write_model_card(tmp_path / "finetuned", model=model, task="text-classification", dataset="imdb",
-                            metrics={}, hyperparameters={}, base_model="someone/fastformer-base", license="mit")
+    card = write_model_card(
+        tmp_path / "finetuned",
+        model=model,
+        task="text-classification",
+        dataset="imdb",
+        metrics={},
+        hyperparameters={},
+        base_model="someone/fastformer-base",
+        license="mit",
+    )
     data = ModelCard.load(tmp_path / "finetuned" / "README.md").data
     assert data.base_model == "someone/fastformer-base"
     assert data.license == "mit"
@@ -290,8 +314,9 @@ def test_base_model(tmp_path):
 
 def test_no_metrics_no_model_index(tmp_path):
     model = FastformerForMaskedLM(FastformerConfig(**TINY))
-    write_model_card(tmp_path / "mlm", model=model, task="fill-mask", dataset="d", metrics={"epoch": 1.0},
-                     hyperparameters={})
+    write_model_card(
+        tmp_path / "mlm", model=model, task="fill-mask", dataset="d", metrics={"epoch": 1.0}, hyperparameters={}
+    )
     loaded = ModelCard.load(tmp_path / "mlm" / "README.md")
     assert loaded.data.eval_results is None
     assert "model-index" not in loaded.data.to_dict()
@@ -302,10 +327,13 @@ def test_no_metrics_no_model_index(tmp_path):
 def test_numpy_metric_values_dump_as_plain_floats(tmp_path):
     model = FastformerForSequenceClassification(FastformerConfig(**TINY))
     metrics = {"eval_accuracy": np.float32(0.8125), "eval_f1_macro": np.float64(0.123456789012345)}
-    write_model_card(tmp_path / "np", model=model, task="text-classification", dataset="d", metrics=metrics,
-                     hyperparameters={})
-    values = {result.metric_type: result.metric_value
-              for result in ModelCard.load(tmp_path / "np" / "README.md").data.eval_results}
+    write_model_card(
+        tmp_path / "np", model=model, task="text-classification", dataset="d", metrics=metrics, hyperparameters={}
+    )
+    values = {
+        result.metric_type: result.metric_value
+        for result in ModelCard.load(tmp_path / "np" / "README.md").data.eval_results
+    }
     assert values == {"accuracy": 0.8125, "f1": 0.123456789012345}
 
 
@@ -325,6 +353,7 @@ def test_unknown_task_is_refused(tmp_path):
 
 def test_hyperparameter_with_a_pipe_keeps_the_table(tmp_path):
     model = FastformerForMaskedLM(FastformerConfig(**TINY))
-    card = write_model_card(tmp_path / "pipe", model=model, task="fill-mask", dataset="d", metrics={},
-                            hyperparameters={"note": "a|b\nc"})
+    card = write_model_card(
+        tmp_path / "pipe", model=model, task="fill-mask", dataset="d", metrics={}, hyperparameters={"note": "a|b\nc"}
+    )
     assert "| `note` | a\\|b c |" in card.text

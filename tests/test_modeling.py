@@ -149,8 +149,11 @@ def test_feed_forward_in_chunks_gives_the_whole_batchs_result(build, model_class
 
     with torch.no_grad():
         whole = output()
-    feed_forward = model.get_encoder().layers[0].feed_forward if model_class is not FastformerModel \
-        else model.layers[0].feed_forward  # fmt: skip
+    feed_forward = (
+        model.get_encoder().layers[0].feed_forward
+        if model_class is not FastformerModel
+        else model.layers[0].feed_forward
+    )
     calls = []
     run = feed_forward.chunk_forward
     feed_forward.chunk_forward = lambda states: calls.append(states.shape) or run(states)
@@ -222,7 +225,7 @@ def test_collapsed_attention_is_refused_where_it_cannot_apply(build, tiny_config
         tiny_config(interaction="add", additive_attention_mode="collapsed")
     model = build(FastformerModel, interaction="add")
     model.config.additive_attention_mode = "collapsed"  # set after validation: refused when it would run
-    with pytest.raises(ValueError, match='needs interaction="product", got interaction=\'add\''):
+    with pytest.raises(ValueError, match="needs interaction=\"product\", got interaction='add'"):
         model(torch.randint(1, VOCAB, (1, 4)))
 
 

@@ -49,9 +49,18 @@ class Interrupt(TrainerCallback):
 def train(build, output_dir, callbacks=(), resume=None):
     model = build(FastformerForSequenceClassification).train()  # the same initial weights every time
     args = TrainingArguments(
-        output_dir, use_cpu=True, per_device_train_batch_size=8, max_steps=6, save_strategy="steps", save_steps=3,
-        learning_rate=1e-3, report_to="none", seed=0, disable_tqdm=True, logging_steps=1,
-    )  # fmt: skip
+        output_dir,
+        use_cpu=True,
+        per_device_train_batch_size=8,
+        max_steps=6,
+        save_strategy="steps",
+        save_steps=3,
+        learning_rate=1e-3,
+        report_to="none",
+        seed=0,
+        disable_tqdm=True,
+        logging_steps=1,
+    )
     trainer = Trainer(model=model, args=args, train_dataset=classification_data(), callbacks=list(callbacks))
     trainer.train(resume_from_checkpoint=resume)
     return model

@@ -125,9 +125,17 @@ def test_trainer_bf16_on_cpu_gives_finite_loss_and_weights(build, tmp_path):
         }
     )
     args = TrainingArguments(
-        tmp_path, bf16=True, use_cpu=True, per_device_train_batch_size=8, max_steps=4, logging_steps=1,
-        save_strategy="no", report_to="none", learning_rate=1e-3, disable_tqdm=True,
-    )  # fmt: skip
+        tmp_path,
+        bf16=True,
+        use_cpu=True,
+        per_device_train_batch_size=8,
+        max_steps=4,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        learning_rate=1e-3,
+        disable_tqdm=True,
+    )
     trainer = Trainer(model=model, args=args, train_dataset=train)
     assert trainer.accelerator.native_amp  # bf16 autocast is really on
     trainer.train()
@@ -212,9 +220,14 @@ def test_generation_padding_and_batch_order_invariance(build, batch):
     batch and in a shuffled batch gives the same tokens and scores."""
     ids, mask, cross_attention, seed = batch
     model = build(
-        FastformerForConditionalGeneration, seed=seed, max_position_embeddings=64, pad_token_id=0,
-        decoder_start_token_id=1, eos_token_id=2, cross_attention_type=cross_attention,
-    ).double()  # fmt: skip
+        FastformerForConditionalGeneration,
+        seed=seed,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        decoder_start_token_id=1,
+        eos_token_id=2,
+        cross_attention_type=cross_attention,
+    ).double()
     options = dict(max_new_tokens=6, do_sample=False, num_beams=1, output_scores=True, return_dict_in_generate=True)
     batched = model.generate(ids, attention_mask=mask, **options)
     scores = torch.stack(batched.scores, dim=1)  # (batch, steps, vocab)

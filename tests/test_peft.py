@@ -40,9 +40,16 @@ def test_lora_fine_tune_with_trainer_then_reload_the_adapter_on_the_base(build, 
     labels = (ids[:, 0] % 3).tolist()  # learnable from the first token
     train = datasets.Dataset.from_dict({"input_ids": ids.tolist(), "labels": labels})
     args = TrainingArguments(
-        tmp_path / "run", use_cpu=True, per_device_train_batch_size=8, num_train_epochs=3, learning_rate=5e-3,
-        logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True,
-    )  # fmt: skip
+        tmp_path / "run",
+        use_cpu=True,
+        per_device_train_batch_size=8,
+        num_train_epochs=3,
+        learning_rate=5e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+    )
     trainer = Trainer(model=model, args=args, train_dataset=train)
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
@@ -101,6 +108,7 @@ print(json.dumps({"unchanged_by_import": imported == before, "lora": lora}))
 """
 
 
+@pytest.mark.slow
 def test_importing_the_package_leaves_peft_alone_and_a_model_brings_its_defaults(fresh_python, tmp_path):
     result = json.loads(fresh_python(IMPORT_SCRIPT, tmp_path).strip().splitlines()[-1])
     assert result == {"unchanged_by_import": True, "lora": True}

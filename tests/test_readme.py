@@ -57,11 +57,22 @@ def test_main_job_command_runs(repo_root, tmp_path):
     """The README's main job as written, cut short: the later flags override the same flags of the command."""
     command = shlex.split(quickstart_commands(repo_root)[0].split("&&", 1)[1])
     assert command[:2] == ["python", "scripts/run_classification.py"] and "--do_train" in command
-    short = ["--output_dir", str(tmp_path), "--max_train_samples", "32", "--max_eval_samples", "16",
-             "--max_steps", "2", "--config_overrides", "hidden_size=32,num_attention_heads=4,intermediate_size=64"]
+    short = [
+        "--output_dir",
+        str(tmp_path),
+        "--max_train_samples",
+        "32",
+        "--max_eval_samples",
+        "16",
+        "--max_steps",
+        "2",
+        "--config_overrides",
+        "hidden_size=32,num_attention_heads=4,intermediate_size=64",
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    process = subprocess.run([sys.executable, *command[1:], *short], cwd=repo_root, env=env, capture_output=True,
-                             text=True, timeout=600)
+    process = subprocess.run(
+        [sys.executable, *command[1:], *short], cwd=repo_root, env=env, capture_output=True, text=True, timeout=600
+    )
     assert process.returncode == 0, process.stderr[-3000:]
     metrics = json.loads((tmp_path / "eval_results.json").read_text())
     assert metrics["eval_samples"] == 16 and "eval_f1_macro" in metrics
@@ -81,25 +92,65 @@ def test_conversion_recipe_runs(repo_root, tmp_path, tokenizer):
 
     convert, finetune = conversion_commands(repo_root)
     bert = tmp_path / "tiny-bert"
-    BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                         intermediate_size=37, max_position_embeddings=32)).save_pretrained(bert)
+    BertModel(
+        BertConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=37,
+            max_position_embeddings=32,
+        )
+    ).save_pretrained(bert)
     tokenizer.save_pretrained(bert)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
     def run(command, *overrides):
         words = shlex.split(command.split("&&", 1)[-1])
         assert words[0] == "python" and words[1].startswith("scripts/")
-        process = subprocess.run([sys.executable, *words[1:], *overrides], cwd=repo_root, env=env,
-                                 capture_output=True, text=True, timeout=600)
+        process = subprocess.run(
+            [sys.executable, *words[1:], *overrides],
+            cwd=repo_root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert process.returncode == 0, process.stderr[-3000:]
 
     converted = tmp_path / "converted"
-    run(convert, "--model_name_or_path", str(bert), "--output_dir", str(converted), "--max_position_embeddings", "128",
-        "--max_steps", "2", "--end_to_end_steps", "1", "--max_seq_length", "16", "--max_eval_samples", "4")
+    run(
+        convert,
+        "--model_name_or_path",
+        str(bert),
+        "--output_dir",
+        str(converted),
+        "--max_position_embeddings",
+        "128",
+        "--max_steps",
+        "2",
+        "--end_to_end_steps",
+        "1",
+        "--max_seq_length",
+        "16",
+        "--max_eval_samples",
+        "4",
+    )
     settings = json.loads((converted / "conversion.json").read_text())
     assert settings["distill_file"] == "data/distillation/train.jsonl.gz"
     assert "base_model: sentence-transformers/all-MiniLM-L6-v2" in (converted / "README.md").read_text()
     output = tmp_path / "finetuned"
-    run(finetune, "--model_name_or_path", str(converted), "--output_dir", str(output), "--max_train_samples", "32",
-        "--max_eval_samples", "16", "--max_steps", "2")
+    run(
+        finetune,
+        "--model_name_or_path",
+        str(converted),
+        "--output_dir",
+        str(output),
+        "--max_train_samples",
+        "32",
+        "--max_eval_samples",
+        "16",
+        "--max_steps",
+        "2",
+    )
     assert "eval_accuracy" in json.loads((output / "eval_results.json").read_text())

@@ -17,7 +17,6 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM
 
-from benchmarks.harness import run_in_process
 from fastformer import FastformerConfig, FastformerForMaskedLM
 from fastformer.training import (
     ModelArguments,
@@ -28,6 +27,7 @@ from fastformer.training import (
     warn_emulated_bf16,
 )
 from scripts import run_classification, run_mlm, run_summarization
+from tests.in_process import run_in_process
 
 TINY = {
     "fastformer": "hidden_size=32,num_attention_heads=4,intermediate_size=64",
@@ -77,8 +77,10 @@ def assert_hub_ready(output_dir, task, metrics_keys):
     assert set(metrics_keys) <= metrics.keys()
     card = ModelCard.load(output_dir / "README.md")
     assert card.data.pipeline_tag == task and card.data.library_name == "transformers"
-    reported = {result.metric_type if result.metric_name is None else result.metric_name: result.metric_value
-                for result in card.data.eval_results}
+    reported = {
+        result.metric_type if result.metric_name is None else result.metric_name: result.metric_value
+        for result in card.data.eval_results
+    }
     for key in metrics_keys:
         assert metrics[key] in reported.values(), f"{key}={metrics[key]} not in the model-index {reported}"
     return metrics, card
@@ -87,15 +89,19 @@ def assert_hub_ready(output_dir, task, metrics_keys):
 @pytest.fixture(scope="module")
 def newsgroups(tmp_path_factory, repo_root):
     folder = tmp_path_factory.mktemp("newsgroups")
-    return (head(repo_root / "data/20newsgroups/train.jsonl", folder / "train.jsonl", 48),
-            head(repo_root / "data/20newsgroups/test.jsonl", folder / "validation.jsonl", 21))
+    return (
+        head(repo_root / "data/20newsgroups/train.jsonl", folder / "train.jsonl", 48),
+        head(repo_root / "data/20newsgroups/test.jsonl", folder / "validation.jsonl", 21),
+    )
 
 
 @pytest.fixture(scope="module")
 def headlines(tmp_path_factory, repo_root):
     folder = tmp_path_factory.mktemp("headlines")
-    return (head(repo_root / "data/news_headlines/train.jsonl", folder / "train.jsonl", 16),
-            head(repo_root / "data/news_headlines/validation.jsonl", folder / "validation.jsonl", 6))
+    return (
+        head(repo_root / "data/news_headlines/train.jsonl", folder / "train.jsonl", 16),
+        head(repo_root / "data/news_headlines/validation.jsonl", folder / "validation.jsonl", 6),
+    )
 
 
 def from_scratch(model_type):
@@ -105,10 +111,27 @@ def from_scratch(model_type):
 def classify(output_dir, data, *extra, model_type="fastformer"):
     train, validation = data
     return run(
-        run_classification, "--output_dir", output_dir, "--do_train", "--do_eval",
-        "--train_file", train, "--validation_file", validation, "--max_seq_length", 64,
-        "--per_device_train_batch_size", 8, "--per_device_eval_batch_size", 4, "--max_steps", 4,
-        "--learning_rate", "3e-3", *COMMON, *extra,
+        run_classification,
+        "--output_dir",
+        output_dir,
+        "--do_train",
+        "--do_eval",
+        "--train_file",
+        train,
+        "--validation_file",
+        validation,
+        "--max_seq_length",
+        64,
+        "--per_device_train_batch_size",
+        8,
+        "--per_device_eval_batch_size",
+        4,
+        "--max_steps",
+        4,
+        "--learning_rate",
+        "3e-3",
+        *COMMON,
+        *extra,
         *([] if "--model_name_or_path" in extra else from_scratch(model_type)),
     )
 
@@ -145,9 +168,28 @@ def test_classification_reads_csv_and_the_bert_baseline(tmp_path, newsgroups):
 def summarize(output_dir, data, *extra, model_type="fastformer"):
     train, validation = data
     return run(
-        run_summarization, "--output_dir", output_dir, "--do_train", "--do_eval", "--predict_with_generate",
-        "--train_file", train, "--validation_file", validation, "--max_source_length", 64, "--max_target_length", 12,
-        "--per_device_train_batch_size", 8, "--per_device_eval_batch_size", 4, "--max_steps", 3, *COMMON, *extra,
+        run_summarization,
+        "--output_dir",
+        output_dir,
+        "--do_train",
+        "--do_eval",
+        "--predict_with_generate",
+        "--train_file",
+        train,
+        "--validation_file",
+        validation,
+        "--max_source_length",
+        64,
+        "--max_target_length",
+        12,
+        "--per_device_train_batch_size",
+        8,
+        "--per_device_eval_batch_size",
+        4,
+        "--max_steps",
+        3,
+        *COMMON,
+        *extra,
         *([] if "--model_name_or_path" in extra else from_scratch(model_type)),
     )
 
@@ -169,24 +211,64 @@ def test_summarization_from_scratch(tmp_path, headlines, model_type):
 @pytest.mark.slow
 def test_summarization_with_a_frozen_encoder_reuses_its_cached_states(tmp_path, headlines):
     summarize(tmp_path / "scratch", headlines)
-    summarize(tmp_path / "frozen", headlines, "--model_name_or_path", tmp_path / "scratch", "--freeze_encoder",
-              "--cache_encoder_states", "--num_train_epochs", 2)  # fmt: skip
+    summarize(
+        tmp_path / "frozen",
+        headlines,
+        "--model_name_or_path",
+        tmp_path / "scratch",
+        "--freeze_encoder",
+        "--cache_encoder_states",
+        "--num_train_epochs",
+        2,
+    )
     assert_hub_ready(tmp_path / "frozen", "summarization", ROUGE)
     scratch, frozen = (load_file(tmp_path / name / "model.safetensors") for name in ("scratch", "frozen"))
     encoder = [name for name in scratch if name.startswith("fastformer.")]
     assert encoder and all(torch.equal(frozen[name], scratch[name]) for name in encoder)
     decoder = "decoder.embeddings.word_embeddings.weight"  # the LM head's too: tied weights are stored once
     assert not torch.equal(frozen[decoder], scratch["fastformer.embeddings.word_embeddings.weight"])
-    process = run(run_summarization, "--output_dir", tmp_path / "refused", "--train_file", headlines[0],
-                  "--cache_encoder_states", *COMMON, check=False)  # fmt: skip
+    process = run(
+        run_summarization,
+        "--output_dir",
+        tmp_path / "refused",
+        "--train_file",
+        headlines[0],
+        "--cache_encoder_states",
+        *COMMON,
+        check=False,
+    )
     assert process.returncode == 1 and "--cache_encoder_states needs --freeze_encoder" in process.stderr
-    process = run(run_summarization, "--output_dir", tmp_path / "refused", "--train_file", headlines[0],
-                  "--model_name_or_path", tmp_path / "scratch", "--freeze_encoder", "--cache_encoder_states",
-                  "--dataloader_num_workers", 2, *COMMON, check=False)  # fmt: skip
+    process = run(
+        run_summarization,
+        "--output_dir",
+        tmp_path / "refused",
+        "--train_file",
+        headlines[0],
+        "--model_name_or_path",
+        tmp_path / "scratch",
+        "--freeze_encoder",
+        "--cache_encoder_states",
+        "--dataloader_num_workers",
+        2,
+        *COMMON,
+        check=False,
+    )
     assert process.returncode == 1 and "use it with --dataloader_num_workers 0" in process.stderr
-    process = run(run_summarization, "--output_dir", tmp_path / "refused", "--train_file", headlines[0],
-                  "--model_name_or_path", tmp_path / "scratch", "--freeze_encoder", "--cache_encoder_states",
-                  "--train_encoder_layers", 1, *COMMON, check=False)  # fmt: skip
+    process = run(
+        run_summarization,
+        "--output_dir",
+        tmp_path / "refused",
+        "--train_file",
+        headlines[0],
+        "--model_name_or_path",
+        tmp_path / "scratch",
+        "--freeze_encoder",
+        "--cache_encoder_states",
+        "--train_encoder_layers",
+        1,
+        *COMMON,
+        check=False,
+    )
     assert process.returncode == 1 and "needs the whole encoder frozen" in process.stderr
 
 
@@ -203,9 +285,28 @@ def test_summarization_from_a_checkpoint_keeps_its_pipeline(tmp_path, headlines)
 def test_masked_lm_pretraining_then_classification(tmp_path, newsgroups):
     text = tmp_path / "text.txt"
     text.write_text("\n".join(json.loads(line)["text"] for line in newsgroups[0].read_text().splitlines()) + "\n")
-    run(run_mlm, "--output_dir", tmp_path / "mlm", "--do_train", "--do_eval", "--train_file", text,
-        "--validation_file", text, "--max_seq_length", 64, "--per_device_train_batch_size", 8, "--max_steps", 3,
-        "--model_type", "fastformer", "--config_overrides", TINY["fastformer"], *COMMON)
+    run(
+        run_mlm,
+        "--output_dir",
+        tmp_path / "mlm",
+        "--do_train",
+        "--do_eval",
+        "--train_file",
+        text,
+        "--validation_file",
+        text,
+        "--max_seq_length",
+        64,
+        "--per_device_train_batch_size",
+        8,
+        "--max_steps",
+        3,
+        "--model_type",
+        "fastformer",
+        "--config_overrides",
+        TINY["fastformer"],
+        *COMMON,
+    )
     metrics, _ = assert_hub_ready(tmp_path / "mlm", "fill-mask", ["eval_loss"])
     assert metrics["perplexity"] == pytest.approx(torch.tensor(metrics["eval_loss"]).exp().item(), rel=1e-5)
     process = classify(tmp_path / "cls", newsgroups, "--model_name_or_path", tmp_path / "mlm")
@@ -231,8 +332,19 @@ def test_bad_input_exits_with_a_clear_message(tmp_path, newsgroups, args, messag
     empty.write_text("")
     args = [str(empty) if arg == "EMPTY" else arg for arg in args]
     train, validation = newsgroups
-    base = ["--output_dir", tmp_path / "out", "--do_train", "--do_eval", "--train_file", train,
-            "--validation_file", validation, "--max_steps", 1, *COMMON]
+    base = [
+        "--output_dir",
+        tmp_path / "out",
+        "--do_train",
+        "--do_eval",
+        "--train_file",
+        train,
+        "--validation_file",
+        validation,
+        "--max_steps",
+        1,
+        *COMMON,
+    ]
     if "--model_type" not in args:
         base += ["--config_overrides", TINY["fastformer"]] if "--config_overrides" not in args else []
     process = run(run_classification, *base, *args, check=False)
@@ -241,55 +353,88 @@ def test_bad_input_exits_with_a_clear_message(tmp_path, newsgroups, args, messag
 
 
 @pytest.mark.slow
-def test_two_processes_train_with_world_size_two_and_count_each_example_once(repo_root, tmp_path, newsgroups):
-    """accelerate launch, 2 CPU processes (gloo), as docs/SCALING.md says; 48 training and 21 evaluation texts."""
-    launcher = accelerate_launch(repo_root)
+def test_two_processes_train_like_one_process_with_the_same_global_batch_and_count_each_example_once(
+    repo_root, tmp_path, newsgroups
+):
+    """accelerate launch, 2 CPU processes (gloo), as docs/SCALING.md says; 48 training and 21 evaluation texts.
+    DDP (2 processes x 4 examples) and 1 process x 8 examples take the same steps: the same 8 examples per step
+    (accelerate shards one seeded order), gradients averaged over them. No dropout, so that the random streams
+    (which differ per process) play no part. Checkpoints after every step are compared."""
     train, validation = newsgroups
-    data = ["--train_file", train, "--validation_file", validation, "--test_file", validation, "--max_seq_length", 64,
-            "--per_device_eval_batch_size", 4, "--do_eval", "--do_predict", *COMMON]
-    run(run_classification, "--output_dir", tmp_path / "ddp", "--do_train", "--per_device_train_batch_size", 4,
-        "--num_train_epochs", 1, "--learning_rate", "3e-3", "--model_type", "fastformer",
-        "--config_overrides", TINY["fastformer"], *data, launcher=launcher)
-    state = json.loads((tmp_path / "ddp" / "trainer_state.json").read_text())
-    assert state["global_step"] == 48 // (4 * 2)  # each step consumed a batch on each of 2 processes
+    data = [
+        "--train_file",
+        train,
+        "--validation_file",
+        validation,
+        "--test_file",
+        validation,
+        "--max_seq_length",
+        64,
+        "--per_device_eval_batch_size",
+        4,
+        *COMMON,
+    ]
+    training = [
+        "--do_train",
+        "--num_train_epochs",
+        1,
+        "--learning_rate",
+        "3e-3",
+        "--model_type",
+        "fastformer",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        1,
+        "--config_overrides",
+        TINY["fastformer"] + ",hidden_dropout_prob=0.0",
+    ]  # the classifier's too
+    run(
+        run_classification,
+        "--output_dir",
+        tmp_path / "ddp",
+        "--per_device_train_batch_size",
+        4,
+        *data,
+        *training,
+        "--do_eval",
+        "--do_predict",
+        launcher=accelerate_launch(repo_root),
+    )
+    steps = json.loads((tmp_path / "ddp" / "trainer_state.json").read_text())["global_step"]
+    assert steps == 48 // (4 * 2)  # each step consumed a batch on each of 2 processes
     assert "| `num_devices` | 2 |" in ModelCard.load(tmp_path / "ddp" / "README.md").text
-    # the same checkpoint run by one process: the same 21 predictions in the same order and the same metrics,
-    # so the 2-process gather (21 = 2 x 10 + 1 rows) dropped its padding duplicates
-    run(run_classification, "--output_dir", tmp_path / "single", "--model_name_or_path", tmp_path / "ddp", *data,
-        launcher=(sys.executable,))
-    predictions = [(tmp_path / name / "predictions.jsonl").read_text().splitlines() for name in ("ddp", "single")]
-    assert len(predictions[0]) == 21 and predictions[0] == predictions[1]
-    distributed, single = results(tmp_path / "ddp"), results(tmp_path / "single")
-    assert distributed["eval_samples"] == single["eval_samples"] == 21
-    assert distributed["eval_accuracy"] == single["eval_accuracy"]
-    assert distributed["eval_f1_macro"] == pytest.approx(single["eval_f1_macro"], abs=1e-12)
-    # (eval_loss is transformers' mean of per-batch losses: it depends on how batches fall, so it is not compared)
-
-
-@pytest.mark.slow
-def test_two_processes_reach_the_weights_of_one_process_with_the_same_global_batch(repo_root, tmp_path, newsgroups):
-    """DDP (2 CPU processes x 4 examples) and 1 process x 8 examples take the same steps: the same 8 examples per
-    step (accelerate shards one seeded order), gradients averaged over them. No dropout, so that the random
-    streams (which differ per process) play no part. Checkpoints after every step are compared."""
-    train, validation = newsgroups
-    args = ["--do_train", "--train_file", train, "--validation_file", validation, "--max_seq_length", 64,
-            "--max_steps", 3, "--learning_rate", "3e-3", "--model_type", "fastformer", *COMMON,
-            "--save_strategy", "steps", "--save_steps", 1,
-            "--config_overrides", TINY["fastformer"] + ",hidden_dropout_prob=0.0"]  # the classifier's too
-    launcher = accelerate_launch(repo_root)
-    run(run_classification, "--output_dir", tmp_path / "ddp", "--per_device_train_batch_size", 4, *args,
-        launcher=launcher)
-    run(run_classification, "--output_dir", tmp_path / "single", "--per_device_train_batch_size", 8, *args,
-        launcher=(sys.executable,))
-    for step in (1, 2, 3):
-        distributed, single = (load_file(tmp_path / name / f"checkpoint-{step}" / "model.safetensors")
-                               for name in ("ddp", "single"))
+    run(run_classification, "--output_dir", tmp_path / "single", "--per_device_train_batch_size", 8, *data, *training)
+    for step in range(1, steps + 1):
+        distributed, single = (
+            load_file(tmp_path / name / f"checkpoint-{step}" / "model.safetensors") for name in ("ddp", "single")
+        )
         assert distributed.keys() == single.keys()
         for name in single:
             torch.testing.assert_close(distributed[name], single[name], rtol=1e-4, atol=1e-5, msg=f"{step}: {name}")
     first = load_file(tmp_path / "single" / "checkpoint-1" / "model.safetensors")
     assert max((single[name] - first[name]).abs().max().item() for name in single) > 1e-3  # the steps moved them
     # (train_loss is not compared: with 2 processes the Trainer reports the main process's own mean)
+
+    # the DDP checkpoint evaluated by one process: the same 21 predictions in the same order and the same metrics,
+    # so the 2-process gather (21 = 2 x 10 + 1 rows) dropped its padding duplicates
+    run(
+        run_classification,
+        "--output_dir",
+        tmp_path / "one",
+        "--model_name_or_path",
+        tmp_path / "ddp",
+        *data,
+        "--do_eval",
+        "--do_predict",
+    )
+    predictions = [(tmp_path / name / "predictions.jsonl").read_text().splitlines() for name in ("ddp", "one")]
+    assert len(predictions[0]) == 21 and predictions[0] == predictions[1]
+    distributed, one = results(tmp_path / "ddp"), results(tmp_path / "one")
+    assert distributed["eval_samples"] == one["eval_samples"] == 21
+    assert distributed["eval_accuracy"] == one["eval_accuracy"]
+    assert distributed["eval_f1_macro"] == pytest.approx(one["eval_f1_macro"], abs=1e-12)
+    # (eval_loss is transformers' mean of per-batch losses: it depends on how batches fall, so it is not compared)
 
 
 @pytest.mark.slow
@@ -300,9 +445,23 @@ def test_dataset_name_loads_like_a_hub_data_set(tmp_path, newsgroups):
     folder.mkdir()
     for path in newsgroups:
         (folder / path.name).write_text(path.read_text())
-    run(run_classification, "--output_dir", tmp_path / "out", "--do_train", "--do_eval", "--dataset_name",
-        folder, "--max_seq_length", 64, "--per_device_train_batch_size", 8, "--max_steps", 2,
-        *from_scratch("fastformer"), *COMMON)
+    run(
+        run_classification,
+        "--output_dir",
+        tmp_path / "out",
+        "--do_train",
+        "--do_eval",
+        "--dataset_name",
+        folder,
+        "--max_seq_length",
+        64,
+        "--per_device_train_batch_size",
+        8,
+        "--max_steps",
+        2,
+        *from_scratch("fastformer"),
+        *COMMON,
+    )
     metrics = results(tmp_path / "out")
     assert metrics["eval_samples"] == 21
     assert ModelCard.load(tmp_path / "out" / "README.md").data.datasets == [str(folder)]
@@ -317,36 +476,91 @@ def test_dataset_name_loads_like_a_hub_data_set(tmp_path, newsgroups):
 # copy of the v4.57.3 tree, and run_classification.py also from huggingface/transformers at 005c23ae (the same
 # flags). A bool field whose default is True also has its --no_ flag. Each flag with an example value.
 TRANSFORMERS_MODEL_FLAGS = [
-    "--model_name_or_path=some/model", "--config_name=some/config", "--tokenizer_name=some/tokenizer",
-    "--cache_dir=cache", "--use_fast_tokenizer", "--no_use_fast_tokenizer", "--model_revision=v1", "--token=hf_abc",
+    "--model_name_or_path=some/model",
+    "--config_name=some/config",
+    "--tokenizer_name=some/tokenizer",
+    "--cache_dir=cache",
+    "--use_fast_tokenizer",
+    "--no_use_fast_tokenizer",
+    "--model_revision=v1",
+    "--token=hf_abc",
     "--trust_remote_code",
 ]
 TRANSFORMERS_FLAGS = {
     "run_classification": [
-        *TRANSFORMERS_MODEL_FLAGS, "--ignore_mismatched_sizes",
-        "--dataset_name=glue", "--dataset_config_name=stsb", "--do_regression", "--text_column_names=s1,s2",
-        "--text_column_delimiter=;", "--train_split_name=training", "--validation_split_name=dev",
-        "--test_split_name=held_out", "--remove_splits=unsupervised", "--remove_columns=idx", "--label_column_name=y",
-        "--max_seq_length=128", "--preprocessing_num_workers=2", "--overwrite_cache", "--pad_to_max_length",
-        "--no_pad_to_max_length", "--shuffle_train_dataset", "--shuffle_seed=7", "--max_train_samples=10",
-        "--max_eval_samples=5", "--max_predict_samples=3", "--metric_name=matthews_correlation",
-        "--train_file=train.csv", "--validation_file=validation.csv", "--test_file=test.csv",
+        *TRANSFORMERS_MODEL_FLAGS,
+        "--ignore_mismatched_sizes",
+        "--dataset_name=glue",
+        "--dataset_config_name=stsb",
+        "--do_regression",
+        "--text_column_names=s1,s2",
+        "--text_column_delimiter=;",
+        "--train_split_name=training",
+        "--validation_split_name=dev",
+        "--test_split_name=held_out",
+        "--remove_splits=unsupervised",
+        "--remove_columns=idx",
+        "--label_column_name=y",
+        "--max_seq_length=128",
+        "--preprocessing_num_workers=2",
+        "--overwrite_cache",
+        "--pad_to_max_length",
+        "--no_pad_to_max_length",
+        "--shuffle_train_dataset",
+        "--shuffle_seed=7",
+        "--max_train_samples=10",
+        "--max_eval_samples=5",
+        "--max_predict_samples=3",
+        "--metric_name=matthews_correlation",
+        "--train_file=train.csv",
+        "--validation_file=validation.csv",
+        "--test_file=test.csv",
     ],
     "run_summarization": [
-        *TRANSFORMERS_MODEL_FLAGS, "--resize_position_embeddings",
-        "--lang=en_XX", "--dataset_name=xsum", "--dataset_config_name=default", "--text_column=article",
-        "--summary_column=highlights", "--train_file=train.json", "--validation_file=validation.json",
-        "--test_file=test.json", "--overwrite_cache", "--preprocessing_num_workers=2", "--max_source_length=256",
-        "--max_target_length=32", "--val_max_target_length=48", "--pad_to_max_length", "--max_train_samples=10",
-        "--max_eval_samples=5", "--max_predict_samples=3", "--num_beams=2", "--ignore_pad_token_for_loss",
-        "--no_ignore_pad_token_for_loss", "--source_prefix=summarize: ", "--forced_bos_token=en_XX",
+        *TRANSFORMERS_MODEL_FLAGS,
+        "--resize_position_embeddings",
+        "--lang=en_XX",
+        "--dataset_name=xsum",
+        "--dataset_config_name=default",
+        "--text_column=article",
+        "--summary_column=highlights",
+        "--train_file=train.json",
+        "--validation_file=validation.json",
+        "--test_file=test.json",
+        "--overwrite_cache",
+        "--preprocessing_num_workers=2",
+        "--max_source_length=256",
+        "--max_target_length=32",
+        "--val_max_target_length=48",
+        "--pad_to_max_length",
+        "--max_train_samples=10",
+        "--max_eval_samples=5",
+        "--max_predict_samples=3",
+        "--num_beams=2",
+        "--ignore_pad_token_for_loss",
+        "--no_ignore_pad_token_for_loss",
+        "--source_prefix=summarize: ",
+        "--forced_bos_token=en_XX",
     ],
     "run_mlm": [
-        *TRANSFORMERS_MODEL_FLAGS, "--model_type=bert", "--config_overrides=num_hidden_layers=2", "--dtype=bfloat16",
-        "--dataset_name=wikitext", "--dataset_config_name=wikitext-2-raw-v1", "--train_file=train.txt",
-        "--validation_file=validation.txt", "--overwrite_cache", "--validation_split_percentage=10",
-        "--max_seq_length=128", "--preprocessing_num_workers=2", "--mlm_probability=0.2", "--line_by_line",
-        "--pad_to_max_length", "--max_train_samples=10", "--max_eval_samples=5", "--streaming",
+        *TRANSFORMERS_MODEL_FLAGS,
+        "--model_type=bert",
+        "--config_overrides=num_hidden_layers=2",
+        "--dtype=bfloat16",
+        "--dataset_name=wikitext",
+        "--dataset_config_name=wikitext-2-raw-v1",
+        "--train_file=train.txt",
+        "--validation_file=validation.txt",
+        "--overwrite_cache",
+        "--validation_split_percentage=10",
+        "--max_seq_length=128",
+        "--preprocessing_num_workers=2",
+        "--mlm_probability=0.2",
+        "--line_by_line",
+        "--pad_to_max_length",
+        "--max_train_samples=10",
+        "--max_eval_samples=5",
+        "--streaming",
     ],
 }
 # the flags that cannot apply; docs/TRAINING.md says why, in its "Flags of the transformers examples"
@@ -374,8 +588,11 @@ def test_the_flags_of_the_transformers_example_parse_into_their_fields(script):
                 parse_args(arguments, [flag, "--report_to", "none"])
             continue
         field = name.removeprefix("no_")  # a --no_ flag sets its field to False
-        parsed = [getattr(args, field) for args in parse_args(arguments, [flag, "--report_to", "none"])
-                  if hasattr(args, field)]
+        parsed = [
+            getattr(args, field)
+            for args in parse_args(arguments, [flag, "--report_to", "none"])
+            if hasattr(args, field)
+        ]
         expected = value if has_value else not name.startswith("no_")
         assert len(parsed) == 1 and (str(parsed[0]) if has_value else parsed[0]) == expected, (flag, parsed)
 
@@ -398,9 +615,15 @@ def test_summarization_tokenize_prefixes_pads_and_cuts_to_the_target_length(toke
     flags.append(f"--ignore_pad_token_for_loss={ignore_pad_token_for_loss}")
     _, data_args, _ = parse_args(run_summarization.ARGUMENTS, flags)
     batch = {"document": ["a short text", "another text"], "summary": ["short", "one two three four five six seven"]}
-    encoded = run_summarization.tokenize(batch, tokenizer=tokenizer, data_args=data_args, text_column="document",
-                                         summary_column="summary", eos_token_id=tokenizer.sep_token_id,
-                                         max_target_length=6)
+    encoded = run_summarization.tokenize(
+        batch,
+        tokenizer=tokenizer,
+        data_args=data_args,
+        text_column="document",
+        summary_column="summary",
+        eos_token_id=tokenizer.sep_token_id,
+        max_target_length=6,
+    )
     assert [len(ids) for ids in encoded["input_ids"]] == [16, 16]
     assert tokenizer.decode(encoded["input_ids"][0], skip_special_tokens=True) == "summarize : a short text"
     pad = -100 if ignore_pad_token_for_loss else tokenizer.pad_token_id
@@ -419,8 +642,15 @@ def test_classification_arranges_the_splits_as_the_transformers_example():
         return datasets.Dataset.from_dict({"text": [f"{name} {i}" for i in range(rows)], "idx": list(range(rows))})
 
     raw = datasets.DatasetDict({"training": split("training", 20), "dev": split("dev", 4), "extra": split("extra", 2)})
-    flags = ["--train_split_name=training", "--validation_split_name=dev", "--remove_splits=extra",
-             "--remove_columns=idx", "--shuffle_train_dataset", "--shuffle_seed=3", "--report_to=none"]
+    flags = [
+        "--train_split_name=training",
+        "--validation_split_name=dev",
+        "--remove_splits=extra",
+        "--remove_columns=idx",
+        "--shuffle_train_dataset",
+        "--shuffle_seed=3",
+        "--report_to=none",
+    ]
     _, data_args, _ = parse_args(run_classification.ARGUMENTS, flags)
     arranged = run_classification.arrange_splits(raw, data_args)
     assert set(arranged) == {"train", "validation"} and arranged["validation"]["text"] == raw["dev"]["text"]
@@ -431,8 +661,9 @@ def test_classification_arranges_the_splits_as_the_transformers_example():
 
 def test_dtype_creates_and_loads_the_weights_in_that_dtype(tmp_path):
     def config():  # a fresh one each time: creating a model in a dtype sets the config's
-        return FastformerConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                                intermediate_size=64)
+        return FastformerConfig(
+            vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64
+        )
 
     FastformerForMaskedLM(config()).save_pretrained(tmp_path)
     for model_name_or_path in (None, str(tmp_path)):
@@ -447,9 +678,24 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
     """--num_beams reaches generate in evaluation and prediction (Seq2SeqTrainer reads it from the saved
     generation_num_beams), as --val_max_target_length does generate's max_length."""
     validation = headlines[1]
-    summarize(tmp_path / "out", headlines, "--num_beams", 2, "--val_max_target_length", 10, "--pad_to_max_length",
-              "--source_prefix", "summarize: ", "--max_train_samples", 8, "--do_predict", "--test_file", validation,
-              "--max_predict_samples", 2)
+    summarize(
+        tmp_path / "out",
+        headlines,
+        "--num_beams",
+        2,
+        "--val_max_target_length",
+        10,
+        "--pad_to_max_length",
+        "--source_prefix",
+        "summarize: ",
+        "--max_train_samples",
+        8,
+        "--do_predict",
+        "--test_file",
+        validation,
+        "--max_predict_samples",
+        2,
+    )
     args = torch.load(tmp_path / "out" / "training_args.bin", weights_only=False)
     assert args.generation_num_beams == 2 and args.generation_max_length == 10
     assert results(tmp_path / "out", "train_results.json")["train_samples"] == 8
@@ -465,15 +711,34 @@ def test_mlm_streams_line_by_line(tmp_path, newsgroups):
     folder.mkdir()
     for path in newsgroups:
         (folder / path.name).write_text(path.read_text())
-    run(run_mlm, "--output_dir", tmp_path / "mlm", "--do_train", "--do_eval", "--dataset_name", folder,
-        "--streaming", "--line_by_line", "--pad_to_max_length", "--max_seq_length", 64, "--max_eval_samples", 5,
-        "--per_device_train_batch_size", 8, "--max_steps", 3, *from_scratch("fastformer"), *COMMON)
+    run(
+        run_mlm,
+        "--output_dir",
+        tmp_path / "mlm",
+        "--do_train",
+        "--do_eval",
+        "--dataset_name",
+        folder,
+        "--streaming",
+        "--line_by_line",
+        "--pad_to_max_length",
+        "--max_seq_length",
+        64,
+        "--max_eval_samples",
+        5,
+        "--per_device_train_batch_size",
+        8,
+        "--max_steps",
+        3,
+        *from_scratch("fastformer"),
+        *COMMON,
+    )
     metrics = results(tmp_path / "mlm")
     assert "eval_samples" not in metrics and math.isfinite(metrics["eval_loss"])  # a stream has no length
     assert json.loads((tmp_path / "mlm" / "trainer_state.json").read_text())["global_step"] == 3
 
 
-METRIC_SCRIPT = '''
+METRIC_SCRIPT = """
 import datasets
 import evaluate
 
@@ -485,7 +750,7 @@ class MeanAbsoluteError(evaluate.Metric):
 
     def _compute(self, predictions, references):
         return {"mae": sum(abs(p - r) for p, r in zip(predictions, references)) / len(references)}
-'''
+"""
 
 
 @pytest.mark.slow
@@ -496,13 +761,31 @@ def test_classification_regression_with_an_evaluate_metric(tmp_path, newsgroups)
     for path in newsgroups:
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         scored = tmp_path / path.name
-        scored.write_text("".join(json.dumps({"text": row["text"], "score": len(row["text"]) / 1000,
-                                              "topic": row["label"]}) + "\n" for row in rows))
+        scored.write_text(
+            "".join(
+                json.dumps({"text": row["text"], "score": len(row["text"]) / 1000, "topic": row["label"]}) + "\n"
+                for row in rows
+            )
+        )
         data.append(scored)
     (tmp_path / "mae.py").write_text(METRIC_SCRIPT)
-    classify(tmp_path / "out", data, "--do_regression", "--label_column_name", "score", "--remove_columns", "topic",
-             "--metric_name", tmp_path / "mae.py", "--no_pad_to_max_length", "--do_predict", "--test_file", data[1],
-             "--max_predict_samples", 3)
+    classify(
+        tmp_path / "out",
+        data,
+        "--do_regression",
+        "--label_column_name",
+        "score",
+        "--remove_columns",
+        "topic",
+        "--metric_name",
+        tmp_path / "mae.py",
+        "--no_pad_to_max_length",
+        "--do_predict",
+        "--test_file",
+        data[1],
+        "--max_predict_samples",
+        3,
+    )
     metrics = results(tmp_path / "out")
     assert metrics["eval_mse"] == pytest.approx(metrics["eval_loss"], rel=1e-5) and metrics["eval_mae"] >= 0
     assert "eval_accuracy" not in metrics
@@ -522,9 +805,15 @@ def test_bf16_on_a_cpu_without_bf16_instructions_is_warned_about(native, monkeyp
         caplog.clear()
         warn_emulated_bf16(Seq2SeqTrainingArguments(output_dir=str(tmp_path), bf16=bf16, use_cpu=True))
         warned = [record.message for record in caplog.records if record.levelname == "WARNING"]
-        assert warned == (["--bf16 on a CPU without AVX512-BF16 or AMX instructions: bf16 is emulated here and runs "
-                           "slower than float32 (about 2x a training step); leave --bf16 out (or set \"bf16\": false) "
-                           "on this machine"] if bf16 and not native else [])  # fmt: skip
+        assert warned == (
+            [
+                "--bf16 on a CPU without AVX512-BF16 or AMX instructions: bf16 is emulated here and runs "
+                'slower than float32 (about 2x a training step); leave --bf16 out (or set "bf16": false) '
+                "on this machine"
+            ]
+            if bf16 and not native
+            else []
+        )
 
 
 def test_defaults_of_a_source_checkout_that_are_missing_say_what_to_pass(tmp_path):
@@ -536,3 +825,17 @@ def test_defaults_of_a_source_checkout_that_are_missing_say_what_to_pass(tmp_pat
     missing = {"train": tmp_path / "train.jsonl", "validation": tmp_path / "test.jsonl"}
     with pytest.raises(SystemExit, match=r"pass --train_file and --validation_file \(or --dataset_name\)"):
         load_raw_datasets(data_args, model_args, missing)
+
+
+def test_a_script_runs_in_process_as_the_interpreter_runs_it(tmp_path):
+    """tests.in_process.run_in_process, which these tests and the benchmark tests run scripts with: a path or -m and
+    a module, the command line, the exit status and message, the output."""
+    script = tmp_path / "script.py"
+    script.write_text("import sys\nif __name__ == '__main__':\n    print(sys.argv[1:])\n    sys.exit(sys.argv[1])\n")
+    process = run_in_process(["python", script, "a failure"])
+    assert (process.returncode, process.stdout, process.stderr) == (1, "['a failure']\n", "a failure\n")
+    # a module with no side effects (running a module as __main__ executes it again, registrations included)
+    process = run_in_process(["python", "-m", "json.tool", "--help"])
+    assert process.returncode == 0 and "usage:" in process.stdout and "json.tool" in process.stdout
+    with pytest.raises(ValueError, match="env="):
+        run_in_process(["python", script, "x"], env={"A": "1"})

@@ -92,13 +92,27 @@ def test_seq2seq_trainer_trains_and_evaluates_with_generate(build, tmp_path, tok
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     collator = DataCollatorForSeq2Seq(tokenizer, model=model)
     args = Seq2SeqTrainingArguments(
-        output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=4, per_device_eval_batch_size=8,
-        learning_rate=1e-2, use_cpu=True, report_to=[], save_strategy="no", logging_steps=1, disable_tqdm=True,
-        predict_with_generate=True, generation_max_length=GENERATION_MAX_LENGTH,
+        output_dir=str(tmp_path),
+        max_steps=4,
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=8,
+        learning_rate=1e-2,
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        predict_with_generate=True,
+        generation_max_length=GENERATION_MAX_LENGTH,
     )
     trainer = Seq2SeqTrainer(
-        model=model, args=args, train_dataset=headlines["train"], eval_dataset=headlines["validation"],
-        data_collator=collator, processing_class=tokenizer, compute_metrics=rouge_metrics(tokenizer),
+        model=model,
+        args=args,
+        train_dataset=headlines["train"],
+        eval_dataset=headlines["validation"],
+        data_collator=collator,
+        processing_class=tokenizer,
+        compute_metrics=rouge_metrics(tokenizer),
     )
     result = trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
@@ -166,8 +180,9 @@ def test_summarization_pipeline_on_a_saved_checkpoint(build, tmp_path, tokenizer
     for text, result in zip(texts, results):
         for settings in [{}, {"num_beams": 3}]:
             # truncated to the encoder's positions, the saved generation config, special tokens dropped
-            inputs = tokenizer(text, max_length=model.config.max_position_embeddings, truncation=True,
-                               return_tensors="pt")
+            inputs = tokenizer(
+                text, max_length=model.config.max_position_embeddings, truncation=True, return_tensors="pt"
+            )
             with torch.no_grad():
                 alone = model.generate(**inputs, **settings)
             summary = result["summary_text"] if not settings else summarize(text, **settings)[0]["summary_text"]

@@ -19,19 +19,29 @@ from transformers import (
     Seq2SeqTrainingArguments,
 )
 
-from benchmarks.harness import run_in_process
 from fastformer import FastformerForConditionalGeneration
 from fastformer.summarization import CachedEncoderStates, freeze_encoder, pseudo_summary, pseudo_summary_pairs
 from scripts import make_pseudo_summaries
+from tests.in_process import run_in_process
 
 VOCAB, PAD, START, EOS = 61, 0, 1, 2
 
 
 @pytest.fixture(scope="module")
 def tiny_config(tiny_config):
-    return lambda **overrides: tiny_config(**{**dict(vocab_size=VOCAB, pad_token_id=PAD, bos_token_id=START,
-                                                     decoder_start_token_id=START, eos_token_id=EOS,
-                                                     hidden_dropout_prob=0.1), **overrides})  # fmt: skip
+    return lambda **overrides: tiny_config(
+        **{
+            **dict(
+                vocab_size=VOCAB,
+                pad_token_id=PAD,
+                bos_token_id=START,
+                decoder_start_token_id=START,
+                eos_token_id=EOS,
+                hidden_dropout_prob=0.1,
+            ),
+            **overrides,
+        }
+    )
 
 
 class Tokenizer:
@@ -49,9 +59,13 @@ class Tokenizer:
 def articles(count=6, seed=0):
     generator = torch.Generator().manual_seed(seed)
     lengths = torch.randint(4, 12, (count,), generator=generator).tolist()
-    return [{"input_ids": torch.randint(3, VOCAB, (n,), generator=generator).tolist(),
-             "labels": torch.randint(3, VOCAB, (4,), generator=generator).tolist() + [EOS]}
-            for n in lengths]  # fmt: skip
+    return [
+        {
+            "input_ids": torch.randint(3, VOCAB, (n,), generator=generator).tolist(),
+            "labels": torch.randint(3, VOCAB, (4,), generator=generator).tolist() + [EOS],
+        }
+        for n in lengths
+    ]
 
 
 def collators(model):
@@ -92,8 +106,9 @@ def test_sources_encoded_up_front_in_sorted_batches_get_the_states_of_collated_b
     assert up_front.states.keys() == lazy.states.keys() and not up_front.sources
     for key, states in lazy.states.items():
         torch.testing.assert_close(up_front.states[key], states, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(found["encoder_outputs"].last_hidden_state,
-                               lazy(batch[2:5])["encoder_outputs"].last_hidden_state)  # fmt: skip
+    torch.testing.assert_close(
+        found["encoder_outputs"].last_hidden_state, lazy(batch[2:5])["encoder_outputs"].last_hidden_state
+    )
     assert expected["encoder_outputs"].last_hidden_state.shape[:2] == expected["input_ids"].shape
     assert model.get_encoder().training  # the encoder's mode is as it was
 
@@ -130,9 +145,16 @@ def test_freezing_unties_the_embeddings_and_training_leaves_every_encoder_parame
     _, cached = collators(model)
     train = datasets.Dataset.from_list(articles(8))
     args = Seq2SeqTrainingArguments(
-        tmp_path / "run", use_cpu=True, per_device_train_batch_size=4, num_train_epochs=3, learning_rate=1e-2,
-        save_strategy="no", report_to="none", disable_tqdm=True, remove_unused_columns=False,
-    )  # fmt: skip
+        tmp_path / "run",
+        use_cpu=True,
+        per_device_train_batch_size=4,
+        num_train_epochs=3,
+        learning_rate=1e-2,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        remove_unused_columns=False,
+    )
     Seq2SeqTrainer(model=model, args=args, train_dataset=train, data_collator=cached).train()
     for name, parameter in model.get_encoder().named_parameters():
         assert torch.equal(parameter, encoder[name]), name
@@ -151,7 +173,9 @@ def test_the_encoders_top_layers_can_train_while_the_rest_stays_frozen(build):
     encoder = model.get_encoder()
     trainable = {name for name, p in encoder.named_parameters() if p.requires_grad}
     assert trainable and all(name.startswith("layers.2.") for name in trainable)
-    assert {name for name, _ in encoder.layers[2].named_parameters()} == {name[len("layers.2."):] for name in trainable}
+    assert {name for name, _ in encoder.layers[2].named_parameters()} == {
+        name[len("layers.2.") :] for name in trainable
+    }
     before = {name: p.clone() for name, p in encoder.named_parameters()}
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     plain, _ = collators(model)
@@ -176,8 +200,9 @@ def test_generation_from_cached_states_gives_the_end_to_end_tokens(build):
         inputs = {key: value for key, value in cached(batch).items() if key not in ("labels", "decoder_input_ids")}
         expected = model.generate(**{key: inputs[key] for key in ("input_ids", "attention_mask")}, max_new_tokens=8)
         assert torch.equal(model.generate(**inputs, max_new_tokens=8, num_beams=1), expected)
-        beams = model.generate(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], num_beams=3,
-                               max_new_tokens=8)  # fmt: skip
+        beams = model.generate(
+            input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], num_beams=3, max_new_tokens=8
+        )
         assert torch.equal(model.generate(**inputs, max_new_tokens=8, num_beams=3), beams)
 
 
@@ -191,12 +216,20 @@ def test_trainer_predicts_from_cached_states_with_beams_as_end_to_end(build, tmp
     plain, cached = collators(model)
     test = datasets.Dataset.from_list(articles(6, seed=2))
     args = Seq2SeqTrainingArguments(
-        tmp_path / "run", use_cpu=True, per_device_eval_batch_size=6, predict_with_generate=True,
-        generation_num_beams=3, generation_max_length=8, report_to="none", disable_tqdm=True,
+        tmp_path / "run",
+        use_cpu=True,
+        per_device_eval_batch_size=6,
+        predict_with_generate=True,
+        generation_num_beams=3,
+        generation_max_length=8,
+        report_to="none",
+        disable_tqdm=True,
         remove_unused_columns=False,
-    )  # fmt: skip
-    found = [SummarizationTrainer(model=model, args=args, data_collator=collator).predict(test)
-             for collator in (plain, cached)]  # fmt: skip
+    )
+    found = [
+        SummarizationTrainer(model=model, args=args, data_collator=collator).predict(test)
+        for collator in (plain, cached)
+    ]
     assert numpy.array_equal(found[1].predictions, found[0].predictions)
     assert found[1].metrics["test_loss"] == pytest.approx(found[0].metrics["test_loss"], rel=1e-6)
 
@@ -206,42 +239,71 @@ def test_freezing_refuses_an_encoder_that_shares_with_the_decoder_and_freezes_no
     model.decoder.layers[0].feed_forward = model.fastformer.layers[0].feed_forward  # shared by hand
     with pytest.raises(ValueError, match="are also the decoder's: a frozen encoder would still change"):
         freeze_encoder(model)
-    bart = BartForConditionalGeneration(BartConfig(vocab_size=VOCAB, d_model=16, encoder_layers=1, decoder_layers=1,
-                                                   encoder_attention_heads=2, decoder_attention_heads=2,
-                                                   encoder_ffn_dim=32, decoder_ffn_dim=32))  # fmt: skip
+    bart = BartForConditionalGeneration(
+        BartConfig(
+            vocab_size=VOCAB,
+            d_model=16,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=32,
+            decoder_ffn_dim=32,
+        )
+    )
     with pytest.raises(ValueError, match=r"The encoder's embed_tokens.weight are also the decoder's"):
         freeze_encoder(bart)  # its shared embeddings: its checkpoints tie them again on loading
     assert all(parameter.requires_grad for parameter in bart.parameters())  # refused before freezing any
 
 
 def test_pseudo_summaries_are_the_lead_or_the_most_salient_sentence_of_the_rest():
-    text = ("The council approved the new bridge on Monday. Work starts in May. The U.S. firm that won "
-            "the bid builds bridges. The new bridge crosses the river at the old ferry.")  # fmt: skip
+    text = (
+        "The council approved the new bridge on Monday. Work starts in May. The U.S. firm that won "
+        "the bid builds bridges. The new bridge crosses the river at the old ferry."
+    )
     lead = pseudo_summary(text, "lead")
-    assert lead == {"summary": "The council approved the new bridge on Monday.",
-                    "document": text.removeprefix("The council approved the new bridge on Monday. ")}  # fmt: skip
+    assert lead == {
+        "summary": "The council approved the new bridge on Monday.",
+        "document": text.removeprefix("The council approved the new bridge on Monday. "),
+    }
     salient = pseudo_summary(text, "salient")  # the sentence sharing most words with the others
     assert salient["summary"] == "The new bridge crosses the river at the old ferry."
     assert salient["document"] == text.removesuffix(" The new bridge crosses the river at the old ferry.")
     words = [f"w{index}" for index in range(20)]  # no sentence ends (the 20 Newsgroups texts): the first words
     assert pseudo_summary(" ".join(words), "salient", lead_words=5) == {
-        "summary": " ".join(words[:5]), "document": " ".join(words[5:])
-    }  # fmt: skip
+        "summary": " ".join(words[:5]),
+        "document": " ".join(words[5:]),
+    }
     assert pseudo_summary("Too short.") is None
 
 
 def test_pseudo_summary_pairs_never_take_a_held_out_article(tmp_path):
     held_out = "A test article about the vote. " + "It has more sentences after the first one. " * 6
     copy = "  a TEST article about the vote.  " + held_out[31:250]  # cut shorter, other spaces and case
-    texts = ["A training article. Its second sentence.", held_out, copy, "A training article. Its second sentence.",
-             "Another training text. With more."]  # fmt: skip
+    texts = [
+        "A training article. Its second sentence.",
+        held_out,
+        copy,
+        "A training article. Its second sentence.",
+        "Another training text. With more.",
+    ]
     pairs = pseudo_summary_pairs(texts, held_out=[held_out])
     assert [pair["summary"] for pair in pairs] == ["A training article.", "Another training text."]
     source = tmp_path / "texts.jsonl"  # the script: files and fields, the held-out ones by content
     source.write_text("".join(json.dumps({"body": text}) + "\n" for text in texts))
     (tmp_path / "test.jsonl").write_text(json.dumps({"document": held_out}) + "\n")
     output = tmp_path / "pseudo.jsonl"
-    process = run_in_process(["python", make_pseudo_summaries.__file__, "--output", output, "--texts",
-                              f"{source}:body", "--held_out", f"{tmp_path / 'test.jsonl'}:document"])  # fmt: skip
+    process = run_in_process(
+        [
+            "python",
+            make_pseudo_summaries.__file__,
+            "--output",
+            output,
+            "--texts",
+            f"{source}:body",
+            "--held_out",
+            f"{tmp_path / 'test.jsonl'}:document",
+        ]
+    )
     assert process.returncode == 0, process.stderr
     assert [json.loads(line) for line in output.read_text().splitlines()] == pairs

@@ -57,8 +57,11 @@ def test_bad_embeddings_and_masks(build):
     model = build(FastformerModel)
     with pytest.raises(ValueError, match="exactly one of `input_ids` and `inputs_embeds`"):
         model()
-    with pytest.raises(ValueError, match=r"`inputs_embeds` must have shape \(batch, seq_len, embedding_size=32\), "
-                       r"got \(2, 7, 16\)"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"`inputs_embeds` must have shape \(batch, seq_len, embedding_size=32\), "
+        r"got \(2, 7, 16\)",
+    ):
         model(inputs_embeds=torch.zeros(2, 7, 16))
     with pytest.raises(ValueError, match=r"`attention_mask` must have shape .* \(2, 7\), got \(2, 6\)"):
         model(IDS, attention_mask=torch.ones(2, 6))
@@ -76,24 +79,24 @@ def test_bad_embeddings_and_masks(build):
             torch.tensor([[0, 1], [1, 2]]),
             r"single_label_classification needs `labels` of shape \(batch,\) = "
             r"\(2,\).*got shape \(2, 2\)",
-        ),  # fmt: skip
+        ),
         (
             {},
             torch.tensor([0.0, 1.0]),
             r"multi_label_classification needs float `labels` of shape .* \(2, 3\), got "
             r"shape \(2,\).*integer class ids need torch.long",
-        ),  # fmt: skip
+        ),
         (
             {"problem_type": "multi_label_classification"},
             torch.tensor([[0, 1, 1], [1, 0, 0]]),
             r"multi_label_classification needs float `labels`.*dtype torch.int64",
-        ),  # fmt: skip
+        ),
         ({"problem_type": "regression", "num_labels": 1}, torch.tensor([1, 2]), r"regression needs float `labels`"),
         (
             {"problem_type": "regression", "num_labels": 1},
             torch.tensor([1.0, 2.0, 3.0]),
             r"regression needs float `labels` with num_labels=1 value\(s\) per sequence \(batch=2\)",
-        ),  # fmt: skip
+        ),
     ],
     ids=[
         "class-too-large",
@@ -103,7 +106,7 @@ def test_bad_embeddings_and_masks(build):
         "int-multi-label",
         "int-regression",
         "regression-wrong-count",
-    ],  # fmt: skip
+    ],
 )
 def test_bad_classification_labels(build, overrides, labels, message):
     with pytest.raises(ValueError, match=message):
@@ -182,7 +185,9 @@ def test_encoder_forward_reads_no_value_of_accelerator_tensors(build, model_clas
     ids = torch.randint(1, VOCAB, (2, 20))
     labels = torch.tensor([0, 2]) if model_class is FastformerForSequenceClassification else ids
     output = model(
-        meta(ids), attention_mask=meta(torch.ones_like(ids)), token_type_ids=meta(torch.zeros_like(ids)),
+        meta(ids),
+        attention_mask=meta(torch.ones_like(ids)),
+        token_type_ids=meta(torch.zeros_like(ids)),
         labels=meta(labels),
     )
     assert output.loss.device.type == "meta"

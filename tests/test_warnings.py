@@ -23,9 +23,17 @@ VOCAB = 99
 
 
 def everyday_use(tmp_path, tokenizer_path):
-    settings = dict(vocab_size=VOCAB, hidden_size=32, num_attention_heads=4, intermediate_size=37,
-                    max_position_embeddings=64, num_labels=3, pad_token_id=0, decoder_start_token_id=1,
-                    eos_token_id=2)  # fmt: skip
+    settings = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64,
+        num_labels=3,
+        pad_token_id=0,
+        decoder_start_token_id=1,
+        eos_token_id=2,
+    )
     config = FastformerConfig(**settings)
     ids = torch.randint(3, VOCAB, (2, 20))
     mask = torch.ones_like(ids)
@@ -51,8 +59,15 @@ def everyday_use(tmp_path, tokenizer_path):
     feature_extraction("a short text")
 
     train = datasets.Dataset.from_dict({"input_ids": ids.tolist(), "labels": [0, 1]})
-    args = TrainingArguments(tmp_path / "trainer", use_cpu=True, max_steps=2, per_device_train_batch_size=2,
-                             report_to="none", save_strategy="no", disable_tqdm=True)  # fmt: skip
+    args = TrainingArguments(
+        tmp_path / "trainer",
+        use_cpu=True,
+        max_steps=2,
+        per_device_train_batch_size=2,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+    )
     Trainer(model=FastformerForSequenceClassification(config), args=args, train_dataset=train).train()
 
 

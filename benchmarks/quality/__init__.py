@@ -1,1 +1,1 @@
-"""The paper's findings at small scale on real data: docs/RESULTS.md (run.py, summarization.py, report.py)."""
+"""The paper's findings at small scale on real data (docs/RESULTS.md)."""

@@ -1,14 +1,5 @@
-"""The Transformer baseline under the paper's pooling: BERT (softmax attention, transformers' BertModel) classifying
-from an additive-attention pooling of all its tokens, Fastformer's own pooler, instead of from the [CLS] token.
-
-transformers' BertForSequenceClassification classifies from [CLS], which at the classification table's size and
-budget has not learned to summarize the document (docs/RESULTS.md, Reading); the paper's Fastformer pools all tokens.
-With this model the Transformer and Fastformer rows differ in their attention only.
-
-Run as scripts/run_classification.py, with this model type registered:
-
-    python -m benchmarks.quality.baselines --model_type bert_additive_pooling --output_dir ... (its other flags)
-"""
+"""The Transformer under the paper's pooling, which differs from Fastformer in its attention only; run as
+scripts/run_classification.py with this model type registered: python -m benchmarks.quality.baselines FLAGS"""
 
 from huggingface_hub.dataclasses import strict
 from torch import nn
@@ -25,8 +16,7 @@ class BertAdditivePoolingConfig(BertConfig):
 
 
 class BertAdditivePoolingForSequenceClassification(BertPreTrainedModel):
-    """BertModel (no [CLS] pooler), Fastformer's additive-attention pooler over its last layer, a linear classifier:
-    BertForSequenceClassification with the paper's pooling."""
+    """BertForSequenceClassification with Fastformer's additive-attention pooler in place of [CLS]'s."""
 
     config_class = BertAdditivePoolingConfig
     accepts_loss_kwargs = False  # the loss is the batch's mean, as Fastformer's (the Trainer scales it)
@@ -42,16 +32,18 @@ class BertAdditivePoolingForSequenceClassification(BertPreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, labels=None, **kwargs) -> SequenceClassifierOutput:
-        """As BertForSequenceClassification's; `kwargs` (token_type_ids, position_ids, ...) go to BertModel."""
         outputs = self.bert(input_ids, attention_mask=attention_mask, return_dict=True, **kwargs)
         logits = self.classifier(self.dropout(self.pooler(outputs.last_hidden_state, attention_mask)))
         loss = None if labels is None else self.loss_function(labels, logits, self.config)
-        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
-                                        attentions=outputs.attentions)  # fmt: skip
+        hidden_states, attentions = outputs.hidden_states, outputs.attentions
+        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states, attentions=attentions)
 
 
-AutoConfig.register(BertAdditivePoolingConfig.model_type, BertAdditivePoolingConfig)
-AutoModelForSequenceClassification.register(BertAdditivePoolingConfig, BertAdditivePoolingForSequenceClassification)
+# exist_ok: run as a script in a process that imported it (a test), the module registers its classes again
+AutoConfig.register(BertAdditivePoolingConfig.model_type, BertAdditivePoolingConfig, exist_ok=True)
+AutoModelForSequenceClassification.register(
+    BertAdditivePoolingConfig, BertAdditivePoolingForSequenceClassification, exist_ok=True
+)
 
 
 if __name__ == "__main__":

@@ -1,20 +1,10 @@
-"""The paper's classification findings at small scale on real data: one command per table of specs.TABLES, then
-docs/RESULTS.md regenerated (report.py, which also says how the tables were run).
+"""The paper's classification findings at small scale (docs/RESULTS.md): each model of a table trains from scratch
+with scripts/run_classification.py at each setting of GRID (first seed, scored on validation documents), then the
+best setting with the other seeds. Runs are stored under --runs and read back while their command is the same.
 
-Each model trains from scratch with scripts/run_classification.py (the Transformer under the paper's pooling through
-baselines.py), tuned the same way: each setting of specs.GRID with the first seed, scored on a validation split drawn
-from the training documents; then the best setting with the other seeds. A run already in --runs with the same
-command is read back, not repeated: an interrupted table continues, and a model two tables share trains once.
-
-    python -m benchmarks.quality.run classification --data ../shared/data/20newsgroups
-    python -m benchmarks.quality.run interaction    --data ../shared/data/20newsgroups
-    python -m benchmarks.quality.run sharing        --data ../shared/data/20newsgroups
-
---data holds train.jsonl and test.jsonl (text, label); the subsets are drawn at random (seed 0; sizes: the table's
-samples or the arguments), so a class-sorted file is fine.
+    python -m benchmarks.quality.run classification --data ../shared/data/20newsgroups   # also interaction, sharing
 """
 
-import argparse
 import math
 import random
 import sys
@@ -22,105 +12,120 @@ from pathlib import Path
 
 from safetensors import safe_open
 
-from benchmarks.harness import DOCS, REPO, SCRIPTS, arguments, flags, read_json, run_stored, write_json
-from benchmarks.quality.report import TABLES_FILE, best, write_report
-from benchmarks.quality.specs import BASELINES, FASTFORMER, GRID, SEEDS, TABLES, TRAINING, Setting
+from benchmarks import harness
+from benchmarks.harness import DOCS, REPO, SCRIPTS, arguments, flags, mean_std, read_json, table
+
+# the paper's setting (hidden 256, 16 heads, 2 layers, batch 64) on 2 CPU cores: half the width, heads of size 16
+FASTFORMER = "hidden_size=128,num_attention_heads=8,intermediate_size=512,num_hidden_layers=2,hidden_dropout_prob=0.2"
+# no dropout on BERT's attention weights: with it CPU SDPA falls back to its unfused kernel, 5x slower a step here
+BERT = FASTFORMER + ",attention_probs_dropout_prob=0.0"
+QUERY_VALUE = FASTFORMER + ",share_query_value=true,share_layers=false"
+TRAINING = {"max_seq_length": 512, "num_train_epochs": 3, "per_device_train_batch_size": 32}
+# (learning rate, warm-up steps): the paper's rate and a third of it; a short warm-up, and about an epoch (94 steps)
+GRID = [("1e-3", "20"), ("1e-3", "100"), ("3e-4", "20"), ("3e-4", "100")]
+# each table's rows: (label, model type, --config_overrides); bert_additive_pooling is baselines.py's
+TABLES = {
+    "classification": [
+        ("Fastformer", "fastformer", FASTFORMER),
+        ("Transformer (BERT, SDPA), additive pooling", "bert_additive_pooling", BERT),
+        # the pooling of transformers' BertForSequenceClassification ([CLS]), in both attentions
+        ("Fastformer, [CLS] pooling", "fastformer", FASTFORMER + ",pooler_type=cls"),
+        ("Transformer (BERT, SDPA), [CLS] pooling", "bert", BERT),
+    ],
+    "interaction": [
+        ("product", "fastformer", FASTFORMER),
+        ("add", "fastformer", FASTFORMER + ",interaction=add"),
+        ("concat", "fastformer", FASTFORMER + ",interaction=concat"),
+    ],
+    "sharing": [
+        ("none", "fastformer", FASTFORMER + ",share_query_value=false,share_layers=false"),
+        ("query-value", "fastformer", QUERY_VALUE),
+        ("query-value + head-wise", "fastformer", QUERY_VALUE + ",share_heads=true"),
+        ("query-value + layer-wise", "fastformer", FASTFORMER),
+    ],
+}
+# (training, validation, test) documents drawn for each table
+SAMPLES = {"classification": (3000, 600, 2000), "interaction": (1500, 600, 1000), "sharing": (1500, 600, 1000)}
 
 
 def parse_args(argv=None):
-    parser = arguments(__doc__)
+    parser = arguments(__doc__, threads=None)
     parser.add_argument("table", choices=list(TABLES))
-    parser.add_argument("--data", type=Path, required=True, help="folder with the data set's JSON-lines files")
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
-    for split in ("train", "validation", "test"):
-        parser.add_argument(f"--{split}-samples", type=int, default=None, help="default: the table's")
-    parser.add_argument("--grid", nargs="+", default=None, metavar="LR,WARMUP", help="default: specs.GRID")
-    parser.add_argument("--runs", type=Path, default=REPO / "runs" / "quality", help="run folders and results")
-    parser.add_argument("--results", type=Path, default=DOCS / "RESULTS.md")
-    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more script flags (e.g. for a test)")
+    parser.add_argument("--data", type=Path, required=True, help="a folder with train.jsonl and test.jsonl")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--samples", type=int, nargs=3, default=None, metavar=("TRAIN", "VALIDATION", "TEST"))
+    parser.add_argument("--grid", nargs="+", default=None, metavar="LR,WARMUP", help="default: GRID")
+    parser.add_argument("--runs", type=Path, default=REPO / "runs" / "quality")
+    parser.add_argument("--docs", type=Path, default=DOCS, help="where the record goes")
     args = parser.parse_args(argv)
-    given = (args.train_samples, args.validation_samples, args.test_samples)
-    args.samples = [value or default for value, default in zip(given, TABLES[args.table].samples)]
-    args.grid = [Setting(*setting.split(",")) for setting in args.grid] if args.grid else GRID
+    args.samples = args.samples or SAMPLES[args.table]
+    args.grid = [tuple(setting.split(",")) for setting in args.grid] if args.grid else GRID
     args.tag = "-".join([args.data.name, *map(str, args.samples)])  # the runs' data: source and sizes
     return args
 
 
-def draw(source: Path, sizes: list[int], seed: int = 0) -> list[list[str]]:
-    """Disjoint random subsets of the lines of `source`, of the given sizes (fewer if it runs out)."""
-    lines = source.read_text().splitlines()
-    random.Random(seed).shuffle(lines)
-    starts = [sum(sizes[:index]) for index in range(len(sizes))]
-    return [lines[start : start + size] for start, size in zip(starts, sizes)]
-
-
 def prepare_data(args) -> dict[str, Path]:
+    """Random subsets (seed 0) of train.jsonl (training, then validation) and test.jsonl, written under --runs."""
+    lines = {}
+    for source in ("train", "test"):
+        if not (args.data / f"{source}.jsonl").exists():
+            sys.exit(f"run.py: error: {args.data / source}.jsonl not found")
+        lines[source] = (args.data / f"{source}.jsonl").read_text().splitlines()
+        random.Random(0).shuffle(lines[source])
+    train, validation, test = args.samples
+    splits = {"train": lines["train"][:train], "validation": lines["train"][train:][:validation]}
     folder = args.runs / "data" / args.tag
-    for name in ("train.jsonl", "test.jsonl"):
-        if not (args.data / name).exists():
-            sys.exit(f"run.py: error: {args.data / name} not found (--data must hold train.jsonl and test.jsonl)")
-    train, validation = draw(args.data / "train.jsonl", args.samples[:2])
-    (test,) = draw(args.data / "test.jsonl", args.samples[2:])
     folder.mkdir(parents=True, exist_ok=True)
-    files = {split: folder / f"{split}.jsonl" for split in ("train", "validation", "test")}
-    for path, lines in zip(files.values(), (train, validation, test)):
-        path.write_text("\n".join(lines) + "\n")
-    return files
+    for name, chosen in {**splits, "test": lines["test"][:test]}.items():
+        (folder / f"{name}.jsonl").write_text("\n".join(chosen) + "\n")
+    return {f"{name}_file": folder / f"{name}.jsonl" for name in ("train", "validation", "test")}
 
 
-def run_name(model) -> str:
-    """One folder per distinct model and flags: the same ones share their runs across tables."""
-    short = model.overrides.replace(FASTFORMER, "").strip(",")
-    name = f"{model.model_type}-{short.replace('=', '_').replace(',', '-') or 'default'}"
-    return name + "".join(f"-{flag.strip('-')}_{value}" for flag, value in zip(model.extra[::2], model.extra[1::2]))
+def outputs(folder: Path) -> dict:
+    """A run's metrics, parameters (tied weights counted once) and validation curve."""
+    with safe_open(folder / "model.safetensors", "pt") as weights:
+        parameters = sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
+    log = read_json(folder / "trainer_state.json")["log_history"]
+    curve = [entry for entry in log if any(key.startswith("eval_") for key in entry)]
+    return {**read_json(folder / "all_results.json"), "parameters": parameters, "curve": curve}
 
 
-def train(args, data, model, seed, setting) -> dict:
-    """One run (or its stored result): validation and test metrics, parameters, training time, the curve."""
-    run = f"lr{setting.learning_rate}-warmup{setting.warmup_steps}-seed{seed}"
-    folder = args.runs / args.tag / run_name(model) / run
-    baseline = model.model_type in BASELINES
+def train(args, data: dict, model: tuple[str, str, str], seed: int, setting: tuple[str, str]) -> dict:
+    """One run of a table's `model`, or its stored result."""
+    label, model_type, overrides = model
+    tuned = {"learning_rate": setting[0], "warmup_steps": setting[1]}
+    # one folder per model and flags: the same ones share their runs across tables
+    short = overrides.replace(FASTFORMER, "").strip(",").replace("=", "_").replace(",", "-")
+    run = f"lr{setting[0]}-warmup{setting[1]}-seed{seed}"
+    folder = args.runs / args.tag / f"{model_type}-{short or 'default'}" / run
+    baseline = model_type == "bert_additive_pooling"
     script = ["-m", "benchmarks.quality.baselines"] if baseline else [str(SCRIPTS / "run_classification.py")]
-    command = [
-        sys.executable, *script, "--output_dir", str(folder), "--do_train", "--do_eval", "--do_predict",
-        "--train_file", str(data["train"]), "--validation_file", str(data["validation"]),
-        "--test_file", str(data["test"]), "--model_type", model.model_type, "--config_overrides", model.overrides,
-        "--seed", str(seed), "--eval_strategy", "epoch", "--save_strategy", "no", "--report_to", "none",
-        "--disable_tqdm", "true", *flags(TRAINING), *flags(setting._asdict()), *model.extra, *args.extra,
-    ]  # fmt: skip
-
-    def result(folder, seconds) -> dict:
-        metrics = read_json(folder / "all_results.json")
-        with safe_open(folder / "model.safetensors", "pt") as weights:  # tied weights are stored once
-            parameters = sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
-        curve = [entry for entry in read_json(folder / "trainer_state.json")["log_history"]
-                 if any(key.startswith("eval_") for key in entry)]  # fmt: skip
-        return {"data": args.tag, "model_type": model.model_type, "overrides": model.overrides,
-                "extra": " ".join(model.extra), **setting._asdict(), "seed": seed, "metrics": metrics,
-                "parameters": parameters, "train_seconds": metrics["train_runtime"], "wall_seconds": seconds,
-                "curve": curve}  # fmt: skip
-
-    what = f"{model.label}, lr {setting.learning_rate}, warm-up {setting.warmup_steps}, seed {seed}"
-    return run_stored(command, folder, result, what, env={"HF_HUB_OFFLINE": "1"}, in_process=args.in_process)
+    stages = {"do_train": True, "do_eval": True, "do_predict": True, "eval_strategy": "epoch", "save_strategy": "no"}
+    settings = {"model_type": model_type, "config_overrides": overrides, "seed": seed, "disable_tqdm": True, **TRAINING}
+    command = [sys.executable, *script, *flags({"output_dir": folder, **stages, **data, **settings, **tuned})]
+    command += ["--report_to", "none"]
+    return {"model": label, **tuned, "seed": seed, **harness.run_script(command, folder, outputs)}
 
 
-def tuned(args, data, model) -> None:
-    """The grid with the first seed, then the best setting by validation accuracy with the other seeds."""
-    first, *others = args.seeds
-    grid = [train(args, data, model, first, setting) for setting in args.grid]
-    chosen = best(grid)[1][0]  # the report's choice, so the table shows the setting that got the seeds
-    for seed in others:
-        train(args, data, model, seed, Setting(chosen["learning_rate"], chosen["warmup_steps"]))
-
-
-def main():
-    args = parse_args()
+def main(argv=None):
+    args = parse_args(argv)
     data = prepare_data(args)
-    for model in TABLES[args.table].rows:
-        tuned(args, data, model)
-    record = args.runs / TABLES_FILE
-    write_json(record, {**read_json(record, {}), args.table: args.tag}, indent=2)
-    write_report(args.runs, args.results)
+    rows, cells = [], []
+    first, *others = args.seeds
+    for model in TABLES[args.table]:
+        grid = [train(args, data, model, first, setting) for setting in args.grid]
+        chosen = max(grid, key=lambda run: run["eval_accuracy"])
+        seeds = [train(args, data, model, seed, (chosen["learning_rate"], chosen["warmup_steps"])) for seed in others]
+        rows += grid + seeds
+        runs = [chosen, *seeds]
+        row = [mean_std([100 * run[f"test_{metric}"] for run in runs]) for metric in ("accuracy", "f1_macro")]
+        setting = f"lr {chosen['learning_rate']}, warm-up {chosen['warmup_steps']}"
+        row += [setting, f"{chosen['parameters'] / 1e6:.2f}M", mean_std([run["train_runtime"] for run in runs], 0)]
+        cells.append([model[0], *row, len(runs), *(f"{100 * run['eval_accuracy']:.2f}" for run in grid)])
+    settings = {name: getattr(args, name) for name in ("table", "samples", "grid", "seeds")}
+    harness.write_record(args.docs / f"results_{args.table}.json", rows, settings)
+    header = ["model", "test accuracy", "test macro-F1", "chosen on validation", "parameters", "training s per run"]
+    print(table([*header, "seeds", *(f"validation, lr {lr}, warm-up {warmup}" for lr, warmup in args.grid)], cells))
 
 
 if __name__ == "__main__":

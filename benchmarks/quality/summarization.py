@@ -1,26 +1,14 @@
-"""The summarization table of docs/RESULTS.md: news articles -> headlines (data/news_headlines, the whole
-2,924 / 365 / 366 split), every model family tuned on the validation split, scored once on the test split
-(report.py describes the rows and the recipe).
+"""News articles -> headlines (docs/RESULTS.md): lead-k, and each model family tuned on the recipe's validation
+split (each of LEVERS added to the best settings so far, kept if it raises ROUGE-1; then each of DECODING), a row
+trained with the choice and scored on the test split. Script runs are stored under RUNS/headlines and read back
+while their command is the same; a row writes RECORDS/ROW.json; the tables print the records that exist.
 
-    python -m benchmarks.quality.summarization --rows lead fastformer-512 bert2bert-512   # the family tunings
-    python -m benchmarks.quality.summarization --rows fastformer-2048                      # one more row
-
-Every trained row follows configs/summarization/news_headlines.json (float32, the encoder frozen and its states
-computed once per article) with the settings it changes. A model family (specs.SummarizationRow.family: the
-Fastformer rows, BERT2BERT) is tuned once, at the recipe's source length, on the validation split:
-1. levers: from specs.LEVER_BASE, each of specs.LEVERS in turn is added to the best settings so far and kept if it
-   raises validation ROUGE-1 (greedy decoding): the start's cross-attention, a pseudo-summary pretraining stage,
-   training settings;
-2. decoding: each of specs.DECODING on the validation split, with the best model of step 1.
-A row then trains with the family's chosen settings at its own source length (the family's best run itself at the
-recipe's) and predicts the test split with the chosen decoding. Finished runs are stored in RUNS/headlines and not
-repeated; a row reads back its family's tuning recorded for another row under the current recipe; the results are
-copied to docs/results_summarization.json, which a fresh clone starts from.
+    OMP_NUM_THREADS=1 python -m benchmarks.quality.summarization --rows lead fastformer-512 bert2bert-512
 """
 
-import argparse
-import shutil
-import subprocess
+import json
+import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -28,124 +16,92 @@ import numpy as np
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, BertModel, EncoderDecoderModel
 
-from benchmarks.harness import (
-    DOCS,
-    REPO,
-    SCRIPTS,
-    arguments,
-    flags,
-    minilm,
-    read_json,
-    read_jsonl,
-    relative,
-    run_stored,
-    write_json,
-)
-from benchmarks.quality.report import summarization_results, write_report
-from benchmarks.quality.specs import (
-    BERT2BERT_DROPOUT,
-    DECODING,
-    LEAD_WORDS,
-    LEVER_BASE,
-    LEVER_DECODING,
-    LEVERS,
-    PRETRAIN,
-    ROWS,
-    SPREAD_KEPT,
-)
+from benchmarks import harness
+from benchmarks.harness import DOCS, REPO, SCRIPTS, arguments, flags, machine, minilm, read_json, write_json
 from fastformer import FastformerForConditionalGeneration
 from fastformer.conversion import copy_bert_cross_attention
 from fastformer.summarization import rouge
 
-RECIPE = REPO / "configs" / "summarization" / "news_headlines.json"
-DATA = REPO / "data" / "news_headlines"
-UNLABELED = REPO / "data" / "distillation" / "train.jsonl.gz"
-CONVERTED = "runs/minilm-fastformer-seq2seq"  # the README's seq2seq conversion
-# what the benchmark chooses (or sets per run) rather than takes from the argument file, which holds the choice
-TUNED = {"model_name_or_path", "output_dir", "label_smoothing_factor", "min_target_length", "generation_max_length",
-         *LEVER_DECODING}  # fmt: skip
+# every family starts from the recipe with the cross-attention as transformers initializes a new one, and no stage
+LEVER_BASE = {"cross_attention_init": "random", "pretrain": None}
+# added in turn: script flags, or cross_attention_init (the start's: "random" or "self_attention"), pretrain (a first
+# stage on pseudo-summaries of unlabeled text: their mode), continue (a second stage from the headline run: its flags)
+LEVERS = {
+    "cross-attention init": {"cross_attention_init": "self_attention"},
+    "pseudo-summary pretraining": {"pretrain": "lead"},
+    "label smoothing": {"label_smoothing_factor": 0.1},
+    "unfreezing": {"continue": {"learning_rate": 3e-5, "num_train_epochs": 1, "train_encoder_layers": 2}},
+}
+SPLITS = ("train", "validation", "test")
+SPREAD_KEPT = 0.5  # unfreezing is kept only while the encoder's token-state spread stays above this share
+# the pretraining stage: one epoch at half the source length (articles have ~225 words, lead sentences ~20)
+PRETRAIN = {"num_train_epochs": 1, "max_source_length": 256, "max_target_length": 48}
+GREEDY = {"num_beams": 1, "length_penalty": 1.0, "no_repeat_ngram_size": 0}  # the levers' decoding
+BEAMS = {"num_beams": 4, "length_penalty": 1.0, "no_repeat_ngram_size": 3}
+# length_window: between the 5th and 95th percentile of the training headlines' lengths in tokens
+DECODING = [GREEDY, {**GREEDY, "no_repeat_ngram_size": 3}, BEAMS, {**BEAMS, "length_window": True}]
+# no dropout on BERT2BERT's attention weights, with which CPU SDPA falls back to its unfused kernel (2x slower here)
+BERT2BERT_DROPOUT = {"encoder_attention_probs_dropout_prob": 0.0, "decoder_attention_probs_dropout_prob": 0.0}
+# what the benchmark chooses or sets per run, not takes from the argument file (which holds the choice)
+TUNED = {"model_name_or_path", "output_dir", "label_smoothing_factor", "min_target_length", "generation_max_length"}
+TUNED |= GREEDY.keys()
+# batches of articles of about the same length: random batches of 16 pad to 2.4x their tokens at 2,048
+GROUPED = {"max_source_length": 2048, "train_sampling_strategy": "group_by_length"}
+# a row: (label, its family (None: lead-k), the settings it changes)
+ROWS = {
+    "lead": ("lead-k (first k words)", None, {}),
+    "fastformer-512": ("Fastformer, warm-started, source 512", "fastformer", {}),
+    "fastformer-1024": ("Fastformer, warm-started, source 1,024", "fastformer", {"max_source_length": 1024}),
+    "fastformer-2048": ("Fastformer, warm-started, source 2,048", "fastformer", GROUPED),
+    "bert2bert-512": ("BERT2BERT (softmax), warm-started, source 512", "bert2bert", {}),
+}
 
 
 def parse_args(argv=None):
-    parser = arguments(__doc__)
+    parser = arguments(__doc__, threads=None)
     parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
-    parser.add_argument("--recipe", type=Path, default=RECIPE, help="the argument file every trained row follows")
-    parser.add_argument("--converted", default=CONVERTED, help="the Fastformer rows' converted seq2seq checkpoint")
+    parser.add_argument("--recipe", type=Path, default=REPO / "configs" / "summarization" / "news_headlines.json")
+    parser.add_argument("--converted", default="runs/minilm-fastformer-seq2seq", help="the Fastformer family's start")
     parser.add_argument("--source", default=None, help="the BERT checkpoint BERT2BERT starts from (default: MiniLM)")
-    parser.add_argument("--runs", type=Path, default=REPO / "runs" / "quality", help="runs in RUNS/headlines")
-    parser.add_argument("--results", type=Path, default=DOCS / "RESULTS.md", help="the report to rewrite")
-    parser.add_argument("--data", type=Path, default=DATA, help="train/validation/test.jsonl with document, summary")
-    parser.add_argument("--unlabeled", nargs="+", default=[f"{UNLABELED}:text"],
-                        help="FILE:FIELD of the unlabeled texts for pseudo-summaries (with the training articles)")
-    parser.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of the script runs")
-    parser.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more script flags (e.g. for a test)")
+    parser.add_argument("--unlabeled", nargs="+", default=[f"{REPO / 'data/distillation/train.jsonl.gz'}:text"])
+    parser.add_argument("--runs", type=Path, default=REPO / "runs" / "quality")
+    parser.add_argument("--records", type=Path, default=DOCS / "results_summarization")
     args = parser.parse_args(argv)
     args.folder = args.runs / "headlines"
+    # the argument file without what the tuning chooses or where a run writes, and its splits' articles
+    args.base = {key: value for key, value in read_json(args.recipe).items() if key not in TUNED}
+    files = {name: REPO / args.base[f"{name}_file"] for name in SPLITS}
+    args.splits = {name: [json.loads(line) for line in path.read_text().splitlines()] for name, path in files.items()}
     return args
 
 
-def lead(args) -> dict:
-    """lead-k: k from LEAD_WORDS with the best validation ROUGE-1, then the test split."""
-    splits = {split: read_jsonl(args.data / f"{split}.jsonl") for split in ("validation", "test")}
-
-    def leads(rows, k):
-        return [" ".join(row["document"].split()[:k]) for row in rows]
-
-    validation = {k: rouge(leads(splits["validation"], k), [row["summary"] for row in splits["validation"]])
-                  for k in LEAD_WORDS}  # fmt: skip
-    best = max(validation, key=lambda k: validation[k]["rouge1"])
-    predictions = leads(splits["test"], best)
-    return {
-        "validation_grid": {str(k): found for k, found in validation.items()},
-        "chosen": {"k": best},
-        "test": rouge(predictions, [row["summary"] for row in splits["test"]]),
-        "predictions": predictions,
-    }
+def copied_key(headline: str) -> str:
+    """A headline's words as ROUGE reads them (rouge_score's tokens before stemming): a generated "russia ' s" (the
+    uncased tokenizer's decoding) and a written "Russia's" are the same words."""
+    return " ".join(re.findall(r"[a-z0-9]+", headline.lower()))
 
 
-def script_command(args, script: str, settings: dict) -> list[str]:
-    """scripts/`script` with `settings` (+ --extra)."""
-    return [sys.executable, str(SCRIPTS / script), *flags(settings), *args.extra]
+def run(args, settings: dict) -> dict:
+    """scripts/run_summarization.py with `settings`, once: its metrics and test predictions."""
 
-
-def run_script(args, settings: dict, what: str) -> dict:
-    """scripts/run_summarization.py with `settings` (+ --extra); its all_results.json and test predictions.
-    Stored: a finished run of the same command is read back, not repeated."""
-
-    def result(folder, seconds) -> dict:
+    def outputs(folder: Path) -> dict:
         predictions = folder / "generated_predictions.txt"
-        for checkpoint in folder.glob("checkpoint-*"):
-            shutil.rmtree(checkpoint)
-        return {
-            "metrics": read_json(folder / "all_results.json"),
-            "predictions": predictions.read_text().splitlines() if predictions.exists() else None,
-            "wall_seconds": seconds,
-        }
+        found = predictions.read_text().splitlines() if predictions.exists() else None
+        return {"metrics": read_json(folder / "all_results.json"), "predictions": found}
 
-    command = script_command(args, "run_summarization.py", settings)
-    env = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else None
-    return run_stored(command, Path(settings["output_dir"]), result, what, env=env, in_process=args.in_process)
-
-
-def save_start(model, tokenizer, folder: Path) -> str:
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return relative(folder)
+    command = [sys.executable, str(SCRIPTS / "run_summarization.py"), *flags(settings)]
+    return harness.run_script(command, Path(settings["output_dir"]), outputs)
 
 
 def bert2bert_model(source: str | None = None, cross_attention_init: str = "random"):
-    """transformers' EncoderDecoderModel with encoder and decoder from `source` (default: all-MiniLM-L6-v2), its
-    special tokens set from the tokenizer; with `cross_attention_init="self_attention"` each decoder layer's
-    cross-attention starts as a copy of its self-attention (query, key, value, output). Returns the model and the
-    tokenizer."""
+    """transformers' EncoderDecoderModel of two `source` BERTs (default: all-MiniLM-L6-v2), special tokens from its
+    tokenizer; with "self_attention" each decoder layer's cross-attention a copy of its self-attention."""
     source = source or minilm()
     tokenizer = AutoTokenizer.from_pretrained(source)
     model = EncoderDecoderModel.from_encoder_decoder_pretrained(source, source, **BERT2BERT_DROPOUT)
-    special = {"decoder_start_token_id": tokenizer.cls_token_id, "bos_token_id": tokenizer.cls_token_id,
-               "eos_token_id": tokenizer.sep_token_id, "pad_token_id": tokenizer.pad_token_id}  # fmt: skip
-    for name, value in special.items():
-        setattr(model.config, name, value)
+    special = {"decoder_start_token_id": tokenizer.cls_token_id, "bos_token_id": tokenizer.cls_token_id}
+    special |= {"eos_token_id": tokenizer.sep_token_id, "pad_token_id": tokenizer.pad_token_id}
+    model.config.update(special)
     model.generation_config.update(**special)
     if cross_attention_init == "self_attention":
         for layer in model.decoder.bert.encoder.layer:
@@ -154,287 +110,167 @@ def bert2bert_model(source: str | None = None, cross_attention_init: str = "rand
 
 
 def fastformer_start(converted: str, cross_attention_init: str, source: str | None = None):
-    """The converted seq2seq checkpoint with its cross-attention as `cross_attention_init` asks: as converted when
-    its conversion.json says so, else re-initialized ("random", the model's own initialization) or copied from the
-    conversion's source BERT ("self_attention", as `convert_bert` does). Returns the model and the tokenizer."""
+    """The converted checkpoint, its cross-attention as converted where conversion.json says so, else copied from
+    the source BERT's self-attention ("self_attention") or a new model's ("random")."""
     model = FastformerForConditionalGeneration.from_pretrained(converted)
-    tokenizer = AutoTokenizer.from_pretrained(converted)
     conversion = read_json(Path(converted) / "conversion.json", {})
-    if conversion.get("cross_attention_init", "random") != cross_attention_init:
-        layers = model.get_decoder().layers
-        if cross_attention_init == "random":
-            randomize_cross_attention(layers, model.config.initializer_range)
+    if cross_attention_init == conversion.get("cross_attention_init", "random"):
+        pass
+    elif cross_attention_init == "self_attention":
+        copy_bert_cross_attention(BertModel.from_pretrained(source or conversion["source"]), model.get_decoder().layers)
+    else:  # a new model's weights (transformers' initialization leaves loaded weights as they are)
+        torch.manual_seed(0)
+        new = {key: value for key, value in type(model)(model.config).state_dict().items() if ".cross_attention" in key}
+        model.load_state_dict(new, strict=False)
+    return model, AutoTokenizer.from_pretrained(converted)
+
+
+def pretraining(base: dict, model: str, train_file: str, output_dir: str) -> dict:
+    """The pseudo-summary stage: the recipe with PRETRAIN on `train_file` only, the encoder run in every step."""
+    stages = {"do_eval": False, "do_predict": False, "validation_file": None, "test_file": None}
+    files = {"model_name_or_path": model, "train_file": train_file, "output_dir": output_dir}
+    return {**base, **PRETRAIN, **files, **stages, "cache_encoder_states": False}
+
+
+def train(args, family: str, lever: dict, row: dict | None = None) -> dict:
+    """The headline run of `family` with a lever's settings, after its first stage and before its second where it
+    has them, scored on the validation split with greedy search; `row`: a table row's training settings."""
+    base, folder, init = args.base, args.folder / family, lever["cross_attention_init"]
+    model = args.folder / "starts" / f"{family}-{init}"  # the family's start with that cross-attention, saved once
+    if not (model / "config.json").exists():
+        if family == "bert2bert":
+            loaded = bert2bert_model(args.source, init)
         else:
-            copy_bert_cross_attention(BertModel.from_pretrained(source or conversion["source"]), layers)
-    return model, tokenizer
+            loaded = fastformer_start(args.converted, init, args.source)
+        for part in loaded:  # the model and its tokenizer
+            part.save_pretrained(model)
+    output = folder / "-".join([harness.cell({**lever, "continue": None}), *map(str, (row or {}).values())])
+    changes = {key: value for key, value in lever.items() if key not in (*LEVER_BASE, "continue")}
+    headline = {**base, **changes, **(row or {}), **GREEDY, "do_predict": False, "test_file": None}
+    stages = [{**headline, "output_dir": str(output)}]
+    if lever["pretrain"]:  # make_pseudo_summaries.py's pairs of the training articles and the unlabeled texts
+        pairs = args.folder / "pseudo_summaries" / lever["pretrain"] / "pairs.jsonl"
+        texts = [f"{REPO / base['train_file']}:document", *args.unlabeled]
+        held_out = [f"{REPO / base[f'{name}_file']}:document" for name in ("validation", "test")]
+        pairing = {"output": pairs, "mode": lever["pretrain"], "texts": texts, "held_out": held_out}
+        command = [sys.executable, str(SCRIPTS / "make_pseudo_summaries.py"), *flags(pairing)]
+        harness.run_script(command, pairs.parent, lambda folder: {})
+        output_dir = str(folder / "pretrain" / f"{init}-{lever['pretrain']}")
+        stages.insert(0, pretraining(base, str(model), str(pairs), output_dir))
+    if lever.get("continue"):  # the encoder states of layers in training cannot be cached
+        cache = {"cache_encoder_states": False} if lever["continue"].get("train_encoder_layers") else {}
+        then = {**lever["continue"], **cache, "output_dir": f"{output}-then-{harness.cell(lever['continue'])}"}
+        stages.append({**headline, **then})
+    runs = []
+    for stage in stages:  # each from the model of the one before
+        runs.append(run(args, {**stage, "model_name_or_path": str(model)}))
+        before, model = model, stage["output_dir"]
+    seconds = sum(found["metrics"]["train_runtime"] for found in runs)
+    commands = [found["command"] for found in runs]
+    return {**runs[-1], "commands": commands, "train_seconds": seconds, "start": str(before), "output_dir": model}
 
 
 @torch.no_grad()
-def randomize_cross_attention(layers, std: float) -> None:
-    """The cross-attention of each decoder layer (and its output sub-layer) as a new model initializes it: linear
-    weights ~ N(0, std) with zero biases, layer norms at one and zero. torch's own init functions: transformers'
-    `_init_weights` leaves loaded weights as they are."""
-    torch.manual_seed(0)
-    for layer in layers:
-        for module in (*layer.cross_attention.modules(), *layer.cross_attention_output.modules()):
-            if isinstance(module, torch.nn.Linear):
-                torch.nn.init.normal_(module.weight, std=std)
-                torch.nn.init.zeros_(module.bias)
-            elif isinstance(module, torch.nn.LayerNorm):
-                torch.nn.init.ones_(module.weight)
-                torch.nn.init.zeros_(module.bias)
-        if getattr(layer.cross_attention, "context_weight", None) is not None:
-            torch.nn.init.normal_(layer.cross_attention.context_weight, std=std)
-
-
-def start_folder(args, family: str, cross_attention_init: str, converted: str) -> str:
-    """The family's starting checkpoint with the cross-attention `cross_attention_init`, saved once."""
-    folder = args.folder / "starts" / f"{family}-{cross_attention_init}"
-    if not (folder / "config.json").exists():
-        if family == "bert2bert":
-            model, tokenizer = bert2bert_model(args.source, cross_attention_init)
-        else:
-            if read_json(Path(converted) / "conversion.json", {}).get("cross_attention_init") == cross_attention_init:
-                return converted
-            model, tokenizer = fastformer_start(converted, cross_attention_init, args.source)
-        return save_start(model, tokenizer, folder)
-    return relative(folder)
-
-
-def pseudo_summaries(args, mode: str) -> str:
-    """make_pseudo_summaries.py's pairs (`mode`) from --unlabeled and the training articles, never from a
-    validation or test article; written once."""
-    output = args.folder / "pseudo_summaries" / f"{mode}.jsonl"
-    if not output.exists():
-        texts = [f"{args.data / 'train.jsonl'}:document", *args.unlabeled]
-        held_out = [f"{args.data / f'{split}.jsonl'}:document" for split in ("validation", "test")]
-        command = script_command(args, "make_pseudo_summaries.py", {})[:2]
-        command += ["--output", str(output), "--mode", mode, "--texts", *texts, "--held_out", *held_out]
-        process = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
-        if process.returncode != 0:
-            sys.exit(f"error: make_pseudo_summaries.py failed:\n{process.stderr[-4000:]}")
-    return relative(output)
-
-
-def recipe(args) -> dict:
-    """The argument file without what the tuning chooses (the start, the decoding, the levers' settings) or where
-    a run writes."""
-    settings = {key: value for key, value in read_json(args.recipe).items() if key not in TUNED}
-    if args.data != DATA:
-        settings |= {f"{split}_file": str(args.data / f"{split}.jsonl") for split in ("train", "validation", "test")}
-    return settings
-
-
-def family_of(row: str) -> str:
-    return ROWS[row].family
-
-
-def setting_name(setting: dict) -> str:
-    """A folder name for a lever setting: its values in order, e.g. self_attention-pretrain-lead-ls0.1."""
-    parts = []
-    for key, value in setting.items():
-        short = {"cross_attention_init": "", "pretrain": "pretrain-", "label_smoothing_factor": "ls",
-                 "learning_rate": "lr", "num_train_epochs": "epochs",
-                 "train_encoder_layers": "layers"}.get(key, key)  # fmt: skip
-        parts.append(f"{short}{value:g}" if isinstance(value, float) else f"{short}{value}")
-    return "-".join(parts)
-
-
-def pretraining(base: dict, start: str, train_file: str, output_dir: str) -> dict:
-    """The pseudo-summary pretraining stage's settings: `base` (the recipe) with specs.PRETRAIN, trained on
-    `train_file` only, the encoder frozen and run in every step (one epoch: nothing to reuse)."""
-    return {
-        **base, **PRETRAIN, "model_name_or_path": start, "train_file": train_file, "do_eval": False,
-        "do_predict": False, "validation_file": None, "test_file": None, "cache_encoder_states": False,
-        "output_dir": output_dir,
-    }  # fmt: skip
-
-
-def training_run(args, family: str, setting: dict, source_length: int | None, what: str,
-                 training: dict | None = None) -> dict:  # fmt: skip
-    """The headline run of `family` with a lever `setting` (its pretraining stage first, when it has one): trained
-    on the training split, scored on the validation split with greedy decoding; `training`: a row's settings of the
-    headline stages (SummarizationRow.training). Its result, with the seconds of training (the stage's included)
-    and the commands."""
-    base = recipe(args)
-    start = start_folder(args, family, setting["cross_attention_init"], args.converted)
-    script = {key: value for key, value in setting.items() if key not in LEVER_BASE and key != "continue"}
-    length = {} if source_length is None else {"max_source_length": source_length}
-    name = setting_name({key: value for key, value in setting.items() if key != "continue"})
-    name += f"-source{source_length}" if source_length else ""
-    name += "".join(f"-{value}" for value in (training or {}).values())
-    folder = args.folder / "tuning" / family
-    commands, seconds = [], 0.0
-    if setting["pretrain"]:  # the recipe's settings from the start: the later levers' runs share the stage
-        output = folder / "pretrain" / f"{setting['cross_attention_init']}-{setting['pretrain']}"
-        stage = pretraining(base, start, pseudo_summaries(args, setting["pretrain"]), str(output))
-        pretrained = run_script(args, stage, f"{family}: pretraining {setting['pretrain']}")
-        commands.append(pretrained["command"])
-        seconds += pretrained["metrics"]["train_runtime"]
-        start = relative(stage["output_dir"])
-    settings = {
-        **base, **script, **length, **(training or {}), "model_name_or_path": start, "do_predict": False,
-        "test_file": None, **LEVER_DECODING, "output_dir": str(folder / name),
-    }  # fmt: skip
-    found = run_script(args, settings, f"{family}: {what}")
-    then = setting.get("continue")
-    if then:  # a second stage from the run's model
-        commands.append(found["command"])
-        seconds += found["metrics"]["train_runtime"]
-        settings = {
-            **settings, **then, "model_name_or_path": relative(settings["output_dir"]),
-            "output_dir": f"{settings['output_dir']}-then-{setting_name(then)}",
-        }  # fmt: skip
-        if then.get("train_encoder_layers"):  # the states of layers in training cannot be cached
-            settings["cache_encoder_states"] = False
-        found = run_script(args, settings, f"{family}: {what}, then {setting_name(then)}")
-    return {**found, "commands": [*commands, found["command"]], "start": settings["model_name_or_path"],
-            "train_seconds": seconds + found["metrics"]["train_runtime"], "output_dir": settings["output_dir"]}
-
-
-def token_spread(args, model: str) -> float:
-    """How much the encoder's last-layer states differ across the first 50 positions of 32 validation articles
-    (source 256): the mean over features of their standard deviation across positions, as encoder_collapse.py
-    measures it (0 = every token alike)."""
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    encoder = AutoModelForSeq2SeqLM.from_pretrained(model).get_encoder().eval()
-    rows = read_jsonl(args.data / "validation.jsonl")[:32]
-    length = min(256, encoder.config.max_position_embeddings)
-    inputs = tokenizer([row["document"] for row in rows], max_length=length, truncation=True, padding=True,
-                       return_tensors="pt", return_token_type_ids=False)  # fmt: skip
-    with torch.no_grad():
-        states = encoder(**inputs).last_hidden_state
+def spread(encoder, inputs) -> float:
+    """The mean over features of the encoder's last-layer states' standard deviation across the first 50 positions
+    (0: every token alike)."""
+    states = encoder(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).last_hidden_state
     return states[:, :50].std(dim=1).mean().item()
 
 
-def length_window(args, model: str) -> tuple[int, int]:
-    """The 5th and 95th percentile of the training headlines' lengths in `model`'s tokens (end of sequence
-    included)."""
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    summaries = [row["summary"] for row in read_jsonl(args.data / "train.jsonl")]
-    lengths = [len(ids) + 1 for ids in tokenizer(summaries, add_special_tokens=False)["input_ids"]]
-    low, high = np.percentile(lengths, [5, 95])
-    return int(low), int(np.ceil(high))
-
-
-def decoding_flags(args, setting: dict, model: str) -> dict:
-    """The script flags of a DECODING setting."""
-    flags = {key: value for key, value in setting.items() if key != "length_window"}
-    if setting.get("length_window"):
-        low, high = length_window(args, model)
-        flags |= {"min_target_length": low, "generation_max_length": high + 1}  # + the decoder's start token
-    return flags
-
-
-def decoding_run(args, model: str, setting: dict, output_dir: Path, what: str, test: bool = False) -> dict:
-    """`model` (a trained run's folder) scored on the validation split, and with `test` the test split predicted,
-    with a DECODING setting."""
-    settings = {
-        **recipe(args), **decoding_flags(args, setting, model), "model_name_or_path": relative(model),
-        "do_train": False, "do_predict": test, "output_dir": str(output_dir),
-    }  # fmt: skip
-    if not test:
-        settings["test_file"] = None
-    return run_script(args, settings, what)
-
-
-def decoding_name(setting: dict) -> str:
-    return "-".join(f"{key}{value}" for key, value in setting.items())
+def decode(args, model: str, decoding: dict, output_dir: Path, test: bool = False) -> dict:
+    """`model` scored on the validation split (and with `test` the test split predicted) with `decoding`."""
+    settings = {**args.base, **{key: value for key, value in decoding.items() if key != "length_window"}}
+    if decoding.get("length_window"):  # in the model's tokens, the end of sequence included
+        headlines = [row["summary"] for row in args.splits["train"]]
+        tokens = AutoTokenizer.from_pretrained(model)(headlines, add_special_tokens=False)["input_ids"]
+        low, high = np.percentile([len(ids) + 1 for ids in tokens], [5, 95])
+        settings |= {"min_target_length": int(low), "generation_max_length": int(np.ceil(high)) + 1}  # + the start
+    settings |= {"model_name_or_path": model, "do_train": False, "do_predict": test, "output_dir": str(output_dir)}
+    return run(args, settings if test else {**settings, "test_file": None})
 
 
 def tune(args, family: str) -> dict:
-    """Steps 1 and 2 for `family`: the levers in turn, then the decodings, on the validation split."""
-    best = dict(LEVER_BASE)
-    found = training_run(args, family, best, None, "levers: the recipe")
-    levers = [{"lever": "recipe", "settings": dict(best), "rouge1": found["metrics"]["eval_rouge1"], "kept": True,
-               "train_seconds": found["train_seconds"]}]  # fmt: skip
-    best_run = found
-    for lever in LEVERS:
-        setting = {**best, **lever.settings}
-        found = training_run(args, family, setting, None, f"levers: {lever.name}")
-        kept = found["metrics"]["eval_rouge1"] > best_run["metrics"]["eval_rouge1"]
-        record = {"lever": lever.name, "settings": setting, "rouge1": found["metrics"]["eval_rouge1"],
-                  "train_seconds": found["train_seconds"]}  # fmt: skip
-        if (setting.get("continue") or {}).get("train_encoder_layers"):  # kept only while the states stay apart
-            record["spread"] = [token_spread(args, model) for model in (found["start"], found["output_dir"])]
-            kept = kept and record["spread"][1] >= SPREAD_KEPT * record["spread"][0]
-        levers.append({**record, "kept": kept})
-        if kept:
-            best, best_run = setting, found
-    decoding = []
-    for setting in DECODING:
-        if setting == LEVER_DECODING:  # the best run's own validation score
-            decoding.append({"setting": setting, "rouge1": best_run["metrics"]["eval_rouge1"]})
-            continue
-        name = decoding_name(setting)
-        output = args.folder / "tuning" / family / "decoding" / name
-        scored = decoding_run(args, best_run["output_dir"], setting, output, f"{family}: decoding {name}")
-        decoding.append({"setting": setting, "rouge1": scored["metrics"]["eval_rouge1"]})
-    chosen_decoding = max(decoding, key=lambda run: run["rouge1"])["setting"]
-    return {"levers": levers, "decoding": decoding, "chosen": {"training": best, "decoding": chosen_decoding}}
+    """The recipe and the levers in turn, then the decodings, on the validation split."""
+    best, best_run, levers = dict(LEVER_BASE), None, []
+    documents = [row["document"] for row in args.splits["validation"][:32]]
+    for lever, changes in {"recipe": {}, **LEVERS}.items():
+        settings = {**best, **changes}
+        found = train(args, family, settings)
+        result = {"lever": lever, "settings": settings, "rouge1": found["metrics"]["eval_rouge1"]}
+        kept = best_run is None or result["rouge1"] > best_run["metrics"]["eval_rouge1"]
+        if (changes.get("continue") or {}).get("train_encoder_layers"):  # kept only while the states stay apart
+            result["spread"] = []
+            for model in (found["start"], found["output_dir"]):  # the encoder's, source 256
+                encoder = AutoModelForSeq2SeqLM.from_pretrained(model).get_encoder().eval()
+                tokenize = dict(max_length=min(256, encoder.config.max_position_embeddings), truncation=True)
+                inputs = AutoTokenizer.from_pretrained(model)(documents, **tokenize, padding=True, return_tensors="pt")
+                result["spread"].append(spread(encoder, inputs))
+            kept = kept and result["spread"][1] >= SPREAD_KEPT * result["spread"][0]
+        levers.append({**result, "train_seconds": found["train_seconds"], "kept": kept})
+        best, best_run = (settings, found) if kept else (best, best_run)
+    decodings = []
+    for decoding in DECODING:  # greedy search is the best run's own score
+        output = args.folder / family / "decoding" / harness.cell(decoding)
+        scored = best_run if decoding == GREEDY else decode(args, best_run["output_dir"], decoding, output)
+        decodings.append({"setting": decoding, "rouge1": scored["metrics"]["eval_rouge1"]})
+    chosen = max(decodings, key=lambda run: run["rouge1"])["setting"]
+    return {"levers": levers, "decoding": decodings, "chosen": {"training": best, "decoding": chosen}}
 
 
-def stored_tuning(args, row: str, results: dict) -> dict | None:
-    """The tuning of the row's family that `results` records for another row of it, if it is what the tuning would
-    run now: the levers and decodings are specs.LEVERS and DECODING, and the recipe is the one it ran under.
-    Otherwise None."""
-    family = family_of(row)
-    names = ["recipe", *(lever.name for lever in LEVERS)]
-    for name, stored in results.items():
-        if name == row or name not in ROWS or family_of(name) != family or "tuning" not in stored:
-            continue
-        tuning = stored["tuning"]
-        same = [lever["lever"] for lever in tuning["levers"]] == names and \
-            [run["setting"] for run in tuning["decoding"]] == DECODING and stored.get("recipe") == recipe(args)
-        if same:
-            return tuning
-    return None
+def lead(args) -> dict:
+    """lead-k: the article's first k words, k from 1 to 40 with the best validation ROUGE-1."""
+    validation, test = args.splits["validation"], args.splits["test"]
+    references = [row["summary"] for row in validation]
+    grid = {k: rouge([" ".join(row["document"].split()[:k]) for row in validation], references) for k in range(1, 41)}
+    k = max(grid, key=lambda k: grid[k]["rouge1"])
+    predictions = [" ".join(row["document"].split()[:k]) for row in test]
+    found = {"test": rouge(predictions, [row["summary"] for row in test]), "predictions": predictions}
+    return {"validation_grid": {str(k): scores for k, scores in grid.items()}, "chosen": {"k": k}, **found}
 
 
-def train(args, row: str, results: dict) -> dict:
-    """The row's family tuning (a family's is run once: recorded for another of its rows, it is read back), its
-    training run with the chosen settings at its source length, and its test predictions with the chosen
-    decoding."""
-    family = family_of(row)
-    tuning = stored_tuning(args, row, results) or tune(args, family)
-    length = ROWS[row].settings.get("max_source_length")
-    if length == recipe(args)["max_source_length"]:
-        length = None
-    trained = training_run(args, family, tuning["chosen"]["training"], length, ROWS[row].label, ROWS[row].training)
-    decoding = tuning["chosen"]["decoding"]
+def headlines(args, family: str, settings: dict) -> dict:
+    """A row: its family's tuning, a training run with the choice, the test split predicted with its decoding (its
+    time per article: the encoder, generation and the loss forward)."""
+    tuning = tune(args, family)
+    trained = train(args, family, tuning["chosen"]["training"], settings)
     output = Path(trained["output_dir"]) / "test"
-    predicted = decoding_run(args, trained["output_dir"], {**decoding, **(ROWS[row].settings or {})}, output,
-                             f"{ROWS[row].label}: test", test=True)  # fmt: skip
-    predictions = predicted["predictions"]
-    references = [found["summary"] for found in read_jsonl(args.data / "test.jsonl")]
-    if predictions is None or len(predictions) != len(references):
-        sys.exit(f"summarization.py: error: {output} has no prediction for every test article")
-    return {
-        "tuning": tuning,
-        "chosen": tuning["chosen"],
-        "recipe": recipe(args),
-        "commands": [*trained["commands"], predicted["command"]],
-        "test": rouge(predictions, references),
-        "validation_rouge1": predicted["metrics"]["eval_rouge1"],
-        "train_seconds": trained["train_seconds"],
-        # prediction time per test article: the encoder's pass, generation with the chosen decoding, the loss
-        "decode_ms": 1000 * predicted["metrics"]["test_runtime"] / len(predictions),
-        "threads": args.threads,
-        "predictions": predictions,
-    }
+    predicted = decode(args, trained["output_dir"], {**tuning["chosen"]["decoding"], **settings}, output, test=True)
+    predictions, metrics = predicted["predictions"], predicted["metrics"]
+    references = [row["summary"] for row in args.splits["test"]]
+    found = dict(tuning=tuning, chosen=tuning["chosen"], recipe=args.base, test=rouge(predictions, references))
+    found |= dict(commands=[*trained["commands"], predicted["command"]], validation_rouge1=metrics["eval_rouge1"])
+    found |= dict(train_seconds=trained["train_seconds"], decode_ms=1000 * metrics["test_runtime"] / len(references))
+    return {**found, "predictions": predictions}
 
 
-def main():
-    args = parse_args()
-    args.folder.mkdir(parents=True, exist_ok=True)
-    results_file = args.folder / "results.json"
-    for row in args.rows:
-        results = summarization_results(args.runs, args.results.parent)  # here or as docs/ records it
-        found = {"label": ROWS[row].label, **(lead(args) if row == "lead" else train(args, row, results))}
-        # another runner may have finished rows meanwhile: write this row into the file as it is now
-        write_json(results_file, {**read_json(results_file, {}), row: found})
-        print(f"{ROWS[row].label}: test {found['test']}", flush=True)
-    write_report(args.runs, args.results, headlines_data=args.data)
+def tables(args, records: dict) -> list[str]:
+    """The test scores of each row recorded (words: per headline, as ROUGE counts them; copied: the share that is a
+    training headline, word for word), then each family's tuning."""
+    training = {copied_key(row["summary"]) for row in args.splits["train"]}
+    scores, tuned = [], {}
+    for key, found in records.items():
+        row = {"model": found["label"], **found["test"]}
+        row["words"] = statistics.fmean(len(copied_key(text).split()) for text in found["predictions"])
+        row["copied"] = statistics.fmean(copied_key(text) in training for text in found["predictions"])
+        row["training min"] = found["train_seconds"] / 60 if "train_seconds" in found else ""
+        scores.append({**row, "ms per summary": found.get("decode_ms", ""), "chosen": found["chosen"]})
+        if "tuning" in found:  # a family's rows share its tuning
+            tuned[ROWS[key][1]] = found["tuning"]
+    steps = []
+    for family, tuning in tuned.items():
+        steps += [{"family": family, **run} for run in tuning["levers"] + tuning["decoding"]]
+    return [harness.rows_table(scores), harness.rows_table(steps)]
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    for key in args.rows:
+        label, family, settings = ROWS[key]
+        found = lead(args) if family is None else headlines(args, family, settings)
+        write_json(args.records / f"{key}.json", {"machine": machine(), "label": label, **found})
+    records = {key: read_json(args.records / f"{key}.json") for key in ROWS if (args.records / f"{key}.json").exists()}
+    print("\n\n".join(tables(args, records)))
 
 
 if __name__ == "__main__":

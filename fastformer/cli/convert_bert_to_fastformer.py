@@ -61,19 +61,26 @@ FINISHED, FINISHED_STUDENT = "finished.json", "student.safetensors"  # a stage's
 @dataclass
 class ConversionArguments:
     model_name_or_path: str = field(
-        metadata={"help": "The BERT-family checkpoint to convert (bert, roberta, xlm-roberta, distilbert, electra): "
-                          "a local folder or a Hub id (also sentence-transformers)."}
+        metadata={
+            "help": "The BERT-family checkpoint to convert (bert, roberta, xlm-roberta, distilbert, electra): "
+            "a local folder or a Hub id (also sentence-transformers)."
+        }
     )
     task: str = field(
         default="encoder",
-        metadata={"help": "encoder: a FastformerModel; seq2seq: an encoder-decoder warm-started from the source.",
-                  "choices": list(TASKS)},
+        metadata={
+            "help": "encoder: a FastformerModel; seq2seq: an encoder-decoder warm-started from the source.",
+            "choices": list(TASKS),
+        },
     )
     cross_attention_init: str = field(
         default="random",
-        metadata={"help": "With --task seq2seq: random, or self_attention (each decoder layer's cross-attention "
-                  "from the same source layer's self-attention projections).", "choices": list(CROSS_ATTENTION_INITS)},
-    )  # fmt: skip
+        metadata={
+            "help": "With --task seq2seq: random, or self_attention (each decoder layer's cross-attention "
+            "from the same source layer's self-attention projections).",
+            "choices": list(CROSS_ATTENTION_INITS),
+        },
+    )
     max_position_embeddings: int | None = field(
         default=None, metadata={"help": "Positions of the converted model (default: the source's); more repeat them."}
     )
@@ -103,9 +110,11 @@ class DistillationArguments:
     max_eval_samples: int | None = field(default=128, metadata={"help": "Keep at most N held-out texts."})
     least_squares_start: bool = field(
         default=False,
-        metadata={"help": "Before the layerwise stage, fit every layer's W_r in closed form (least squares against "
-                  "the teacher's attention contexts on --least_squares_batches training batches)."},
-    )  # fmt: skip
+        metadata={
+            "help": "Before the layerwise stage, fit every layer's W_r in closed form (least squares against "
+            "the teacher's attention contexts on --least_squares_batches training batches)."
+        },
+    )
     least_squares_batches: int = field(default=8, metadata={"help": "Batches of the --least_squares_start fit."})
     end_to_end_steps: int = field(default=350, metadata={"help": "Steps of the end-to-end stage (0: skip it)."})
     end_to_end_learning_rate: float = field(
@@ -113,11 +122,13 @@ class DistillationArguments:
     )
     end_to_end_matched: str = field(
         default="pooled",
-        metadata={"help": "What the end-to-end stage matches: the teacher's hidden state after the last layer and the "
-                  "sentence embedding pooled from it by the converted model's pooler (pooled), after the last layer "
-                  "only (last: the layers below free to reach it their own way), or after every layer (all).",
-                  "choices": list(MATCHED)},
-    )  # fmt: skip
+        metadata={
+            "help": "What the end-to-end stage matches: the teacher's hidden state after the last layer and the "
+            "sentence embedding pooled from it by the converted model's pooler (pooled), after the last layer "
+            "only (last: the layers below free to reach it their own way), or after every layer (all).",
+            "choices": list(MATCHED),
+        },
+    )
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
 
 
@@ -193,8 +204,10 @@ def load_texts(distill_args, tokenizer, training_args, seed: int):
 
 def batches(dataset, tokenizer, size: int):
     collate = DataCollatorWithPadding(tokenizer)
-    return [collate([dataset[index] for index in range(start, min(start + size, len(dataset)))])
-            for start in range(0, len(dataset), size)]
+    return [
+        collate([dataset[index] for index in range(start, min(start + size, len(dataset)))])
+        for start in range(0, len(dataset), size)
+    ]
 
 
 def measure(student, teacher, held_out) -> dict:
@@ -215,9 +228,11 @@ def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir
         fit = batches(train.select(range(min(len(train), size * distill_args.least_squares_batches))), tokenizer, size)
         context_errors = least_squares_start(encoder, teacher, fit)
         report["least_squares_start"] = {
-            "batches": len(fit), "context_errors": context_errors, "seconds": round(time.perf_counter() - started, 1),
+            "batches": len(fit),
+            "context_errors": context_errors,
+            "seconds": round(time.perf_counter() - started, 1),
             "after": measure(encoder, teacher, evaluation),
-        }  # fmt: skip
+        }
         print_errors("after the least-squares start", report["least_squares_start"]["after"])
     settings = {
         "layerwise": dict(max_steps=training_args.max_steps, learning_rate=training_args.learning_rate),
@@ -244,7 +259,13 @@ def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir
             logger.info(f"Resuming the {stage} stage from {last}")
         started = time.perf_counter()
         result = transfer_attention(
-            encoder, teacher, stage, train, stage_args, collator, resume_from_checkpoint=last,
+            encoder,
+            teacher,
+            stage,
+            train,
+            stage_args,
+            collator,
+            resume_from_checkpoint=last,
             matched=distill_args.end_to_end_matched,  # the layerwise stage matches every attention sub-layer
         )
         report["stages"][stage] = {
@@ -297,8 +318,11 @@ def main(args: list[str] | None = None):
     tokenizer = AutoTokenizer.from_pretrained(conversion_args.model_name_or_path, subfolder=source.subfolder, **hub)
     special_ids = {}
     if conversion_args.task == "seq2seq":  # a BERT tokenizer's [CLS] starts a sequence and [SEP] ends it
-        special_ids = dict(bos_token_id=tokenizer.cls_token_id, decoder_start_token_id=tokenizer.cls_token_id,
-                           eos_token_id=tokenizer.sep_token_id)
+        special_ids = dict(
+            bos_token_id=tokenizer.cls_token_id,
+            decoder_start_token_id=tokenizer.cls_token_id,
+            eos_token_id=tokenizer.sep_token_id,
+        )
     try:
         model = convert_bert(
             source.model,
@@ -321,10 +345,15 @@ def main(args: list[str] | None = None):
                 f"{source_positions(source.model.config)} positions, which it reads the texts with"
             )
         run = dict(
-            source=conversion_args.model_name_or_path, revision=conversion_args.model_revision,
-            task=conversion_args.task, cross_attention_init=conversion_args.cross_attention_init,
-            max_position_embeddings=model.config.max_position_embeddings, distill_file=str(distill_args.distill_file),
-            text_column=distill_args.text_column, max_seq_length=distill_args.max_seq_length, seed=training_args.seed,
+            source=conversion_args.model_name_or_path,
+            revision=conversion_args.model_revision,
+            task=conversion_args.task,
+            cross_attention_init=conversion_args.cross_attention_init,
+            max_position_embeddings=model.config.max_position_embeddings,
+            distill_file=str(distill_args.distill_file),
+            text_column=distill_args.text_column,
+            max_seq_length=distill_args.max_seq_length,
+            seed=training_args.seed,
             least_squares_start=distill_args.least_squares_start,
         )
         if training_args.should_save:
@@ -360,7 +389,10 @@ def main(args: list[str] | None = None):
         }
         (output_dir / "conversion.json").write_text(json.dumps(settings, indent=2) + "\n")
         write_conversion_card(
-            output_dir, model=model, settings=settings, base_model=conversion_args.base_model,
+            output_dir,
+            model=model,
+            settings=settings,
+            base_model=conversion_args.base_model,
             license=source_license(source.name_or_path, token=conversion_args.token),
             sentence_transformers=sentence_transformers,
         )

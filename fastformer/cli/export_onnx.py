@@ -30,8 +30,11 @@ TASKS = {
     "text-classification": AutoModelForSequenceClassification,
     "fill-mask": AutoModelForMaskedLM,
 }
-HEADS = {"FastformerModel": "feature-extraction", "FastformerForSequenceClassification": "text-classification",
-         "FastformerForMaskedLM": "fill-mask"}  # fmt: skip
+HEADS = {
+    "FastformerModel": "feature-extraction",
+    "FastformerForSequenceClassification": "text-classification",
+    "FastformerForMaskedLM": "fill-mask",
+}
 CHECK_SHAPES = ((3, 7), (2, 2 * EXAMPLE_SHAPE[1] + 3))  # (batch, length), neither traced by the export
 
 
@@ -100,16 +103,22 @@ def main(argv=None):
     partial = args.output_dir / "model.onnx.partial"
     output_names = OUTPUT_NAMES[type(model).__name__]
     try:  # a failed export or check leaves the folder as it was
-        session = onnxruntime.InferenceSession(str(export_onnx(model, partial, attention_mode)),
-                                               providers=["CPUExecutionProvider"])  # fmt: skip
+        session = onnxruntime.InferenceSession(
+            str(export_onnx(model, partial, attention_mode)), providers=["CPUExecutionProvider"]
+        )
         differences = largest_differences(model, session, output_names)
         if max(differences.values()) > args.atol:
             sys.exit(f"export_onnx.py: error: ONNX Runtime differs from PyTorch by {differences} > --atol {args.atol}")
         partial.replace(args.output_dir / "model.onnx")
     finally:
         partial.unlink(missing_ok=True)
-    check = {"task": task, "additive_attention_mode": attention_mode, "shapes": CHECK_SHAPES,
-             "max_abs_difference": differences, "atol": args.atol}  # fmt: skip
+    check = {
+        "task": task,
+        "additive_attention_mode": attention_mode,
+        "shapes": CHECK_SHAPES,
+        "max_abs_difference": differences,
+        "atol": args.atol,
+    }
     quantized = args.output_dir / "model_quantized.onnx"
     quantized.unlink(missing_ok=True)  # an earlier export's, of the model.onnx just replaced
     if args.int8:
@@ -122,8 +131,10 @@ def main(argv=None):
         AutoTokenizer.from_pretrained(args.model_name_or_path).save_pretrained(args.output_dir)
     except (OSError, ValueError):
         print(f"warning: {args.model_name_or_path} has no tokenizer to save beside the model", file=sys.stderr)
-    print(f"Exported {task} ({attention_mode} attention) to {args.output_dir / 'model.onnx'}; "
-          f"largest difference to PyTorch: {max(differences.values()):.2e}")  # fmt: skip
+    print(
+        f"Exported {task} ({attention_mode} attention) to {args.output_dir / 'model.onnx'}; "
+        f"largest difference to PyTorch: {max(differences.values()):.2e}"
+    )
 
 
 if __name__ == "__main__":

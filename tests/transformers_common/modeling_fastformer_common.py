@@ -46,11 +46,21 @@ class FastformerModelTester:
 
     def get_config(self):
         return FastformerConfig(
-            vocab_size=self.vocab_size, hidden_size=self.hidden_size, num_hidden_layers=self.num_hidden_layers,
-            num_attention_heads=self.num_attention_heads, intermediate_size=37, max_position_embeddings=64,
-            hidden_dropout_prob=0.1, num_labels=self.num_labels, pad_token_id=0, bos_token_id=1,
-            decoder_start_token_id=1, eos_token_id=2, share_layers=False, is_encoder_decoder=self.is_encoder_decoder,
-        )  # fmt: skip
+            vocab_size=self.vocab_size,
+            hidden_size=self.hidden_size,
+            num_hidden_layers=self.num_hidden_layers,
+            num_attention_heads=self.num_attention_heads,
+            intermediate_size=37,
+            max_position_embeddings=64,
+            hidden_dropout_prob=0.1,
+            num_labels=self.num_labels,
+            pad_token_id=0,
+            bos_token_id=1,
+            decoder_start_token_id=1,
+            eos_token_id=2,
+            share_layers=False,
+            is_encoder_decoder=self.is_encoder_decoder,
+        )
 
     def prepare_config_and_inputs_for_common(self):
         input_ids = ids_tensor([self.batch_size, self.seq_length], self.vocab_size)
@@ -93,4 +103,3 @@ class FastformerForConditionalGenerationTest(FastformerCommonTests, ModelTesterM
     # no generate() tests: transformers' GenerationTesterMixin (tests/generation/) is not in its source
     # distribution; the project's suite tests generation against GPT-2's and BART's
     all_generative_model_classes = ()
-

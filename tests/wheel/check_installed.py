@@ -25,8 +25,14 @@ ids = torch.randint(5, 40, (2, 9))
 with torch.no_grad():
     assert torch.equal(reloaded(ids).last_hidden_state, model.fastformer(ids).last_hidden_state)
 
-write_model_card("classifier", model=model, task="text-classification", dataset="user/data",
-                 metrics={"eval_accuracy": 0.5}, hyperparameters={"learning_rate": 1e-3})  # the templates in the wheel
+write_model_card(
+    "classifier",
+    model=model,
+    task="text-classification",
+    dataset="user/data",
+    metrics={"eval_accuracy": 0.5},
+    hyperparameters={"learning_rate": 1e-3},
+)  # the templates in the wheel
 assert "FastformerForSequenceClassification" in Path("classifier/README.md").read_text()
 
 words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *(f"word{index}" for index in range(35))]

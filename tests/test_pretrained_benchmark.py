@@ -1,0 +1,196 @@
+"""benchmarks.pretrained at toy size: a tiny random BERT as the teacher, a few texts of three newsgroups, and the
+scripts (conversion, fine-tuning) run in this process."""
+
+import json
+
+import pytest
+import torch
+from transformers import BertConfig, BertModel
+
+from benchmarks import harness, pretrained
+from fastformer.cli import convert_bert_to_fastformer
+from tests.in_process import run_in_process
+
+LABELS = ("rec.sport.hockey", "sci.space", "talk.religion.misc")
+
+
+def subset(path, per_label: int, words: int) -> list[dict]:
+    """The first `per_label` texts of each of LABELS in `path` with at least `words` words, cut to that many."""
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = [{**row, "text": " ".join(row["text"].split()[:words])} for row in rows if len(row["text"].split()) >= words]
+    return [row for label in LABELS for row in [row for row in rows if row["label"] == label][:per_label]]
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def toy(repo_root, tokenizer, tmp_path_factory):
+    """A tiny BERT teacher (with the bundled tokenizer), its conversion (one layerwise step), and the data files
+    that stand for the benchmark's: training splits, test texts, distillation texts, long documents."""
+    folder = tmp_path_factory.mktemp("pretrained")
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=512,
+    )
+    teacher = BertModel(config, add_pooling_layer=False)
+    with torch.no_grad():  # weights larger than BERT's initializer, so that the student has something to learn
+        for parameter in teacher.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    teacher.save_pretrained(folder / "teacher")
+    tokenizer.save_pretrained(folder / "teacher")
+    data = repo_root / "data" / "20newsgroups"
+    train = write_jsonl(folder / "train.jsonl", subset(data / "train.jsonl", 10, 40))
+    distill = write_jsonl(
+        folder / "distill.jsonl", [{"text": row["text"]} for row in subset(data / "train.jsonl", 27, 30)]
+    )
+    shared = folder / "shared" / "20newsgroups"
+    shared.mkdir(parents=True)
+    write_jsonl(shared / "test.jsonl", subset(data / "test.jsonl", 3, 120))
+    flags = f"--max_position_embeddings 512 --distill_file {distill} --max_seq_length 32 --max_steps 1"
+    flags += " --end_to_end_steps 0 --per_device_train_batch_size 8 --use_cpu --disable_tqdm true"
+    output = ["--model_name_or_path", str(folder / "teacher"), "--output_dir", str(folder / "converted")]
+    convert_bert_to_fastformer.main([*output, *flags.split()])
+    return {
+        "folder": folder,
+        "teacher": folder / "teacher",
+        "converted": folder / "converted",
+        "splits": {"newsgroups": train, "fewshot": write_jsonl(folder / "fewshot.jsonl", subset(train, 3, 40))},
+        "test": write_jsonl(folder / "test.jsonl", subset(data / "test.jsonl", 4, 40)),
+        "distill": distill,
+    }
+
+
+@pytest.fixture
+def benchmark(toy, tmp_path, monkeypatch):
+    """benchmark(*flags) runs benchmarks.pretrained on the toy data, its scripts in this process, its records into
+    `benchmark.records`; `benchmark.runs` lists the scripts it ran."""
+    monkeypatch.setattr(pretrained, "SPLITS", toy["splits"])
+    monkeypatch.setattr(pretrained, "TEST", toy["test"])
+    monkeypatch.setattr(pretrained, "DISTILL_FILE", toy["distill"])
+    monkeypatch.setattr(pretrained, "EPOCHS", {"newsgroups": 1, "fewshot": 1})
+    runs = []
+
+    def counted(command, env=None):
+        runs.append(command)
+        return run_in_process(command, env)
+
+    monkeypatch.setattr(harness, "run", counted)
+    folders = ["--output", str(tmp_path / "records"), "--work", str(tmp_path / "work")]
+    models = ["--teacher", str(toy["teacher"]), "--converted", str(toy["converted"])]
+
+    def run(*flags):
+        pretrained.main([*models, *folders, "--max-seq-length", "32", "--threads", "1", *flags])
+
+    run.runs, run.records = runs, tmp_path / "records"
+    return run
+
+
+def record(folder, part) -> dict:
+    """The part's record, checked for the keys every record has and for its CSV beside it."""
+    found = json.loads((folder / f"{part}.json").read_text())
+    assert {"machine", "settings", "minutes", "rows"} <= set(found) and found["rows"]
+    assert found["machine"]["command"] and (folder / f"{part}.csv").exists()
+    return found
+
+
+def test_knn_votes_by_majority_then_similarity():
+    index = torch.nn.functional.normalize(torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]]), dim=-1)
+    queries = torch.nn.functional.normalize(torch.tensor([[1.0, 0.05], [0.05, 1.0], [0.6, 0.5]]), dim=-1)
+    labels = ["a", "a", "b", "b"]
+    assert pretrained.knn_accuracy(index, labels, queries, ["a", "b", "a"], k=2) == 1.0
+    assert pretrained.knn_accuracy(index, labels, queries, ["a", "b", "b"], k=4) == pytest.approx(2 / 3)  # 2-2 tie
+
+
+def test_converted_is_needed_but_by_the_parts_that_start_from_the_teacher():
+    with pytest.raises(SystemExit):
+        pretrained.parse_args(["--teacher", "teacher", "--parts", "memory", "long"])
+    assert pretrained.parse_args(["--teacher", "teacher", "--parts", "memory", "levers", "residual"]).converted is None
+
+
+@pytest.mark.slow
+def test_conversion_residual_and_agreement_parts(benchmark, toy):
+    benchmark("--parts", "conversion", "residual", "agreement", "--residual-steps", "2")
+    copied = json.loads((benchmark.records / "conversion.json").read_text())
+    assert copied == json.loads((toy["converted"] / "conversion.json").read_text())
+    residual = record(benchmark.records, "residual")["rows"]
+    assert [(row["query_residual"], row["layerwise_steps"]) for row in residual] == [
+        (True, 0),
+        (True, 2),
+        (False, 0),
+        (False, 2),
+    ]
+    assert all(len(row["attention"]) == len(row["hidden"]) == 2 for row in residual)
+    agreement = record(benchmark.records, "agreement")["rows"]
+    assert len(agreement) == 4 and agreement[0]["cosine_to_teacher"] == pytest.approx(1.0)
+    assert all(0 <= row["knn_accuracy"] <= 1 for row in agreement)
+    assert len(benchmark.runs) == 1  # the layerwise-only conversion
+
+
+@pytest.mark.slow
+def test_finetune_runs_each_model_and_seed_once_and_records_every_stored_run(benchmark, capsys):
+    benchmark("--parts", "finetune", "--splits", "newsgroups", "--rows", "teacher", "converted", "--seeds", "0")
+    assert len(benchmark.runs) == 2
+    # a later command: its converted run is read back, not run again, and the record keeps the teacher's run too
+    benchmark("--parts", "finetune", "--splits", "newsgroups", "--rows", "converted", "paper-size", "--seeds", "0")
+    assert len(benchmark.runs) == 3
+    rows = record(benchmark.records, "finetune")["rows"]
+    assert [(row["model"], row["seed"]) for row in rows] == [("teacher", 0), ("converted", 0), ("paper-size", 0)]
+    assert all(0 <= row["accuracy"] <= 1 and row["train_seconds"] > 0 for row in rows)
+    table = capsys.readouterr().out
+    assert all(f"| {model} |" in table for model in ("teacher", "converted", "paper-size"))
+
+
+def test_levers_part_scores_each_conversion_with_its_fine_tuning(benchmark):
+    benchmark("--parts", "levers", "--levers", "no-transfer", "--splits", "newsgroups", "--seeds", "0")
+    (row,) = record(benchmark.records, "levers")["rows"]
+    assert row["lever"] == "no-transfer" and row["distill_seconds"] == 0 and 0 <= row["knn_accuracy"] <= 1
+    assert "--max_steps 0 --end_to_end_steps 0" in row["command"] and len(row["after"]["hidden"]) == 2
+    assert [run["seed"] for run in row["newsgroups"]] == [0] and row["fewshot"] == []
+    assert len(benchmark.runs) == 2  # the conversion, its fine-tuning
+
+
+def test_long_and_memory_parts_measure_each_model_at_each_length(benchmark, monkeypatch):
+    peaks = []
+
+    def peak_in_process(prepare, *args, mmap_threshold=None):
+        prepare(*args)()  # the forward measured in a fresh process, run here
+        peaks.append(mmap_threshold)
+        return 1.5
+
+    monkeypatch.setattr(harness, "peak_megabytes", peak_in_process)
+    benchmark("--parts", "long", "memory", "--lengths", "256", "512")
+    long = record(benchmark.records, "long")["rows"]
+    assert [(row["model"], row["tokens"]) for row in long] == [
+        (name, length) for length in (256, 512) for name in (pretrained.CONVERTED, pretrained.TEACHER)
+    ]
+    memory = record(benchmark.records, "memory")["rows"]
+    assert [(row["tokens"], row["model"], row["chunk"]) for row in memory] == [
+        (length, name, chunk)
+        for length in (256, 512)
+        for name in (pretrained.TEACHER, pretrained.CONVERTED)
+        for chunk in pretrained.MEMORY_CHUNKS
+    ]
+    assert all(row["forward_ms"] > 0 and row["peak_mb"] == 1.5 for row in long + memory)
+    assert peaks == [None] * 4 + [pretrained.MMAP_THRESHOLD] * 8
+
+
+def test_documents_part_reads_the_long_documents_whole_and_cut(benchmark, toy, monkeypatch):
+    monkeypatch.setattr(pretrained, "DOCUMENT_ROWS", [("converted", 64, (48, None))])
+    monkeypatch.setattr(pretrained, "DOCUMENT_MIN_TOKENS", 40)
+    benchmark("--parts", "documents", "--seeds", "0", "--shared-data", str(toy["folder"] / "shared"))
+    found = record(benchmark.records, "documents")
+    assert [(row["model"], row["train_length"], row["read"]) for row in found["rows"]] == [
+        ("converted", 64, 48),
+        ("converted", 64, None),
+    ]
+    assert found["documents"] == 9 and found["max_tokens"] > 40
+    assert all(0 <= row["accuracy"] <= 1 and row["ms_per_document"] > 0 for row in found["rows"])
+    assert len(benchmark.runs) == 1  # fine-tuned at 64 tokens, above --max-seq-length: a run of its own
