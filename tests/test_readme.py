@@ -11,6 +11,8 @@ import sys
 import pytest
 import torch
 
+from tests.in_process import run_in_process
+
 
 def run_example(repo_root, heading, tmp_path, monkeypatch):
     readme = (repo_root / "README.md").read_text()
@@ -85,9 +87,9 @@ def conversion_commands(repo_root):
 
 
 @pytest.mark.slow
-def test_conversion_recipe_runs(repo_root, tmp_path, tokenizer):
+def test_conversion_recipe_runs(repo_root, tmp_path, tokenizer, monkeypatch):
     """The README's conversion and fine-tuning commands as written, on a tiny BERT and cut short (later flags
-    override the same flags of the command)."""
+    override the same flags of the command), each script run in this process."""
     from transformers import BertConfig, BertModel
 
     convert, finetune = conversion_commands(repo_root)
@@ -103,19 +105,12 @@ def test_conversion_recipe_runs(repo_root, tmp_path, tokenizer):
         )
     ).save_pretrained(bert)
     tokenizer.save_pretrained(bert)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    monkeypatch.chdir(repo_root)  # the commands name their files relative to the repository
 
-    def run(command, *overrides):
+    def run(command, *overrides):  # in this process, as the interpreter runs the script (tests/in_process.py)
         words = shlex.split(command.split("&&", 1)[-1])
         assert words[0] == "python" and words[1].startswith("scripts/")
-        process = subprocess.run(
-            [sys.executable, *words[1:], *overrides],
-            cwd=repo_root,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        process = run_in_process([*words, *overrides])
         assert process.returncode == 0, process.stderr[-3000:]
 
     converted = tmp_path / "converted"
