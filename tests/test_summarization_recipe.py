@@ -224,10 +224,10 @@ def test_recipe_trains_a_converted_checkpoint_and_generates(repo_root, recipe, c
 def test_benchmark_tunes_each_family_by_levers_and_scores_the_test_split(
     repo_root, recipe, bert, converted, tmp_path, monkeypatch, capsys
 ):
-    """lead-k and the Fastformer family at toy size (16 training, 6 validation and 6 test articles, one epoch of
+    """lead-k and the Fastformer family at toy size (8 training, 6 validation and 6 test articles, one epoch of
     source 48), the scripts run in this process: every lever, the decodings, the test split, each run once."""
     toy = {**recipe, "max_source_length": 48, "per_device_train_batch_size": 8, "num_train_epochs": 1}
-    for split, rows in (("train", 16), ("validation", 6), ("test", 6)):
+    for split, rows in (("train", 8), ("validation", 6), ("test", 6)):
         lines = (repo_root / recipe[f"{split}_file"]).read_text().splitlines()[:rows]
         toy[f"{split}_file"] = str(tmp_path / f"{split}.jsonl")
         Path(toy[f"{split}_file"]).write_text("\n".join(lines) + "\n")
