@@ -100,7 +100,7 @@ def cell(value) -> str:
     if isinstance(value, dict):
         return ",".join(f"{key}={cell(item)}" for key, item in value.items() if item is not None)
     if isinstance(value, list):
-        return " -> ".join(map(cell, value))
+        return ", ".join(map(cell, value))
     return str(value)
 
 
