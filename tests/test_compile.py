@@ -37,7 +37,7 @@ def padded_batch():
 @pytest.mark.slow
 @torch.no_grad()
 def test_encoder_compiles_as_one_graph(build):
-    model = build(FastformerModel)
+    model = build(FastformerModel, num_hidden_layers=1)  # inductor compiles every layer alike: one is enough
     ids, mask = padded_batch()
     compiled = torch.compile(model, fullgraph=True)
     expected = model(ids, attention_mask=mask)

@@ -64,6 +64,8 @@ LOAD_SCRIPT = textwrap.dedent(
 
 # For each (folder, repo id, class name) in the JSON list argv[1]: loads the model saved in the folder with the
 # package's class and pushes it, then its tokenizer, with their own push_to_hub.
+# pushes in one interpreter (its imports take seconds): first `fastformer-push-to-hub` with the flags in argv[1],
+# then each (folder, repo id, model class) of argv[2] by the model's and the tokenizer's own push_to_hub
 MODEL_PUSH_SCRIPT = textwrap.dedent(
     """
     import json
@@ -72,8 +74,10 @@ MODEL_PUSH_SCRIPT = textwrap.dedent(
     import transformers
 
     import fastformer
+    from fastformer.cli import push_to_hub
 
-    for folder, repo_id, class_name in json.loads(sys.argv[1]):
+    push_to_hub.main(json.loads(sys.argv[1]))
+    for folder, repo_id, class_name in json.loads(sys.argv[2]):
         getattr(fastformer, class_name).from_pretrained(folder).push_to_hub(repo_id)
         transformers.AutoTokenizer.from_pretrained(folder).push_to_hub(repo_id)
     """
@@ -327,15 +331,15 @@ class Published:
     hub: object  # the running loopback Hub serving the repos below
     path: Path  # a folder per repo, as pushed: "script", "classifier", "seq2seq"
     models: dict  # repo id -> the model pushed there, in eval mode
-    script_stdout: str  # what push_to_hub.py printed
+    script_stdout: str  # what the push subprocess printed, fastformer-push-to-hub first
     loaded: dict  # repo id -> what a fresh interpreter without fastformer loaded from there (LOAD_SCRIPT)
 
 
 @pytest.fixture(scope="module")
 def published(tmp_path_factory, hub_server, push_folder, load_from_hub, build, tokenizer):
-    """A classifier's output folder, with training leftovers, pushed by push_to_hub.py to user/script; a classifier
-    and a seq2seq model pushed, each with its tokenizer, by their own push_to_hub (one subprocess) to
-    user/classifier and user/seq2seq. All three loaded back as remote code in one fresh interpreter."""
+    """A classifier's output folder, with training leftovers, pushed by fastformer-push-to-hub to user/script; a
+    classifier and a seq2seq model pushed, each with its tokenizer, by their own push_to_hub (the same subprocess)
+    to user/classifier and user/seq2seq. All three loaded back as remote code in one fresh interpreter."""
     path = tmp_path_factory.mktemp("published")
     models = {
         "user/script": save_classifier(path / "script", build, tokenizer),
@@ -346,11 +350,14 @@ def published(tmp_path_factory, hub_server, push_folder, load_from_hub, build, t
         (path / "script" / name).parent.mkdir(exist_ok=True)
         (path / "script" / name).write_bytes(content)
     with hub_server() as hub:
-        process = push_folder(hub, path, path / "script", "user/script")
-        assert_succeeded(process)
+        flags = ["--output_dir", str(path / "script"), "--hub_model_id", "user/script"]
         pushes = [(str(path / name.split("/")[1]), name, type(models[name]).__name__) for name in MODEL_REPOS]
-        script = [sys.executable, "-c", MODEL_PUSH_SCRIPT, json.dumps(pushes)]
-        assert_succeeded(run(script, path, hub.client_env(path / "hf_home")))
+        process = run(
+            [sys.executable, "-c", MODEL_PUSH_SCRIPT, json.dumps(flags), json.dumps(pushes)],
+            path,
+            hub.client_env(path / "hf_home"),
+        )
+        assert_succeeded(process)
         auto_classes = {
             "user/script": "AutoModelForSequenceClassification",
             "user/classifier": "AutoModelForSequenceClassification",
