@@ -170,6 +170,11 @@ class FastformerConfig(PreTrainedConfig):
             embeddings (one matrix for the encoder, the decoder and the LM head); False gives the encoder its own,
             as `fastformer.summarization.freeze_encoder` does so that a frozen encoder stays fixed (the decoder and
             the LM head still share theirs).
+        copy_mechanism (`bool`, defaults to False): `FastformerForConditionalGeneration` can also copy source
+            tokens, as See et al.'s pointer-generator (2017): each decoder output attends over the encoder output
+            (one softmax head of its own), and a learned gate mixes the LM head's distribution over the vocabulary
+            with that attention summed per source token id; the logits are then the mixture's log-probabilities.
+            The source's ids are read at every step (`input_ids`, or `source_ids` beside `encoder_outputs`).
         bos_token_id, decoder_start_token_id (`int`, *optional*): special ids for generation.
         eos_token_id (`int` or `list[int]`, *optional*): the id, or ids, that end a generated sequence.
         use_cache (`bool`, defaults to True): return the decoder's generation state (`FastformerCache`).
@@ -202,6 +207,7 @@ class FastformerConfig(PreTrainedConfig):
     num_decoder_layers: int | None = _positive_int(None)
     cross_attention_type: Literal["softmax", "additive"] = "softmax"
     tie_encoder_embeddings: bool = True
+    copy_mechanism: bool = False
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
     decoder_start_token_id: int | None = None

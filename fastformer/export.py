@@ -110,7 +110,7 @@ def quantize_int8(source: Path, destination: Path) -> Path:
 class Seq2SeqEncoderGraph(torch.nn.Module):
     """A `FastformerForConditionalGeneration`'s encoder side, as one graph: (input_ids, attention_mask) -> the
     cross-attention (key, value) of each distinct decoder layer (`FastformerCrossAttention.encode`), flat,
-    computed once per source."""
+    computed once per source; with the copy head, then the encoder's output, which it attends over."""
 
     def __init__(self, model):
         super().__init__()
@@ -121,7 +121,8 @@ class Seq2SeqEncoderGraph(torch.nn.Module):
         layers = self.model.decoder.layers
         pairs = (layer.cross_attention.encode(encoded, attention_mask) for layer in layers)
         # new tensors for every output: the additive cross-attention's key and value are one tensor
-        return tuple(tensor.clone() for pair in pairs for tensor in pair)
+        cross = tuple(tensor.clone() for pair in pairs for tensor in pair)
+        return (*cross, encoded) if self.model.copy_head is not None else cross
 
 
 def state_tensors(cache: FastformerCache) -> list[torch.Tensor]:
@@ -140,24 +141,26 @@ def load_state_tensors(cache: FastformerCache, tensors):
 class DecoderStepGraph(torch.nn.Module):
     """One decoding step of a `FastformerForConditionalGeneration` as a pure function of its whole state:
     (input_ids (B, 1), positions (B,), encoder_attention_mask (B, M), cross: the encoder graph's outputs, state:
-    `state_tensors(cache)`) -> (logits (B, vocab), positions + 1, the new state). It runs the model's
-    own decoder over an `EncoderDecoderCache` rebuilt from those tensors; `initial_state` gives the state before
-    the first token."""
+    `state_tensors(cache)`, source_ids (B, M): the source's ids, read by the copy head only) -> (logits (B, vocab),
+    positions + 1, the new state). It runs the model's own decoder over an `EncoderDecoderCache` rebuilt from
+    those tensors, and its `output_logits`; `initial_state` gives the state before the first token."""
 
     def __init__(self, model):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids, positions, encoder_attention_mask, cross, state):
+    def forward(self, input_ids, positions, encoder_attention_mask, cross, state, source_ids=None):
         states = FastformerCache(self.model.config)
         load_state_tensors(states, state)
         states.positions = positions
         cross_cache = DynamicCache()
-        for index in range(len(cross) // 2):
+        encoded = cross[-1] if self.model.copy_head is not None else None  # the encoder's output, for copying
+        for index in range(len(self.model.decoder.layers)):
             cross_cache.update(cross[2 * index], cross[2 * index + 1], index)
         cache = EncoderDecoderCache(states, cross_cache)
         hidden_states = self.model.decoder(input_ids, encoder_attention_mask=encoder_attention_mask, cache=cache)
-        logits = self.model.lm_head(hidden_states.last_hidden_state[:, -1])
+        last = hidden_states.last_hidden_state[:, -1:]
+        logits = self.model.output_logits(last, encoded, encoder_attention_mask, source_ids)[:, -1]
         return logits, states.positions, tuple(state_tensors(states))
 
 
@@ -177,8 +180,9 @@ def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
     """Writes a `FastformerForConditionalGeneration` (eval mode) as encoder.onnx (Seq2SeqEncoderGraph) and
     decoder_step.onnx (DecoderStepGraph) to `folder`, batch and source length dynamic; returns their paths.
     Inputs and outputs are named: input_ids, attention_mask -> cross.{i}; input_ids, positions,
-    encoder_attention_mask, cross.{i}, state.{i} -> logits, positions_out, state_out.{i}. A graph may leave out
-    an input it does not read (the additive cross-attention reads no source mask in the step)."""
+    encoder_attention_mask, cross.{i}, state.{i}, source_ids -> logits, positions_out, state_out.{i}. A graph may
+    leave out an input it does not read (the additive cross-attention reads no source mask in the step; only the
+    copy head reads source_ids, and the encoder's output, the last cross.{i})."""
     if type(model).__name__ != "FastformerForConditionalGeneration":
         raise ValueError(
             f"export_seq2seq_onnx exports a FastformerForConditionalGeneration, got {type(model).__name__}"
@@ -190,16 +194,24 @@ def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
     batch = torch.export.Dim("batch")
     source = torch.export.Dim("source", max=config.max_position_embeddings)
     encoder = Seq2SeqEncoderGraph(model)
+    layers = len(model.decoder.layers)
     with torch.no_grad():
         cross = encoder(input_ids, attention_mask)
     step = DecoderStepGraph(model)
     state = initial_state(config, EXAMPLE_SHAPE[0])
-    # keys and values (B, H, M, D) have the source axis; the additive context (B, H, 1, D) has none
-    cross_dims = tuple({0: batch, **({2: source} if tensor.shape[2] == input_ids.shape[1] else {})} for tensor in cross)
+    # keys and values (B, H, M, D) have the source axis; the additive context (B, H, 1, D) has none; the encoder's
+    # output for the copy head (B, M, hidden) has it second
+    cross_dims = tuple(
+        {0: batch, **({2: source} if tensor.shape[2] == input_ids.shape[1] else {})} for tensor in cross[: 2 * layers]
+    )
+    cross_dims += ({0: batch, 1: source},) * (len(cross) - 2 * layers)
     paths = {"encoder": folder / "encoder.onnx", "decoder_step": folder / "decoder_step.onnx"}
     positions = torch.zeros(EXAMPLE_SHAPE[0], dtype=torch.long)
     step_inputs = (input_ids[:, :1], positions, attention_mask, cross, tuple(state))
     step_dims = ({0: batch}, {0: batch}, {0: batch, 1: source}, cross_dims, ({0: batch},) * len(state))
+    copies = model.copy_head is not None  # an input the graph does not read is refused with a dynamic shape
+    if copies:  # a tensor of its own: a view of another input would be traced as that one
+        step_inputs, step_dims = step_inputs + (input_ids.clone(),), step_dims + ({0: batch, 1: source},)
     with using_attention_mode(model, exported_attention_mode(config)), torch.no_grad():
         programs = {
             "encoder": torch.export.export(
@@ -217,6 +229,7 @@ def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
                 "encoder_attention_mask",
                 *cross_names,
                 *(f"state.{index}" for index in range(len(state))),
+                *(["source_ids"] if copies else []),
             ],
             ["logits", "positions_out", *(f"state_out.{index}" for index in range(len(state)))],
         ),
@@ -303,6 +316,7 @@ def onnx_greedy_generate(
             "encoder_attention_mask": attention_mask,
             **{f"cross.{index}": tensor for index, tensor in enumerate(cross)},
             **{f"state.{index}": tensor for index, tensor in enumerate(state)},
+            "source_ids": input_ids,
         }
         logits, positions, *state = step.run(None, {name: value for name, value in feeds.items() if name in read})
         chosen = np.where(finished, pad if pad is not None else 0, logits.argmax(-1))

@@ -11,6 +11,7 @@ import math
 from typing import NamedTuple
 
 import torch
+from torch.nn import functional as nn_functional
 
 INTERACTIONS = ("product", "add", "concat")
 
@@ -389,3 +390,40 @@ def causal_additive_attention(
         alpha = causal_pooling_weights(query, query_weight, attention_mask)
         weights = torch.stack((alpha, causal_pooling_weights(p, key_weight, attention_mask)), dim=2)
     return CausalAttentionOutput(u, CausalAttentionState(query_state, key_state), weights)
+
+
+def copy_attention(
+    query: torch.Tensor, source: torch.Tensor, source_mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One head of scaled dot-product attention of decoder tokens over source tokens, for copying them (See et al.,
+    "Get To The Point", 2017: the attention distribution a_t and the context vector).
+
+    query: (B, T, D), the decoder's projected states; source: (B, M, D), the encoder's output; source_mask: (B, M),
+    True/1 for tokens. Returns the weights a (B, T, M), padding exactly 0, and the context sum_j a_tj source_j
+    (B, T, D). A source that is all padding spreads its weights over every position (finite numbers, nothing to
+    copy that means anything), as the softmax cross-attention does."""
+    scores = torch.matmul(query, source.transpose(-1, -2)) * query.shape[-1] ** -0.5
+    if source_mask is not None:
+        mask = source_mask.to(torch.bool)
+        mask = mask | ~mask.any(dim=-1, keepdim=True)
+        scores = scores.masked_fill(~mask[:, None, :], torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)
+    return weights, torch.matmul(weights, source)
+
+
+def pointer_generator(
+    logits: torch.Tensor, copy_weights: torch.Tensor, source_ids: torch.Tensor, gate_logits: torch.Tensor
+) -> torch.Tensor:
+    """The pointer-generator's output distribution (See et al., 2017, Eq. 9), as log-probabilities:
+        P(w) = p_gen softmax(logits)_w + (1 - p_gen) sum_{j: source_ids_j = w} copy_weights_j,  p_gen = sigmoid(gate)
+
+    logits: (B, T, V) the LM head's; copy_weights: (B, T, M) `copy_attention`'s; source_ids: (B, M) the source's
+    token ids (< V); gate_logits: (B, T). Returns log P (B, T, V), in float32 (float64 for float64 logits): a word
+    neither side gives any probability gets log of the smallest normal float, finite, with no gradient through it."""
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    gate_logits = gate_logits.to(dtype).unsqueeze(-1)
+    generated = torch.log_softmax(logits.to(dtype), dim=-1) + nn_functional.logsigmoid(gate_logits)
+    index = source_ids[:, None, :].expand(-1, copy_weights.shape[1], -1)
+    copied = torch.zeros_like(generated).scatter_add(-1, index, copy_weights.to(dtype))
+    copied = torch.log(copied.clamp_min(torch.finfo(dtype).tiny)) + nn_functional.logsigmoid(-gate_logits)
+    return torch.logaddexp(generated, copied)

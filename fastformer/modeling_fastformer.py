@@ -52,7 +52,9 @@ from .functional import (
     additive_attention,
     additive_pooling,
     causal_additive_attention,
+    copy_attention,
     masked_softmax,
+    pointer_generator,
     pool_projections,
 )
 from .peft_defaults import register_peft_defaults
@@ -249,6 +251,23 @@ class FastformerCrossAttention(nn.Module):
             )
             out, weights = attention(self, query, key, value, source_mask, scaling=self.scaling, dropout=0.0, **kwargs)
         return out.reshape(hidden_states.shape), weights  # (B, T, H, D) -> (B, T, H*D)
+
+
+class FastformerCopyHead(nn.Module):
+    """The pointer-generator of See et al. (2017) (`config.copy_mechanism`): each decoder output h_t attends over
+    the encoder output (`functional.copy_attention`, one head of its own: query W h_t), and a gate
+    p_gen = sigmoid(w . [h_t ; context_t] + b) mixes the LM head's distribution (weight p_gen) with the attention
+    summed per source token id (1 - p_gen): `functional.pointer_generator`, log-probabilities (B, T, V)."""
+
+    def __init__(self, config: FastformerConfig):
+        super().__init__()
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.gate = nn.Linear(2 * config.hidden_size, 1)
+
+    def forward(self, hidden_states, logits, encoder_hidden_states, encoder_attention_mask, source_ids):
+        weights, context = copy_attention(self.query(hidden_states), encoder_hidden_states, encoder_attention_mask)
+        gate = self.gate(torch.cat([hidden_states, context], dim=-1)).squeeze(-1)
+        return pointer_generator(logits, weights, source_ids, gate)
 
 
 class FastformerSublayerOutput(nn.Module):
@@ -1057,6 +1076,7 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
         self.fastformer = FastformerModel(config, add_pooling_layer=False)
         self.decoder = FastformerDecoder(config, cross_attention=True)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.copy_head = FastformerCopyHead(config) if config.copy_mechanism else None
         self.post_init()
 
     def get_encoder(self, modality=None):
@@ -1088,11 +1108,15 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
         use_cache: bool | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
         logits_to_keep: int | torch.Tensor = 0,
+        source_ids: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         r"""
         logits_to_keep: the last `logits_to_keep` positions (0: all) or the positions given, whose logits are
             computed (`transformers.modeling_utils.slice_logits_to_keep`); generate() asks for the last one only.
+        source_ids: with `config.copy_mechanism`, the source's token ids (B, M) that the copy head copies:
+            `input_ids` by default; needed beside `encoder_outputs` or `inputs_embeds` without `input_ids`
+            (generate() passes them at every step).
         """
         if encoder_outputs is None:
             encoder_outputs = self.fastformer(
@@ -1107,6 +1131,8 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
             labels = checked_token_labels(labels, self.config, shape)
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.shift_labels_right(labels)
+        if self.copy_head is not None:
+            source_ids = self.checked_source_ids(source_ids if source_ids is not None else input_ids, encoder_outputs)
         if use_cache and cache is None:
             cache = self.new_cache()
         if use_cache and not isinstance(cache, EncoderDecoderCache):
@@ -1126,7 +1152,8 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
             return_dict=True,
             **kwargs,
         )
-        logits = self.lm_head(slice_logits_to_keep(decoder_outputs.last_hidden_state, logits_to_keep))
+        hidden_states = slice_logits_to_keep(decoder_outputs.last_hidden_state, logits_to_keep)
+        logits = self.output_logits(hidden_states, encoder_outputs.last_hidden_state, attention_mask, source_ids)
         loss = None
         if labels is not None:
             # the labels are aligned with the logits already (no shift): the masked-LM loss is exactly that
@@ -1142,6 +1169,40 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
             encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
         )
+
+    def output_logits(self, hidden_states, encoder_hidden_states, encoder_attention_mask=None, source_ids=None):
+        """The LM head's logits of the decoder's output; with the copy head, log-probabilities that also copy
+        `source_ids` (`FastformerCopyHead`)."""
+        logits = self.lm_head(hidden_states)
+        if self.copy_head is None:
+            return logits
+        return self.copy_head(hidden_states, logits, encoder_hidden_states, encoder_attention_mask, source_ids)
+
+    def checked_source_ids(self, source_ids, encoder_outputs) -> torch.Tensor:
+        """The source ids the copy head reads, refused where there are none or they do not match the encoder's
+        output in shape (shapes only: no value is read)."""
+        if source_ids is None:
+            raise ValueError(
+                "config.copy_mechanism copies source tokens by their ids: pass `input_ids`, or `source_ids` (the "
+                "source's token ids) beside `encoder_outputs` or `inputs_embeds`"
+            )
+        if source_ids.shape != encoder_outputs.last_hidden_state.shape[:2]:
+            raise ValueError(
+                f"`source_ids` {tuple(source_ids.shape)} must be the source's ids, one per encoder output position "
+                f"{tuple(encoder_outputs.last_hidden_state.shape[:2])}"
+            )
+        return source_ids
+
+    def _maybe_prepare_encoder_kwargs_for_generation(self, inputs_tensor, model_kwargs, model_input_name, *args):
+        """As generate()'s, and with the copy head the source's ids are kept for every step (as `source_ids`,
+        expanded with the beams like the encoder's output)."""
+        model_kwargs = super()._maybe_prepare_encoder_kwargs_for_generation(
+            inputs_tensor, model_kwargs, model_input_name, *args
+        )
+        source_is_ids = (model_input_name or self.main_input_name) == "input_ids"
+        if self.copy_head is not None and model_kwargs.get("source_ids") is None and source_is_ids:
+            model_kwargs["source_ids"] = inputs_tensor
+        return model_kwargs
 
     def new_cache(self) -> FastformerEncoderDecoderCache:
         """An empty generation cache: the decoder's recurrent state, and the cross-attention's keys and values."""

@@ -111,3 +111,26 @@ def causal_pooling_weights(x, weight, attention_mask=None) -> torch.Tensor:
                     logits = torch.stack([weight[h] @ x[b, h, i] / math.sqrt(dim) for i in real])
                     weights[b, h, t, real] = logits.softmax(0)
     return weights
+
+
+def pointer_generator(logits, query, source, source_mask, source_ids, gate_logits) -> torch.Tensor:
+    """log P (B, T, V) of See et al.'s pointer-generator (2017, Eq. 9), one token at a time: a_j = softmax over the
+    real source tokens j of (query_t . source_j / sqrt(D)), p = sigmoid(gate_t), and
+    P(w) = p softmax(logits_t)_w + (1 - p) sum of a_j over the real j with source_ids_j = w. Shapes as
+    `functional.copy_attention` and `functional.pointer_generator`; a source without real tokens attends to all."""
+    logits, query, source, gate_logits = (t.double() for t in (logits, query, source, gate_logits))
+    batch, steps, vocab = logits.shape
+    length, dim = source.shape[1:]
+    mask = torch.ones(batch, length, dtype=torch.bool) if source_mask is None else source_mask.bool()
+    log_p = torch.zeros(batch, steps, vocab, dtype=torch.float64)
+    for b in range(batch):
+        real = [j for j in range(length) if mask[b, j]] or list(range(length))
+        for t in range(steps):
+            scores = torch.stack([query[b, t] @ source[b, j] / math.sqrt(dim) for j in real])
+            attention = scores.softmax(0)
+            p = 1 / (1 + math.exp(-gate_logits[b, t].item()))
+            distribution = p * logits[b, t].softmax(0)
+            for weight, j in zip(attention, real):
+                distribution[source_ids[b, j]] += (1 - p) * weight
+            log_p[b, t] = distribution.log()
+    return log_p

@@ -1,9 +1,11 @@
-"""What summarization with an encoder-decoder needs beside the model: ROUGE scored offline; the encoder frozen for
-a decoder-only fine-tune, and its output then computed once per source (scripts/run_summarization.py and
-benchmarks/quality use these); pseudo-summaries of unlabeled text for pretraining the decoder
-(scripts/make_pseudo_summaries.py)."""
+"""What summarization with an encoder-decoder needs beside the model: ROUGE scored offline, and what ROUGE does not
+see (`headline_quality`: repeated words, one output for many articles, words the article does not have); news
+sources without their datelines (`clean_source`); the encoder frozen for a decoder-only fine-tune, and its output
+then computed once per source (scripts/run_summarization.py and benchmarks/quality use these); pseudo-summaries of
+unlabeled text for pretraining the decoder (scripts/make_pseudo_summaries.py)."""
 
 import re
+from collections import Counter
 
 import numpy as np
 import torch
@@ -112,6 +114,24 @@ class CachedEncoderStates:
 
 PSEUDO_SUMMARY_MODES = ("lead", "salient")
 SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]*[A-Z0-9])")
+_PLACE = r"[A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,3}"
+# what news sources put before their first sentence: "MOSCOW, February 7. /TASS/.", "Geneva, Switzerland - ",
+# "LOS ANGELES (Variety.com) - ", "(CNN) -"
+DATELINE = re.compile(
+    rf"^\s*(?:[A-Z][A-Z .'-]*, [A-Z][a-z]+ \d{{1,2}}\. /[A-Z]+/\."
+    rf"|{_PLACE}(?:, {_PLACE}| \([^)]{{1,40}}\))+ ?(?:--?|\u2014|\u2013)"
+    rf"|\((?:CNN|AP|AFP|Reuters)\) ?(?:--?|\u2014|\u2013)?)\s*"
+)
+# a share bar copied with the text (Deutsche Welle's articles), and its link
+SHARE_BAR = re.compile(
+    r"\s*Send Facebook Twitter Google\+ Whatsapp Tumblr linkedin stumble Digg reddit Newsvine Permalink \S*"
+)
+
+
+def clean_source(text: str) -> str:
+    """A news article without what is not its text: the dateline before its first sentence (`DATELINE`) and a
+    share bar (`SHARE_BAR`); white space as it was otherwise. Text that has neither comes back as it is."""
+    return DATELINE.sub("", SHARE_BAR.sub("", text), count=1)
 
 
 def text_key(text: str) -> str:
@@ -119,15 +139,21 @@ def text_key(text: str) -> str:
     return " ".join(text.split())[:200].lower()
 
 
-def pseudo_summary(text: str, mode: str = "lead", lead_words: int = 16) -> dict | None:
+def pseudo_summary(
+    text: str, mode: str = "lead", lead_words: int | None = 16, keep_gap: bool = False, summary_words: int | None = None
+) -> dict | None:
     """A PEGASUS gap-sentence pair (arXiv:1912.08777) from unlabeled `text`: {"document": the text without the gap,
     "summary": the gap}. "lead": the first sentence; "salient": the sentence of highest ROUGE-1 F1 against the rest
     (PEGASUS' Ind-Orig). A text without sentence ends (e.g. lowercased, unpunctuated) gives its first `lead_words`
-    words in either mode. None when one side would be empty."""
+    words in either mode (None: no pair). `keep_gap`: the document is the whole text, so that the summary can be
+    copied from it (PEGASUS' Ind-Orig keeps it in 20% of the pairs); `summary_words`: the summary is cut to its
+    first words (headline length). None when one side would be empty."""
     if mode not in PSEUDO_SUMMARY_MODES:
         raise ValueError(f"mode must be one of {PSEUDO_SUMMARY_MODES}, got {mode!r}")
     sentences = [sentence for sentence in SENTENCE_END.split(" ".join(text.split())) if sentence]
     if len(sentences) < 2:
+        if lead_words is None:
+            return None
         words = text.split()
         sentences = [" ".join(words[:lead_words]), " ".join(words[lead_words:])]
         gap = 0
@@ -140,15 +166,17 @@ def pseudo_summary(text: str, mode: str = "lead", lead_words: int = 16) -> dict 
         rest = [" ".join(sentences[:index] + sentences[index + 1 :]) for index in range(len(sentences))]
         scores = [scorer.score(other, sentence)["rouge1"].fmeasure for sentence, other in zip(sentences, rest)]
         gap = int(np.argmax(scores))
-    document = " ".join(sentences[:gap] + sentences[gap + 1 :])
-    if not document or not sentences[gap]:
+    document = " ".join(sentences if keep_gap else sentences[:gap] + sentences[gap + 1 :])
+    summary = " ".join(sentences[gap].split()[:summary_words])
+    if not document or not summary:
         return None
-    return {"document": document, "summary": sentences[gap]}
+    return {"document": document, "summary": summary}
 
 
-def pseudo_summary_pairs(texts, held_out, mode: str = "lead", lead_words: int = 16) -> list[dict]:
-    """`pseudo_summary` of each of `texts` that is not among `held_out` (texts never to train on: a summarization
-    data set's validation and test documents) and not a copy of an earlier one (`text_key`), in order."""
+def pseudo_summary_pairs(texts, held_out, mode: str = "lead", lead_words: int | None = 16, **options) -> list[dict]:
+    """`pseudo_summary` (with `options`) of each of `texts` that is not among `held_out` (texts never to train on: a
+    summarization data set's validation and test documents) and not a copy of an earlier one (`text_key`), in
+    order."""
     seen = {text_key(text) for text in held_out}
     pairs = []
     for text in texts:
@@ -156,7 +184,7 @@ def pseudo_summary_pairs(texts, held_out, mode: str = "lead", lead_words: int = 
         if key in seen:
             continue
         seen.add(key)
-        pair = pseudo_summary(text, mode, lead_words)
+        pair = pseudo_summary(text, mode, lead_words, **options)
         if pair is not None:
             pairs.append(pair)
     return pairs
@@ -180,3 +208,47 @@ def rouge(predictions: list[str], references: list[str]) -> dict[str, float]:
     finally:
         np.random.set_state(state)
     return {name: 100 * score.mid.fmeasure for name, score in aggregated.items()}
+
+
+# words that repeat in fluent headlines ("the", "of", the "s" of "russia ' s"): a repeat of any other is degenerate
+FUNCTION_WORDS = frozenset(
+    """a about after against all also an and any are as at be been before between both but by can could did do does
+    for from had has have he her his how i if in into is it its just may me might more most must my no nor not of off
+    on or our out over says said she should so some such than that the their them then there these they this those
+    to too under up us very was we were what when where which while who whom why will with would you your""".split()
+)
+
+
+def headline_words(text: str) -> list[str]:
+    """A text's words as ROUGE reads them (rouge_score's tokens before stemming): lowercased runs of letters and
+    digits, so that the uncased tokenizer's "russia ' s" and a written "Russia's" are the same words."""
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def headline_quality(predictions: list[str], documents: list[str]) -> dict[str, float]:
+    """What ROUGE does not show about generated headlines, against the articles they summarize. Shares x 100 of the
+    headlines: `repeated` (a content word twice: a word of two characters or more outside FUNCTION_WORDS), `shared`
+    (the same words as the headlines of 2 or more other articles), `empty` (no word), `degenerate` (any of the
+    three); `invented_per_headline`: content words not in the article, per headline; `words_not_in_article`: the
+    share x 100 of all generated words that the article does not have."""
+    if len(predictions) != len(documents):
+        raise ValueError(f"{len(predictions)} predictions for {len(documents)} documents")
+    words = [headline_words(text) for text in predictions]
+    counts = Counter(" ".join(headline) for headline in words)
+    flags, invented, foreign, total = {"repeated": [], "shared": [], "empty": []}, 0, 0, 0
+    for headline, document in zip(words, documents):
+        article = set(headline_words(document))
+        content = [word for word in headline if len(word) > 1 and word not in FUNCTION_WORDS]
+        flags["repeated"].append(len(content) != len(set(content)))
+        flags["shared"].append(counts[" ".join(headline)] >= 3)
+        flags["empty"].append(not headline)
+        invented += sum(word not in article for word in content)
+        foreign += sum(word not in article for word in headline)
+        total += len(headline)
+    flags["degenerate"] = [any(row) for row in zip(*flags.values())]
+    shares = {name: 100 * float(np.mean(values)) for name, values in flags.items()}
+    return {
+        **shares,
+        "invented_per_headline": invented / len(words),
+        "words_not_in_article": 100 * foreign / max(total, 1),
+    }

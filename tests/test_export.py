@@ -23,6 +23,7 @@ from fastformer.export import (
     OUTPUT_NAMES,
     export_program,
     export_seq2seq_onnx,
+    initial_state,
     onnx_greedy_generate,
     onnx_sessions,
 )
@@ -127,14 +128,24 @@ def test_export_refuses_what_it_cannot_export(build):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cross_attention_type", ["softmax", "additive"])
+@pytest.mark.parametrize(
+    ("cross_attention_type", "copy_mechanism"),
+    [("softmax", False), ("additive", True)],
+    ids=["softmax", "additive-copy"],
+)
 def test_onnx_greedy_decoding_with_the_state_as_inputs_gives_the_tokens_of_generate(
-    build, cross_attention_type, tmp_path
+    build, cross_attention_type, copy_mechanism, tmp_path
 ):
+    """Each cross-attention, the additive one with the copy head (which reads the encoder's output and the source's
+    ids at every step, whatever the cross-attention)."""
     special = dict(pad_token_id=0, decoder_start_token_id=1, bos_token_id=1, eos_token_id=2)
     # larger initial weights: a random model that does not repeat one token
     model = build(
-        FastformerForConditionalGeneration, initializer_range=0.5, cross_attention_type=cross_attention_type, **special
+        FastformerForConditionalGeneration,
+        initializer_range=0.5,
+        cross_attention_type=cross_attention_type,
+        copy_mechanism=copy_mechanism,
+        **special,
     )
     export_seq2seq_onnx(model, tmp_path)
     sessions = onnx_sessions(tmp_path)
@@ -154,6 +165,25 @@ def test_onnx_greedy_decoding_with_the_state_as_inputs_gives_the_tokens_of_gener
     expected = generate()
     assert len(np.unique(expected[:, 1:])) > 4
     np.testing.assert_array_equal(on_onnx_runtime(), expected)
+    # the first step's logits, as one forward gives them
+    encoder, step = sessions
+    cross = encoder.run(None, {"input_ids": input_ids.numpy(), "attention_mask": attention_mask.numpy()})
+    feeds = {
+        "input_ids": expected[:, :1],
+        "positions": np.zeros(len(expected), np.int64),
+        "source_ids": input_ids.numpy(),
+    }
+    feeds |= {
+        "encoder_attention_mask": attention_mask.numpy(),
+        **{f"cross.{i}": tensor for i, tensor in enumerate(cross)},
+    }
+    feeds |= {f"state.{i}": tensor.numpy() for i, tensor in enumerate(initial_state(model.config, len(expected)))}
+    read = {graph_input.name for graph_input in step.get_inputs()}
+    assert ("source_ids" in read) == copy_mechanism
+    logits = step.run(None, {name: value for name, value in feeds.items() if name in read})[0]
+    with torch.no_grad():
+        first = model(input_ids, attention_mask=attention_mask, decoder_input_ids=torch.from_numpy(expected[:, :1]))
+    np.testing.assert_allclose(logits, first.logits[:, 0].numpy(), rtol=0, atol=1e-4)
     # generate() reads the generation config: a token the model writes early as its end of sequence, rows stop
     # there and are padded
     model.generation_config.eos_token_id = int(expected[0, 3])

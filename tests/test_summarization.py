@@ -20,7 +20,15 @@ from transformers import (
 )
 
 from fastformer import FastformerForConditionalGeneration
-from fastformer.summarization import CachedEncoderStates, freeze_encoder, pseudo_summary, pseudo_summary_pairs
+from fastformer.summarization import (
+    CachedEncoderStates,
+    clean_source,
+    freeze_encoder,
+    headline_quality,
+    headline_words,
+    pseudo_summary,
+    pseudo_summary_pairs,
+)
 from scripts import make_pseudo_summaries
 from tests.in_process import run_in_process
 
@@ -275,6 +283,69 @@ def test_pseudo_summaries_are_the_lead_or_the_most_salient_sentence_of_the_rest(
         "document": " ".join(words[5:]),
     }
     assert pseudo_summary("Too short.") is None
+
+
+def test_pseudo_summaries_can_keep_their_gap_cut_to_headline_length():
+    text = "The council approved the new bridge on Monday after a long debate. Work starts in May."
+    pair = pseudo_summary(text, "lead", keep_gap=True, summary_words=6)
+    assert pair == {"summary": "The council approved the new bridge", "document": text}
+    assert pseudo_summary("no sentence ends in this lowercased text at all", lead_words=None) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "clean"),
+    [
+        ("MOSCOW, February 7. /TASS/. Russian athletes won 12 medals.", "Russian athletes won 12 medals."),
+        ("ST. PETERSBURG, March 3. /TASS/. A text.", "A text."),
+        ("Geneva, Switzerland - Talks resumed.", "Talks resumed."),
+        ("Glasgow, Scotland --If the UK government", "If the UK government"),
+        ("LOS ANGELES (Variety.com) - A film.", "A film."),
+        ("(CNN) - A report.", "A report."),
+        (
+            "Kim said. Send Facebook Twitter Google+ Whatsapp Tumblr linkedin stumble Digg reddit Newsvine "
+            "Permalink http://dw.com/p/2YSTy The rest.",
+            "Kim said. The rest.",
+        ),
+        # no dateline: as it is
+        ("President Donald Trump took aim at the Freedom Caucus - a group.", None),
+        ("Anti-abortion groups rallied, organizers said.", None),
+        ("Gladbach 0-1 Bayern (Muller 63') Second-placed Leipzig lost.", None),
+    ],
+)
+def test_clean_source_strips_datelines_and_share_bars_only(text, clean):
+    assert clean_source(text) == (text if clean is None else clean)
+
+
+def test_headline_words_are_the_words_rouge_reads():
+    # the uncased tokenizer decodes "Russia's (Page 24)" as "russia ' s ( page 24 )": the same words for ROUGE
+    assert (
+        headline_words("russia ' s ( page 24 )")
+        == headline_words("Russia's (Page 24)")
+        == ["russia", "s", "page", "24"]
+    )
+    assert headline_words("U.S. news") == ["u", "s", "news"] and headline_words("") == []
+
+
+def test_headline_quality_counts_what_rouge_does_not_see():
+    documents = ["Russia hosts the winter games in Sochi.", "A plane crashed in Nepal.", "Talks in Geneva."] * 2
+    predictions = [
+        "russia ' s winter winter games",  # a content word twice ("s" is no content word)
+        "plane crash in nepal",  # "crash": not in the article ("crashed" is another word)
+        "in brief",  # shared by 3 articles
+        "in brief",
+        "in brief",
+        "",
+    ]
+    quality = headline_quality(predictions, documents)
+    assert quality["repeated"] == pytest.approx(100 / 6)
+    assert quality["shared"] == pytest.approx(50)
+    assert quality["empty"] == pytest.approx(100 / 6)
+    assert quality["degenerate"] == pytest.approx(500 / 6)
+    # content words not in the article: crash, and brief three times; words: those and the "s" of "russia ' s"
+    assert quality["invented_per_headline"] == pytest.approx(4 / 6)
+    assert quality["words_not_in_article"] == pytest.approx(100 * 5 / 15)  # of 5 + 4 + 2 + 2 + 2 words
+    with pytest.raises(ValueError, match="2 predictions for 1 documents"):
+        headline_quality(["a", "b"], ["c"])
 
 
 def test_pseudo_summary_pairs_never_take_a_held_out_article(tmp_path):

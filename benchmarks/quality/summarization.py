@@ -7,7 +7,7 @@ while their command is the same; a row writes RECORDS/ROW.json; the tables print
 """
 
 import json
-import re
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -20,31 +20,39 @@ from benchmarks import harness
 from benchmarks.harness import DOCS, REPO, SCRIPTS, arguments, flags, machine, minilm, read_json, write_json
 from fastformer import FastformerForConditionalGeneration
 from fastformer.conversion import copy_bert_cross_attention
-from fastformer.summarization import rouge
+from fastformer.summarization import clean_source, headline_quality, headline_words, rouge
 
 # every family starts from the recipe with the cross-attention as transformers initializes a new one, and no stage
 LEVER_BASE = {"cross_attention_init": "random", "pretrain": None}
 # added in turn: script flags, or cross_attention_init (the start's: "random" or "self_attention"), pretrain (a first
-# stage on pseudo-summaries of unlabeled text: their mode), continue (a second stage from the headline run: its flags)
+# stage on pseudo-summaries of unlabeled text: make_pseudo_summaries.py's flags), continue (a second stage from the
+# headline run: its flags); a lever a family does not have (FAMILY_LEVERS) is left out of its tuning
 LEVERS = {
     "cross-attention init": {"cross_attention_init": "self_attention"},
-    "pseudo-summary pretraining": {"pretrain": "lead"},
+    "pseudo-summary pretraining": {"pretrain": {"mode": "lead"}},
+    "copyable pseudo-summaries": {"pretrain": {"mode": "lead", "keep_gap": True, "summary_words": 12}},
+    "copyable salient spans": {"pretrain": {"mode": "salient", "keep_gap": True, "summary_words": 12}},
+    "copy mechanism": {"config_overrides": "copy_mechanism=True"},
     "label smoothing": {"label_smoothing_factor": 0.1},
     "unfreezing": {"continue": {"learning_rate": 3e-5, "num_train_epochs": 1, "train_encoder_layers": 2}},
 }
+FAMILY_LEVERS = {"bert2bert": set(LEVERS) - {"copy mechanism"}}  # transformers' EncoderDecoderModel has no copy head
 SPLITS = ("train", "validation", "test")
 SPREAD_KEPT = 0.5  # unfreezing is kept only while the encoder's token-state spread stays above this share
 # the pretraining stage: one epoch at half the source length (articles have ~225 words, lead sentences ~20)
 PRETRAIN = {"num_train_epochs": 1, "max_source_length": 256, "max_target_length": 48}
 GREEDY = {"num_beams": 1, "length_penalty": 1.0, "no_repeat_ngram_size": 0}  # the levers' decoding
 BEAMS = {"num_beams": 4, "length_penalty": 1.0, "no_repeat_ngram_size": 3}
-# length_window: between the 5th and 95th percentile of the training headlines' lengths in tokens
-DECODING = [GREEDY, {**GREEDY, "no_repeat_ngram_size": 3}, BEAMS, {**BEAMS, "length_window": True}]
+# length_window: between the 5th and 95th percentile of the training headlines' lengths in tokens; no token twice
+# (no_repeat_ngram_size 1) or fewer (repetition_penalty), longer (length_penalty)
+WINDOW = {**BEAMS, "length_window": True}
+DECODING = [GREEDY, {**GREEDY, "no_repeat_ngram_size": 3}, BEAMS, WINDOW, {**WINDOW, "no_repeat_ngram_size": 1}]
+DECODING += [{**WINDOW, "repetition_penalty": 1.5}, {**WINDOW, "length_penalty": 2.0}]
 # no dropout on BERT2BERT's attention weights, with which CPU SDPA falls back to its unfused kernel (2x slower here)
 BERT2BERT_DROPOUT = {"encoder_attention_probs_dropout_prob": 0.0, "decoder_attention_probs_dropout_prob": 0.0}
 # what the benchmark chooses or sets per run, not takes from the argument file (which holds the choice)
 TUNED = {"model_name_or_path", "output_dir", "label_smoothing_factor", "min_target_length", "generation_max_length"}
-TUNED |= GREEDY.keys()
+TUNED |= GREEDY.keys() | {"repetition_penalty"}
 # batches of articles of about the same length: random batches of 16 pad to 2.4x their tokens at 2,048
 GROUPED = {"max_source_length": 2048, "train_sampling_strategy": "group_by_length"}
 # a row: (label, its family (None: lead-k), the settings it changes)
@@ -63,7 +71,7 @@ def parse_args(argv=None):
     parser.add_argument("--recipe", type=Path, default=REPO / "configs" / "summarization" / "news_headlines.json")
     parser.add_argument("--converted", default="runs/minilm-fastformer-seq2seq", help="the Fastformer family's start")
     parser.add_argument("--source", default=None, help="the BERT checkpoint BERT2BERT starts from (default: MiniLM)")
-    parser.add_argument("--unlabeled", nargs="+", default=[f"{REPO / 'data/distillation/train.jsonl.gz'}:text"])
+    parser.add_argument("--unlabeled", nargs="*", default=[], help="FILE:FIELD of texts to pretrain on too")
     parser.add_argument("--runs", type=Path, default=REPO / "runs" / "quality")
     parser.add_argument("--records", type=Path, default=DOCS / "results_summarization")
     args = parser.parse_args(argv)
@@ -73,12 +81,6 @@ def parse_args(argv=None):
     files = {name: REPO / args.base[f"{name}_file"] for name in SPLITS}
     args.splits = {name: [json.loads(line) for line in path.read_text().splitlines()] for name, path in files.items()}
     return args
-
-
-def copied_key(headline: str) -> str:
-    """A headline's words as ROUGE reads them (rouge_score's tokens before stemming): a generated "russia ' s" (the
-    uncased tokenizer's decoding) and a written "Russia's" are the same words."""
-    return " ".join(re.findall(r"[a-z0-9]+", headline.lower()))
 
 
 def run(args, settings: dict) -> dict:
@@ -149,13 +151,15 @@ def train(args, family: str, lever: dict, row: dict | None = None) -> dict:
     headline = {**base, **changes, **(row or {}), **GREEDY, "do_predict": False, "test_file": None}
     stages = [{**headline, "output_dir": str(output)}]
     if lever["pretrain"]:  # make_pseudo_summaries.py's pairs of the training articles and the unlabeled texts
-        pairs = args.folder / "pseudo_summaries" / lever["pretrain"] / "pairs.jsonl"
+        name = harness.cell(lever["pretrain"])
+        pairs = args.folder / "pseudo_summaries" / name / "pairs.jsonl"
         texts = [f"{REPO / base['train_file']}:document", *args.unlabeled]
-        held_out = [f"{REPO / base[f'{name}_file']}:document" for name in ("validation", "test")]
-        pairing = {"output": pairs, "mode": lever["pretrain"], "texts": texts, "held_out": held_out}
+        held_out = [f"{REPO / base[f'{split}_file']}:document" for split in ("validation", "test")]
+        clean = {"clean_sources": base.get("clean_sources")}  # as the headline runs read their articles
+        pairing = {"output": pairs, **lever["pretrain"], **clean, "texts": texts, "held_out": held_out}
         command = [sys.executable, str(SCRIPTS / "make_pseudo_summaries.py"), *flags(pairing)]
         harness.run_script(command, pairs.parent, lambda folder: {})
-        output_dir = str(folder / "pretrain" / f"{init}-{lever['pretrain']}")
+        output_dir = str(folder / "pretrain" / f"{init}-{name}-{lever.get('config_overrides')}")
         stages.insert(0, pretraining(base, str(model), str(pairs), output_dir))
     if lever.get("continue"):  # the encoder states of layers in training cannot be cached
         cache = {"cache_encoder_states": False} if lever["continue"].get("train_encoder_layers") else {}
@@ -194,7 +198,8 @@ def tune(args, family: str) -> dict:
     """The recipe and the levers in turn, then the decodings, on the validation split."""
     best, best_run, levers = dict(LEVER_BASE), None, []
     documents = [row["document"] for row in args.splits["validation"][:32]]
-    for lever, changes in {"recipe": {}, **LEVERS}.items():
+    own = {lever: changes for lever, changes in LEVERS.items() if lever in FAMILY_LEVERS.get(family, LEVERS)}
+    for lever, changes in {"recipe": {}, **own}.items():
         settings = {**best, **changes}
         found = train(args, family, settings)
         result = {"lever": lever, "settings": settings, "rouge1": found["metrics"]["eval_rouge1"]}
@@ -218,14 +223,20 @@ def tune(args, family: str) -> dict:
     return {"levers": levers, "decoding": decodings, "chosen": {"training": best, "decoding": chosen}}
 
 
+def sources(args, split: str) -> list[str]:
+    """A split's articles as the models read them (the recipe's clean_sources)."""
+    clean = clean_source if args.base.get("clean_sources") else str
+    return [clean(row["document"]) for row in args.splits[split]]
+
+
 def lead(args) -> dict:
     """lead-k: the article's first k words, k from 1 to 40 with the best validation ROUGE-1."""
-    validation, test = args.splits["validation"], args.splits["test"]
-    references = [row["summary"] for row in validation]
-    grid = {k: rouge([" ".join(row["document"].split()[:k]) for row in validation], references) for k in range(1, 41)}
+    validation, test = sources(args, "validation"), sources(args, "test")
+    references = [row["summary"] for row in args.splits["validation"]]
+    grid = {k: rouge([" ".join(text.split()[:k]) for text in validation], references) for k in range(1, 41)}
     k = max(grid, key=lambda k: grid[k]["rouge1"])
-    predictions = [" ".join(row["document"].split()[:k]) for row in test]
-    found = {"test": rouge(predictions, [row["summary"] for row in test]), "predictions": predictions}
+    predictions = [" ".join(text.split()[:k]) for text in test]
+    found = {"test": rouge(predictions, [row["summary"] for row in args.splits["test"]]), "predictions": predictions}
     return {"validation_grid": {str(k): scores for k, scores in grid.items()}, "chosen": {"k": k}, **found}
 
 
@@ -246,21 +257,29 @@ def headlines(args, family: str, settings: dict) -> dict:
 
 def tables(args, records: dict) -> list[str]:
     """The test scores of each row recorded (words: per headline, as ROUGE counts them; copied: the share that is a
-    training headline, word for word), then each family's tuning."""
-    training = {copied_key(row["summary"]) for row in args.splits["train"]}
+    training headline, word for word; then `headline_quality`, the reference headlines' own in the last row); each
+    family's tuning; 20 test articles' headlines side by side."""
+    training = {" ".join(headline_words(row["summary"])) for row in args.splits["train"]}
+    references, documents = [row["summary"] for row in args.splits["test"]], sources(args, "test")
     scores, tuned = [], {}
-    for key, found in records.items():
-        row = {"model": found["label"], **found["test"]}
-        row["words"] = statistics.fmean(len(copied_key(text).split()) for text in found["predictions"])
-        row["copied"] = statistics.fmean(copied_key(text) in training for text in found["predictions"])
+    for key, found in {**records, "reference": {"label": "reference headlines", "predictions": references}}.items():
+        row = {"model": found["label"], **found.get("test", {})}
+        row["words"] = statistics.fmean(len(headline_words(text)) for text in found["predictions"])
+        row["copied"] = statistics.fmean(" ".join(headline_words(text)) in training for text in found["predictions"])
+        row |= headline_quality(found["predictions"], documents)
         row["training min"] = found["train_seconds"] / 60 if "train_seconds" in found else ""
-        scores.append({**row, "ms per summary": found.get("decode_ms", ""), "chosen": found["chosen"]})
+        scores.append({**row, "ms per summary": found.get("decode_ms", ""), "chosen": found.get("chosen", "")})
         if "tuning" in found:  # a family's rows share its tuning
             tuned[ROWS[key][1]] = found["tuning"]
     steps = []
     for family, tuning in tuned.items():
         steps += [{"family": family, **run} for run in tuning["levers"] + tuning["decoding"]]
-    return [harness.rows_table(scores), harness.rows_table(steps)]
+    samples = sorted(random.Random(0).sample(range(len(references)), min(20, len(references))))
+    rows = [
+        {"reference": references[index]} | {key: found["predictions"][index] for key, found in records.items()}
+        for index in samples
+    ]
+    return [harness.rows_table(scores), harness.rows_table(steps), harness.rows_table(rows)]
 
 
 def main(argv=None):
