@@ -45,10 +45,12 @@ from dataclasses import dataclass, field
 import torch
 from transformers import (
     AutoConfig,
+    AutoTokenizer,
     BertConfig,
     BertModel,
     DistilBertModel,
     ElectraModel,
+    EncoderDecoderModel,
     PreTrainedModel,
     RobertaModel,
     XLMRobertaModel,
@@ -358,6 +360,25 @@ def copy_bert_cross_attention(bert: PreTrainedModel, decoder_layers) -> None:
         _copy_sublayer_output(bert_layer.attention.output, layer.cross_attention_output)
 
 
+def bert2bert_model(source: str, cross_attention_init: str = "random", **kwargs) -> tuple:
+    """The softmax baseline of a converted encoder-decoder (Rothe et al.'s BERT2BERT, arXiv:1907.12461):
+    transformers' EncoderDecoderModel of two `source` BERTs (`kwargs` to both configs, e.g. their dropout), special
+    tokens from the source's tokenizer; with "self_attention" each decoder layer's cross-attention a copy of its
+    self-attention, as `copy_bert_cross_attention` gives a Fastformer's. Returns (model, tokenizer)."""
+    if cross_attention_init not in CROSS_ATTENTION_INITS:
+        raise ValueError(f"cross_attention_init must be one of {CROSS_ATTENTION_INITS}, got {cross_attention_init!r}")
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    model = EncoderDecoderModel.from_encoder_decoder_pretrained(source, source, **kwargs)
+    special = {"decoder_start_token_id": tokenizer.cls_token_id, "bos_token_id": tokenizer.cls_token_id}
+    special |= {"eos_token_id": tokenizer.sep_token_id, "pad_token_id": tokenizer.pad_token_id}
+    model.config.update(special)
+    model.generation_config.update(**special)
+    if cross_attention_init == "self_attention":
+        for layer in model.decoder.bert.encoder.layer:
+            layer.crossattention.load_state_dict(layer.attention.state_dict())
+    return model, tokenizer
+
+
 def _copy_sublayer_output(bert_output, output) -> None:
     output.dense.load_state_dict(bert_output.dense.state_dict())
     output.layer_norm.load_state_dict(bert_output.LayerNorm.state_dict())
@@ -416,6 +437,7 @@ __all__ = [
     "TASKS",
     "BertSource",
     "SOURCE_MODELS",
+    "bert2bert_model",
     "bert_from_distilbert",
     "convert_bert",
     "copy_bert_cross_attention",

@@ -49,6 +49,15 @@ def freeze_encoder(model, train_top_layers: int = 0) -> None:
         layer.requires_grad_(True)
 
 
+@torch.no_grad()
+def token_state_spread(encoder, input_ids, attention_mask=None, positions: int = 50, **_) -> float:
+    """How far apart an encoder keeps its tokens: the mean over features of the last-layer states' standard
+    deviation across the first `positions` positions (0: every token alike, as after a collapse: fine-tuning a
+    warm-started encoder through a new, random cross-attention does that, docs/RESULTS.md)."""
+    states = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    return states[:, :positions].std(dim=1).mean().item()
+
+
 class CachedEncoderStates:
     """Wraps a data collator: every batch also gets `encoder_outputs`, the frozen encoder's output (eval mode, no
     gradient), computed once per distinct source and reused in every epoch, at evaluation and in generate(), so a
@@ -225,30 +234,29 @@ def headline_words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
 
 
-def headline_quality(predictions: list[str], documents: list[str]) -> dict[str, float]:
-    """What ROUGE does not show about generated headlines, against the articles they summarize. Shares x 100 of the
-    headlines: `repeated` (a content word twice: a word of two characters or more outside FUNCTION_WORDS), `shared`
-    (the same words as the headlines of 2 or more other articles), `empty` (no word), `degenerate` (any of the
-    three); `invented_per_headline`: content words not in the article, per headline; `words_not_in_article`: the
-    share x 100 of all generated words that the article does not have."""
-    if len(predictions) != len(documents):
+def headline_quality(predictions: list[str], documents: list[str] | None = None) -> dict[str, float]:
+    """What ROUGE does not show about generated headlines. Shares x 100 of the headlines: `repeated` (a content word
+    twice: a word of two characters or more outside FUNCTION_WORDS), `shared` (the same words as the headlines of 2
+    or more other articles), `empty` (no word), `degenerate` (any of the three). With the articles they summarize,
+    `documents`, also `invented_per_headline` (content words not in the article, per headline) and
+    `words_not_in_article` (the share x 100 of all generated words that the article does not have)."""
+    if documents is not None and len(predictions) != len(documents):
         raise ValueError(f"{len(predictions)} predictions for {len(documents)} documents")
     words = [headline_words(text) for text in predictions]
     counts = Counter(" ".join(headline) for headline in words)
-    flags, invented, foreign, total = {"repeated": [], "shared": [], "empty": []}, 0, 0, 0
-    for headline, document in zip(words, documents):
-        article = set(headline_words(document))
+    flags, invented, foreign = {"repeated": [], "shared": [], "empty": []}, 0, 0
+    for index, headline in enumerate(words):
         content = [word for word in headline if len(word) > 1 and word not in FUNCTION_WORDS]
         flags["repeated"].append(len(content) != len(set(content)))
         flags["shared"].append(counts[" ".join(headline)] >= 3)
         flags["empty"].append(not headline)
-        invented += sum(word not in article for word in content)
-        foreign += sum(word not in article for word in headline)
-        total += len(headline)
+        if documents is not None:
+            article = set(headline_words(documents[index]))
+            invented += sum(word not in article for word in content)
+            foreign += sum(word not in article for word in headline)
     flags["degenerate"] = [any(row) for row in zip(*flags.values())]
     shares = {name: 100 * float(np.mean(values)) for name, values in flags.items()}
-    return {
-        **shares,
-        "invented_per_headline": invented / len(words),
-        "words_not_in_article": 100 * foreign / max(total, 1),
-    }
+    if documents is None:
+        return shares
+    total = max(sum(map(len, words)), 1)
+    return {**shares, "invented_per_headline": invented / len(words), "words_not_in_article": 100 * foreign / total}

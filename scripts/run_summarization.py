@@ -2,7 +2,8 @@
 run_summarization.py.
 
 With no data arguments it trains on the bundled news articles -> headlines subset (data/news_headlines).
-Reports ROUGE-1/2/L/Lsum computed with rouge_score (offline) and the generation length, writes
+Reports ROUGE-1/2/L/Lsum computed with rouge_score (offline), the shares of degenerate headlines
+(fastformer.summarization.headline_quality) and the generation length, writes
 eval_results.json / all_results.json, and saves a Hub-ready folder (weights, config, code for
 trust_remote_code, tokenizer, generation config, model card). Any transformers seq2seq model type trains too
 (--model_type bart) for comparisons.
@@ -27,7 +28,7 @@ from transformers import (
     set_seed,
 )
 
-from fastformer.summarization import CachedEncoderStates, clean_source, freeze_encoder, rouge
+from fastformer.summarization import CachedEncoderStates, clean_source, freeze_encoder, headline_quality, rouge
 from fastformer.training import (
     SPLIT_FLAGS,
     DataArguments,
@@ -278,7 +279,7 @@ def main():
         decoded = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
         references = [text.strip() for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
         lengths = [np.count_nonzero(row != tokenizer.pad_token_id) for row in predictions]
-        return {**rouge(decoded, references), "gen_len": float(np.mean(lengths))}
+        return {**rouge(decoded, references), **headline_quality(decoded), "gen_len": float(np.mean(lengths))}
 
     pad = label_pad_token_id(tokenizer, data_args)
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=pad)

@@ -344,6 +344,7 @@ def test_headline_quality_counts_what_rouge_does_not_see():
     # content words not in the article: crash, and brief three times; words: those and the "s" of "russia ' s"
     assert quality["invented_per_headline"] == pytest.approx(4 / 6)
     assert quality["words_not_in_article"] == pytest.approx(100 * 5 / 15)  # of 5 + 4 + 2 + 2 + 2 words
+    assert headline_quality(predictions) == {key: quality[key] for key in ("repeated", "shared", "empty", "degenerate")}
     with pytest.raises(ValueError, match="2 predictions for 1 documents"):
         headline_quality(["a", "b"], ["c"])
 

@@ -13,7 +13,7 @@ from transformers import AutoModelForSeq2SeqLM, BertConfig, BertModel, EncoderDe
 from benchmarks import harness
 from benchmarks.quality import summarization
 from fastformer.cli import convert_bert_to_fastformer
-from fastformer.conversion import convert_bert
+from fastformer.conversion import bert2bert_model, convert_bert
 from fastformer.summarization import freeze_encoder, rouge
 from fastformer.training import parse_args
 from scripts import run_summarization
@@ -263,7 +263,8 @@ def test_benchmark_tunes_each_family_by_levers_and_scores_the_test_split(
     assert before > 0 and (after >= summarization.SPREAD_KEPT * before or not levers[-1]["kept"])
     decodings = model["tuning"]["decoding"]
     assert [run["setting"] for run in decodings] == summarization.DECODING
-    assert model["chosen"]["decoding"] == max(decodings, key=lambda run: run["rouge1"])["setting"]
+    readable = [run for run in decodings if run["degenerate"] <= summarization.DEGENERATE_MAX] or decodings
+    assert model["chosen"]["decoding"] == max(readable, key=lambda run: run["rouge1"])["setting"]
     assert len(model["predictions"]) == 6 and model["decode_ms"] > 0 and model["train_seconds"] > 0
     assert model["machine"]["command"] and model["recipe"] == summarization.parse_args(argv).base
     # the pseudo-summaries: from the training and unlabeled articles, never the validation article
@@ -298,8 +299,8 @@ def test_bert2bert_cross_attention_can_start_from_the_same_layers_self_attention
     """The BERT2BERT rows' lever alike: each decoder layer's cross-attention a copy of its self-attention."""
     bert.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    random, _ = summarization.bert2bert_model(str(tmp_path))
-    copied, _ = summarization.bert2bert_model(str(tmp_path), cross_attention_init="self_attention")
+    random, _ = bert2bert_model(str(tmp_path))
+    copied, _ = bert2bert_model(str(tmp_path), cross_attention_init="self_attention")
     for layer, before in zip(copied.decoder.bert.encoder.layer, random.decoder.bert.encoder.layer, strict=True):
         for name, tensor in layer.attention.state_dict().items():
             torch.testing.assert_close(layer.crossattention.state_dict()[name], tensor, msg=name)

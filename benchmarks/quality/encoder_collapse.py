@@ -1,7 +1,7 @@
 """Why the summarization recipe freezes the encoder (docs/RESULTS.md): the converted Fastformer and BERT2BERT, the
 encoder fine-tuned or frozen, train --steps steps on the training headlines (batch 16, source 256, bf16 autocast);
-every 20 steps, on 32 validation articles: the encoder's spread (summarization.spread), the loss with each article's
-headline and with another article's (equal losses: the decoder does not use the article).
+every 20 steps, on 32 validation articles: the encoder's spread (fastformer.summarization.token_state_spread), the
+loss with each article's headline and with another article's (equal losses: the decoder does not use the article).
 """
 
 import itertools
@@ -12,9 +12,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from benchmarks.harness import DOCS, REPO, arguments, rows_table, write_record
-from benchmarks.quality.summarization import bert2bert_model, spread
-from fastformer.summarization import freeze_encoder
+from benchmarks.harness import DOCS, REPO, arguments, minilm, rows_table, write_record
+from benchmarks.quality.summarization import BERT2BERT_DROPOUT
+from fastformer.conversion import bert2bert_model
+from fastformer.summarization import freeze_encoder, token_state_spread
 
 
 def parse_args(argv=None):
@@ -39,7 +40,7 @@ def batch(tokenizer, rows: list[dict]) -> dict:
 @torch.no_grad()
 def measure(model, inputs: dict) -> dict:
     other = {**inputs, "labels": inputs["labels"].roll(1, dims=0)}  # each article with another one's headline
-    found = {"spread": spread(model.eval().get_encoder(), inputs), "loss": model(**inputs).loss.item()}
+    found = {"spread": token_state_spread(model.eval().get_encoder(), **inputs), "loss": model(**inputs).loss.item()}
     return {**found, "loss_other_article": model(**other).loss.item()}
 
 
@@ -70,7 +71,8 @@ def main(argv=None):
     for name, frozen in itertools.product(("fastformer", "bert2bert"), (False, True)):
         torch.manual_seed(0)
         fastformer = name == "fastformer"
-        model = AutoModelForSeq2SeqLM.from_pretrained(args.converted) if fastformer else bert2bert_model(args.source)[0]
+        bert2bert = None if fastformer else bert2bert_model(args.source or minilm(), **BERT2BERT_DROPOUT)[0]
+        model = bert2bert or AutoModelForSeq2SeqLM.from_pretrained(args.converted)
         if frozen:
             freeze_encoder(model)
         label = f"{name}, encoder {'frozen' if frozen else 'fine-tuned'}"

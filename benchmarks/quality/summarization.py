@@ -14,13 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, BertModel, EncoderDecoderModel
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, BertModel
 
 from benchmarks import harness
 from benchmarks.harness import DOCS, REPO, SCRIPTS, arguments, flags, machine, minilm, read_json, write_json
 from fastformer import FastformerForConditionalGeneration
-from fastformer.conversion import copy_bert_cross_attention
-from fastformer.summarization import clean_source, headline_quality, headline_words, rouge
+from fastformer.conversion import bert2bert_model, copy_bert_cross_attention
+from fastformer.summarization import clean_source, headline_quality, headline_words, rouge, token_state_spread
 
 # every family starts from the recipe with the cross-attention as transformers initializes a new one, and no stage
 LEVER_BASE = {"cross_attention_init": "random", "pretrain": None}
@@ -48,6 +48,7 @@ BEAMS = {"num_beams": 4, "length_penalty": 1.0, "no_repeat_ngram_size": 3}
 WINDOW = {**BEAMS, "length_window": True}
 DECODING = [GREEDY, {**GREEDY, "no_repeat_ngram_size": 3}, BEAMS, WINDOW, {**WINDOW, "no_repeat_ngram_size": 1}]
 DECODING += [{**WINDOW, "repetition_penalty": 1.5}, {**WINDOW, "length_penalty": 2.0}]
+DEGENERATE_MAX = 10.0
 # no dropout on BERT2BERT's attention weights, with which CPU SDPA falls back to its unfused kernel (2x slower here)
 BERT2BERT_DROPOUT = {"encoder_attention_probs_dropout_prob": 0.0, "decoder_attention_probs_dropout_prob": 0.0}
 # what the benchmark chooses or sets per run, not takes from the argument file (which holds the choice)
@@ -95,22 +96,6 @@ def run(args, settings: dict) -> dict:
     return harness.run_script(command, Path(settings["output_dir"]), outputs)
 
 
-def bert2bert_model(source: str | None = None, cross_attention_init: str = "random"):
-    """transformers' EncoderDecoderModel of two `source` BERTs (default: all-MiniLM-L6-v2), special tokens from its
-    tokenizer; with "self_attention" each decoder layer's cross-attention a copy of its self-attention."""
-    source = source or minilm()
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    model = EncoderDecoderModel.from_encoder_decoder_pretrained(source, source, **BERT2BERT_DROPOUT)
-    special = {"decoder_start_token_id": tokenizer.cls_token_id, "bos_token_id": tokenizer.cls_token_id}
-    special |= {"eos_token_id": tokenizer.sep_token_id, "pad_token_id": tokenizer.pad_token_id}
-    model.config.update(special)
-    model.generation_config.update(**special)
-    if cross_attention_init == "self_attention":
-        for layer in model.decoder.bert.encoder.layer:
-            layer.crossattention.load_state_dict(layer.attention.state_dict())
-    return model, tokenizer
-
-
 def fastformer_start(converted: str, cross_attention_init: str, source: str | None = None):
     """The converted checkpoint, its cross-attention as converted where conversion.json says so, else copied from
     the source BERT's self-attention ("self_attention") or a new model's ("random")."""
@@ -141,7 +126,7 @@ def train(args, family: str, lever: dict, row: dict | None = None) -> dict:
     model = args.folder / "starts" / f"{family}-{init}"  # the family's start with that cross-attention, saved once
     if not (model / "config.json").exists():
         if family == "bert2bert":
-            loaded = bert2bert_model(args.source, init)
+            loaded = bert2bert_model(args.source or minilm(), init, **BERT2BERT_DROPOUT)
         else:
             loaded = fastformer_start(args.converted, init, args.source)
         for part in loaded:  # the model and its tokenizer
@@ -174,14 +159,6 @@ def train(args, family: str, lever: dict, row: dict | None = None) -> dict:
     return {**runs[-1], "commands": commands, "train_seconds": seconds, "start": str(before), "output_dir": model}
 
 
-@torch.no_grad()
-def spread(encoder, inputs) -> float:
-    """The mean over features of the encoder's last-layer states' standard deviation across the first 50 positions
-    (0: every token alike)."""
-    states = encoder(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).last_hidden_state
-    return states[:, :50].std(dim=1).mean().item()
-
-
 def decode(args, model: str, decoding: dict, output_dir: Path, test: bool = False) -> dict:
     """`model` scored on the validation split (and with `test` the test split predicted) with `decoding`."""
     settings = {**args.base, **{key: value for key, value in decoding.items() if key != "length_window"}}
@@ -210,7 +187,7 @@ def tune(args, family: str) -> dict:
                 encoder = AutoModelForSeq2SeqLM.from_pretrained(model).get_encoder().eval()
                 tokenize = dict(max_length=min(256, encoder.config.max_position_embeddings), truncation=True)
                 inputs = AutoTokenizer.from_pretrained(model)(documents, **tokenize, padding=True, return_tensors="pt")
-                result["spread"].append(spread(encoder, inputs))
+                result["spread"].append(token_state_spread(encoder, **inputs))
             kept = kept and result["spread"][1] >= SPREAD_KEPT * result["spread"][0]
         levers.append({**result, "train_seconds": found["train_seconds"], "kept": kept})
         best, best_run = (settings, found) if kept else (best, best_run)
@@ -219,7 +196,10 @@ def tune(args, family: str) -> dict:
         output = args.folder / family / "decoding" / harness.cell(decoding)
         scored = best_run if decoding == GREEDY else decode(args, best_run["output_dir"], decoding, output)
         decodings.append({"setting": decoding, "rouge1": scored["metrics"]["eval_rouge1"]})
-    chosen = max(decodings, key=lambda run: run["rouge1"])["setting"]
+        decodings[-1]["degenerate"] = scored["metrics"].get("eval_degenerate")  # run_summarization's share
+    # the best ROUGE-1 among the decodings with at most DEGENERATE_MAX% degenerate headlines (any, where none is)
+    readable = [run for run in decodings if (run["degenerate"] or 0) <= DEGENERATE_MAX] or decodings
+    chosen = max(readable, key=lambda run: run["rouge1"])["setting"]
     return {"levers": levers, "decoding": decodings, "chosen": {"training": best, "decoding": chosen}}
 
 
@@ -256,9 +236,8 @@ def headlines(args, family: str, settings: dict) -> dict:
 
 
 def tables(args, records: dict) -> list[str]:
-    """The test scores of each row recorded (words: per headline, as ROUGE counts them; copied: the share that is a
-    training headline, word for word; then `headline_quality`, the reference headlines' own in the last row); each
-    family's tuning; 20 test articles' headlines side by side."""
+    """Each row's test scores (words per headline as ROUGE counts them; copied: the share that is a training
+    headline; `headline_quality`, the references' own last), each family's tuning, 20 test headlines side by side."""
     training = {" ".join(headline_words(row["summary"])) for row in args.splits["train"]}
     references, documents = [row["summary"] for row in args.splits["test"]], sources(args, "test")
     scores, tuned = [], {}
