@@ -280,9 +280,14 @@ def test_benchmark_tunes_each_family_by_levers_and_scores_the_test_split(
     torch.testing.assert_close(
         start.decoder.layers[1].cross_attention.key.weight, bert.encoder.layer[1].attention.self.key.weight
     )
-    # the pseudo-summaries; the recipe, each lever, the pretraining stage once, each decoding but greedy search, the
-    # test split: each script ran once (lead-k runs none)
-    assert len(ran) == 1 + 1 + len(summarization.LEVERS) + 1 + len(summarization.DECODING) - 1 + 1
+    # the pseudo-summaries; the recipe, each lever, each pretraining stage (once per model: with the copy head, the
+    # stage trains it too), each decoding but greedy search, the test split: each script ran once (lead-k runs none)
+    with_stage = [run["settings"] for run in levers if run["settings"]["pretrain"]]
+    stages = {(harness.cell(settings["pretrain"]), settings.get("config_overrides")) for settings in with_stage}
+    assert len(ran) == 1 + 1 + len(summarization.LEVERS) + len(stages) + len(summarization.DECODING) - 1 + 1
+    pretrainings = [command for command in ran if "pseudo_summaries" in " ".join(command) and "--train_file" in command]
+    copies = [command for command in pretrainings if "copy_mechanism=True" in command]
+    assert len(copies) == sum(settings.get("config_overrides") == "copy_mechanism=True" for settings in with_stage)
     printed = capsys.readouterr().out
     assert "| lead-k (first k words) |" in printed and "| Fastformer, warm-started, source 512 |" in printed
     # a second call reads every stored run back

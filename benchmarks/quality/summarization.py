@@ -7,6 +7,7 @@ while their command is the same; a row writes RECORDS/ROW.json; the tables print
 """
 
 import json
+import math
 import random
 import statistics
 import sys
@@ -48,7 +49,7 @@ BEAMS = {"num_beams": 4, "length_penalty": 1.0, "no_repeat_ngram_size": 3}
 WINDOW = {**BEAMS, "length_window": True}
 DECODING = [GREEDY, {**GREEDY, "no_repeat_ngram_size": 3}, BEAMS, WINDOW, {**WINDOW, "no_repeat_ngram_size": 1}]
 DECODING += [{**WINDOW, "repetition_penalty": 1.5}, {**WINDOW, "length_penalty": 2.0}]
-DEGENERATE_MAX = 10.0
+DEGENERATE_MAX = 10.0  # the decoding chosen: the best ROUGE-1 among those with at most this % degenerate headlines
 # no dropout on BERT2BERT's attention weights, with which CPU SDPA falls back to its unfused kernel (2x slower here)
 BERT2BERT_DROPOUT = {"encoder_attention_probs_dropout_prob": 0.0, "decoder_attention_probs_dropout_prob": 0.0}
 # what the benchmark chooses or sets per run, not takes from the argument file (which holds the choice)
@@ -113,7 +114,7 @@ def fastformer_start(converted: str, cross_attention_init: str, source: str | No
 
 
 def pretraining(base: dict, model: str, train_file: str, output_dir: str) -> dict:
-    """The pseudo-summary stage: the recipe with PRETRAIN on `train_file` only, the encoder run in every step."""
+    """The pseudo-summary stage: `base` with PRETRAIN on `train_file` only, the encoder run in every step."""
     stages = {"do_eval": False, "do_predict": False, "validation_file": None, "test_file": None}
     files = {"model_name_or_path": model, "train_file": train_file, "output_dir": output_dir}
     return {**base, **PRETRAIN, **files, **stages, "cache_encoder_states": False}
@@ -145,7 +146,8 @@ def train(args, family: str, lever: dict, row: dict | None = None) -> dict:
         command = [sys.executable, str(SCRIPTS / "make_pseudo_summaries.py"), *flags(pairing)]
         harness.run_script(command, pairs.parent, lambda folder: {})
         output_dir = str(folder / "pretrain" / f"{init}-{name}-{lever.get('config_overrides')}")
-        stages.insert(0, pretraining(base, str(model), str(pairs), output_dir))
+        architecture = {"config_overrides": lever.get("config_overrides")}  # the copy head learns here too
+        stages.insert(0, pretraining({**base, **architecture}, str(model), str(pairs), output_dir))
     if lever.get("continue"):  # the encoder states of layers in training cannot be cached
         cache = {"cache_encoder_states": False} if lever["continue"].get("train_encoder_layers") else {}
         then = {**lever["continue"], **cache, "output_dir": f"{output}-then-{harness.cell(lever['continue'])}"}
@@ -154,8 +156,7 @@ def train(args, family: str, lever: dict, row: dict | None = None) -> dict:
     for stage in stages:  # each from the model of the one before
         runs.append(run(args, {**stage, "model_name_or_path": str(model)}))
         before, model = model, stage["output_dir"]
-    seconds = sum(found["metrics"]["train_runtime"] for found in runs)
-    commands = [found["command"] for found in runs]
+    seconds, commands = sum(found["metrics"]["train_runtime"] for found in runs), [found["command"] for found in runs]
     return {**runs[-1], "commands": commands, "train_seconds": seconds, "start": str(before), "output_dir": model}
 
 
@@ -197,7 +198,6 @@ def tune(args, family: str) -> dict:
         scored = best_run if decoding == GREEDY else decode(args, best_run["output_dir"], decoding, output)
         decodings.append({"setting": decoding, "rouge1": scored["metrics"]["eval_rouge1"]})
         decodings[-1]["degenerate"] = scored["metrics"].get("eval_degenerate")  # run_summarization's share
-    # the best ROUGE-1 among the decodings with at most DEGENERATE_MAX% degenerate headlines (any, where none is)
     readable = [run for run in decodings if (run["degenerate"] or 0) <= DEGENERATE_MAX] or decodings
     chosen = max(readable, key=lambda run: run["rouge1"])["setting"]
     return {"levers": levers, "decoding": decodings, "chosen": {"training": best, "decoding": chosen}}
@@ -246,6 +246,9 @@ def tables(args, records: dict) -> list[str]:
         row["words"] = statistics.fmean(len(headline_words(text)) for text in found["predictions"])
         row["copied"] = statistics.fmean(" ".join(headline_words(text)) in training for text in found["predictions"])
         row |= headline_quality(found["predictions"], documents)
+        k = math.ceil(row["words"])  # lead-k at the row's own length: the trivial baseline at equal length
+        same = rouge([" ".join(text.split()[:k]) for text in documents], references)
+        row |= {f"lead-k at its length {name}": same[name] for name in ("rouge1", "rougeL")}
         row["training min"] = found["train_seconds"] / 60 if "train_seconds" in found else ""
         scores.append({**row, "ms per summary": found.get("decode_ms", ""), "chosen": found.get("chosen", "")})
         if "tuning" in found:  # a family's rows share its tuning
@@ -254,10 +257,7 @@ def tables(args, records: dict) -> list[str]:
     for family, tuning in tuned.items():
         steps += [{"family": family, **run} for run in tuning["levers"] + tuning["decoding"]]
     samples = sorted(random.Random(0).sample(range(len(references)), min(20, len(references))))
-    rows = [
-        {"reference": references[index]} | {key: found["predictions"][index] for key, found in records.items()}
-        for index in samples
-    ]
+    rows = [{"reference": references[i], **{key: records[key]["predictions"][i] for key in records}} for i in samples]
     return [harness.rows_table(scores), harness.rows_table(steps), harness.rows_table(rows)]
 
 
