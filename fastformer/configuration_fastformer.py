@@ -175,6 +175,8 @@ class FastformerConfig(PreTrainedConfig):
             (one softmax head of its own), and a learned gate mixes the LM head's distribution over the vocabulary
             with that attention summed per source token id; the logits are then the mixture's log-probabilities.
             The source's ids are read at every step (`input_ids`, or `source_ids` beside `encoder_outputs`).
+            Logits processors that scale logits act on log-probabilities then: `repetition_penalty` multiplies
+            their (negative) values and barely moves a likely token; `no_repeat_ngram_size` blocks as before.
         bos_token_id, decoder_start_token_id (`int`, *optional*): special ids for generation.
         eos_token_id (`int` or `list[int]`, *optional*): the id, or ids, that end a generated sequence.
         use_cache (`bool`, defaults to True): return the decoder's generation state (`FastformerCache`).

@@ -399,16 +399,19 @@ def copy_attention(
     "Get To The Point", 2017: the attention distribution a_t and the context vector).
 
     query: (B, T, D), the decoder's projected states; source: (B, M, D), the encoder's output; source_mask: (B, M),
-    True/1 for tokens. Returns the weights a (B, T, M), padding exactly 0, and the context sum_j a_tj source_j
-    (B, T, D). A source that is all padding spreads its weights over every position (finite numbers, nothing to
-    copy that means anything), as the softmax cross-attention does."""
-    scores = torch.matmul(query, source.transpose(-1, -2)) * query.shape[-1] ** -0.5
+    True/1 for tokens. Returns the weights a (B, T, M) in float32 at least, padding exactly 0, and the context
+    sum_j a_tj source_j (B, T, D) in the source's dtype. A source that is all padding spreads its weights over every
+    position (finite numbers, nothing to copy that means anything), as the softmax cross-attention does."""
+    # scaled before the product and normalized in float32 at least, as masked_softmax: half-precision scores
+    # overflow, and their weights would not sum to 1
+    scores = torch.matmul(query * query.shape[-1] ** -0.5, source.transpose(-1, -2))
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
     if source_mask is not None:
         mask = source_mask.to(torch.bool)
         mask = mask | ~mask.any(dim=-1, keepdim=True)
         scores = scores.masked_fill(~mask[:, None, :], torch.finfo(scores.dtype).min)
     weights = scores.softmax(dim=-1)
-    return weights, torch.matmul(weights, source)
+    return weights, torch.matmul(weights.to(source.dtype), source)
 
 
 def pointer_generator(

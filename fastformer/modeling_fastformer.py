@@ -1179,8 +1179,8 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
         return self.copy_head(hidden_states, logits, encoder_hidden_states, encoder_attention_mask, source_ids)
 
     def checked_source_ids(self, source_ids, encoder_outputs) -> torch.Tensor:
-        """The source ids the copy head reads, refused where there are none or they do not match the encoder's
-        output in shape (shapes only: no value is read)."""
+        """The source ids the copy head reads, refused where there are none, where they do not match the encoder's
+        output in shape, or (on the CPU: `checks.values_checked`) hold an id outside the vocabulary."""
         if source_ids is None:
             raise ValueError(
                 "config.copy_mechanism copies source tokens by their ids: pass `input_ids`, or `source_ids` (the "
@@ -1191,17 +1191,22 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
                 f"`source_ids` {tuple(source_ids.shape)} must be the source's ids, one per encoder output position "
                 f"{tuple(encoder_outputs.last_hidden_state.shape[:2])}"
             )
+        check_inputs(source_ids, None, self.config, name="source_ids")
         return source_ids
 
     def _maybe_prepare_encoder_kwargs_for_generation(self, inputs_tensor, model_kwargs, model_input_name, *args):
         """As generate()'s, and with the copy head the source's ids are kept for every step (as `source_ids`,
-        expanded with the beams like the encoder's output)."""
+        expanded with the beams like the encoder's output). With `encoder_outputs` and no `input_ids`, generate()
+        stands -100 in for the ids: then `source_ids` must be given."""
+        given_states = model_kwargs.get("encoder_outputs") is not None
         model_kwargs = super()._maybe_prepare_encoder_kwargs_for_generation(
             inputs_tensor, model_kwargs, model_input_name, *args
         )
         source_is_ids = (model_input_name or self.main_input_name) == "input_ids"
         if self.copy_head is not None and model_kwargs.get("source_ids") is None and source_is_ids:
-            model_kwargs["source_ids"] = inputs_tensor
+            # one look at the values per generate() call, only beside given encoder outputs
+            if not (given_states and bool((inputs_tensor == -100).all())):
+                model_kwargs["source_ids"] = inputs_tensor
         return model_kwargs
 
     def new_cache(self) -> FastformerEncoderDecoderCache:

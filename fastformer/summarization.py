@@ -124,12 +124,14 @@ class CachedEncoderStates:
 PSEUDO_SUMMARY_MODES = ("lead", "salient")
 SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]*[A-Z0-9])")
 _PLACE = r"[A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,3}"
+_CAPS = r"[A-Z][A-Z.'-]+(?: [A-Z][A-Z.'-]+)*"  # a place in capitals: "LOS ANGELES", "ST. PETERSBURG"
+_DASH = r"(?: ?-{2,3}| [-\u2014\u2013])"  # "--", or a dash after a space (not the hyphen of "R-Iowa")
 # what news sources put before their first sentence: "MOSCOW, February 7. /TASS/.", "Geneva, Switzerland - ",
-# "LOS ANGELES (Variety.com) - ", "(CNN) -"
+# "LOS ANGELES (Variety.com) - ", "(CNN) -"; the text after a dash must start as a sentence does
 DATELINE = re.compile(
-    rf"^\s*(?:[A-Z][A-Z .'-]*, [A-Z][a-z]+ \d{{1,2}}\. /[A-Z]+/\."
-    rf"|{_PLACE}(?:, {_PLACE}| \([^)]{{1,40}}\))+ ?(?:--?|\u2014|\u2013)"
-    rf"|\((?:CNN|AP|AFP|Reuters)\) ?(?:--?|\u2014|\u2013)?)\s*"
+    rf"^\s*(?:{_CAPS}, [A-Z][a-z]+ \d{{1,2}}\. /[A-Z]+/\."
+    rf"|(?:{_PLACE}(?:, {_PLACE})+|{_CAPS} \([^)]{{1,40}}\)){_DASH} ?(?=[A-Z\"'])"
+    rf"|\((?:CNN|AP|AFP|Reuters)\){_DASH}?)\s*"
 )
 # a share bar copied with the text (Deutsche Welle's articles), and its link
 SHARE_BAR = re.compile(

@@ -158,3 +158,27 @@ def test_a_gate_that_always_copies_writes_source_tokens_only(model):
         model.copy_head.gate.bias.copy_(bias)
     for row, source in zip(generated[:, 1:], ids):
         assert set(row.tolist()) <= set(source[source != 0].tolist())
+
+
+@torch.no_grad()
+def test_generation_from_encoder_outputs_needs_the_source_ids(model):
+    ids, mask = source_batch()
+    encoder_outputs = model.get_encoder()(ids, attention_mask=mask)
+    settings = dict(attention_mask=mask, max_new_tokens=4, num_beams=2, num_return_sequences=2, do_sample=False)
+    expected = model.generate(input_ids=ids, **settings)
+    given = model.generate(encoder_outputs=encoder_outputs, source_ids=ids, **settings)
+    assert expected.shape[0] == 4 and torch.equal(given, expected)
+    with pytest.raises(ValueError, match="pass `input_ids`, or `source_ids`"):
+        model.generate(encoder_outputs=model.get_encoder()(ids, attention_mask=mask), **settings)
+    with pytest.raises(ValueError, match=r"`source_ids` holds the id 99, outside the vocabulary"):
+        model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :1], source_ids=torch.full_like(ids, 99))
+
+
+@torch.no_grad()
+def test_half_precision_copy_attention_sums_to_one(model):
+    ids, mask = source_batch()
+    half = FastformerForConditionalGeneration(model.config).to(torch.bfloat16).eval()
+    half.load_state_dict(model.state_dict())
+    log_p = half(input_ids=ids, attention_mask=mask, decoder_input_ids=torch.tensor([[1, 5], [1, 8]])).logits
+    assert log_p.dtype == torch.float32 and torch.isfinite(log_p).all()
+    torch.testing.assert_close(log_p.exp().sum(-1), torch.ones(2, 2), rtol=0, atol=1e-5)
