@@ -180,9 +180,9 @@ def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
     """Writes a `FastformerForConditionalGeneration` (eval mode) as encoder.onnx (Seq2SeqEncoderGraph) and
     decoder_step.onnx (DecoderStepGraph) to `folder`, batch and source length dynamic; returns their paths.
     Inputs and outputs are named: input_ids, attention_mask -> cross.{i}; input_ids, positions,
-    encoder_attention_mask, cross.{i}, state.{i}, source_ids -> logits, positions_out, state_out.{i}. A graph may
-    leave out an input it does not read (the additive cross-attention reads no source mask in the step; only the
-    copy head reads source_ids, and the encoder's output, the last cross.{i})."""
+    encoder_attention_mask, cross.{i}, state.{i} (and with the copy head source_ids; the encoder's output is then
+    the last cross.{i}) -> logits, positions_out, state_out.{i}. A graph may leave out an input it does not read
+    (the additive cross-attention reads no source mask in the step)."""
     if type(model).__name__ != "FastformerForConditionalGeneration":
         raise ValueError(
             f"export_seq2seq_onnx exports a FastformerForConditionalGeneration, got {type(model).__name__}"
