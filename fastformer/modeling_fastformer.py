@@ -738,6 +738,9 @@ class FastformerCacheLayer(LinearAttentionLayer):
     causal attention's `CausalAttentionState` in four recurrent-state slots (the query's pooling, then the key's:
     a (B, H) log normalizer and a (B, H, D) pooled vector each). No state before the first token."""
 
+    # a pooled state cannot be rolled back (transformers' linear-attention layers can, from a history they record)
+    is_croppable = False
+
     def __init__(self):
         super().__init__(number_of_states=4)
 
@@ -779,8 +782,9 @@ class FastformerCache(DynamicCache):
     of an `EncoderDecoderCache`, whose cross-attention part (a `DynamicCache`) holds the source's keys and values
     once per distinct decoder layer (one with `share_layers`).
 
-    Beam search reorders it. A recurrent state cannot be rolled back (`crop`), so the models are stateful
-    (`_is_stateful`) and transformers refuses assisted decoding.
+    Beam search reorders it. A recurrent state cannot be rolled back (`crop`): the cache is not `is_croppable`
+    and the models are `_is_stateful`, so transformers refuses assisted decoding (5.25 asks the cache, 5.24 the
+    model).
     """
 
     def __init__(self, config: FastformerConfig):
@@ -954,7 +958,8 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
     """What generate() needs from a model whose decoder carries a recurrent state instead of a KV cache: the
     base of `FastformerForConditionalGeneration` and `FastformerForCausalLM`."""
 
-    # a recurrent state cannot be rolled back: transformers refuses assisted decoding for stateful models
+    # a recurrent state cannot be rolled back: transformers 5.24 refuses assisted decoding for stateful models (5.25
+    # asks the cache whether it `is_croppable`)
     _is_stateful = True
     _supported_generation_modes = ("greedy_search", "sample", "beam_search", "beam_sample")
 

@@ -369,14 +369,18 @@ def test_decoding_past_the_positions_is_a_clear_error(build):
 
 
 @pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
-def test_generation_models_are_stateful(build, model_class):
-    """A recurrent state cannot be rolled back: transformers must see `_is_stateful` (PreTrainedModel sets it
-    False, so it has to be set on a class after PreTrainedModel in the MRO)."""
+def test_transformers_itself_refuses_assisted_decoding(build, model_class):
+    """A recurrent state cannot be rolled back, and transformers must know it without our list of supported modes:
+    5.24 reads the model's `_is_stateful` (PreTrainedModel sets it False, so it has to be set on a class after
+    PreTrainedModel in the MRO), 5.25 the cache's `is_croppable` after the first forward."""
     assert model_class._is_stateful is True
     model = build(model_class)
-    model._supported_generation_modes = None  # let transformers' own stateful check speak
-    with pytest.raises(ValueError, match="not supported with stateful models"):
-        model.generate(tokens(1, 5), max_new_tokens=3, assistant_model=build(model_class, seed=1))
+    assert model.new_cache().is_croppable is False
+    model._supported_generation_modes = None
+    with pytest.raises(ValueError, match="not supported with stateful models|cache that can be cropped"):
+        model.generate(
+            tokens(1, 5), max_new_tokens=3, cache=model.new_cache(), assistant_model=build(model_class, seed=1)
+        )
 
 
 @pytest.mark.parametrize("share_layers", [True, False], ids=["shared-layers", "unshared"])
