@@ -27,6 +27,7 @@ MINILM_SIZE.update(share_layers=False, share_query_value=False, hidden_dropout_p
 def parse_args(argv=None):
     parser = harness.arguments(__doc__)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--calls", type=int, help="calls per timing (default: as many as fill about 0.5 s)")
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 4096])
     parser.add_argument("--source_lengths", type=int, nargs="+", default=[64, 1024], help="for decoding")
     parser.add_argument("--new_tokens", type=int, default=32, help="greedy tokens generated per source")
@@ -56,13 +57,12 @@ def runtimes(model, folder: Path, threads: int) -> dict:
     return {"PyTorch eager": eager, "ONNX Runtime fp32": onnx_runtime(float32), "ONNX Runtime int8": onnx_runtime(int8)}
 
 
-def median_seconds(calls: dict, repeats: int) -> dict:
-    """Per name of `calls`, the median over `repeats` of seconds_per_call, the calls measured in turn each repeat."""
-    times = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
-            times[name].append(harness.seconds_per_call(call))
-    return {name: statistics.median(found) for name, found in times.items()}
+def median_seconds(calls: dict, args) -> dict:
+    """Per name of `calls`, the median over --repeats of seconds_per_call, the calls measured in turn each repeat."""
+    times = [
+        {name: harness.seconds_per_call(call, args.calls) for name, call in calls.items()} for _ in range(args.repeats)
+    ]
+    return {name: statistics.median(repeat[name] for repeat in times) for name in calls}
 
 
 def latency(args) -> list[dict]:
@@ -78,7 +78,7 @@ def latency(args) -> list[dict]:
             ids = np.random.default_rng(0).integers(config.vocab_size, size=(1, length))
             inputs = {"input_ids": ids, "attention_mask": np.ones((1, length), np.int64)}
             expected = run["PyTorch eager"](inputs)[0]
-            seconds = median_seconds({name: lambda call=call: call(inputs) for name, call in run.items()}, args.repeats)
+            seconds = median_seconds({name: lambda call=call: call(inputs) for name, call in run.items()}, args)
             for name, call in run.items():
                 found = dict(ms=1e3 * seconds[name], speedup=seconds["PyTorch eager"] / seconds[name])
                 difference = float(np.abs(call(inputs)[0] - expected).max())
@@ -109,7 +109,7 @@ def decoding(args) -> list[dict]:
             }
             tokens = [call() for call in calls.values()]
             same = bool((tokens[0] == tokens[1]).all())
-            for name, seconds in median_seconds(calls, args.repeats).items():
+            for name, seconds in median_seconds(calls, args).items():
                 found = dict(ms_per_token=1e3 * seconds / args.new_tokens, same_tokens=same, state_bytes=state_bytes)
                 rows.append(dict(part="decoding", tokens=length, runtime=name, **found))
     return rows

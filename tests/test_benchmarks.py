@@ -108,7 +108,8 @@ def test_deploy_benchmark_measures_onnx_runtime_beside_pytorch(build, tokenizer,
     texts = [{"text": f"text number {n} " * (n % 7 + 1), "label": ["no", "yes"][n % 2]} for n in range(40)]
     (tmp_path / "test.jsonl").write_text("".join(json.dumps(row) + "\n" for row in texts))
     size = '{"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4, "intermediate_size": 37}'
-    flags = "--lengths 16 40 --repeats 1 --threads 1 --source_lengths 16 --new_tokens 5 --max_length 48".split()
+    flags = "--lengths 16 40 --repeats 1 --calls 1 --threads 1 --source_lengths 16 --new_tokens 5".split()
+    flags += ["--max_length", "48"]
     files = ["--classifier", tmp_path / "classifier", "--test_file", tmp_path / "test.jsonl"]
     deploy.main([*flags, "--size", size, *map(str, files), "--output", str(tmp_path / "deploy.json")])
     record, csv_rows = read_record(tmp_path / "deploy.json")

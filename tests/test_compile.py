@@ -48,7 +48,11 @@ def test_encoder_compiles_as_one_graph(build):
 
 @pytest.mark.slow
 @torch.no_grad()
-def test_decoding_step_compiles_as_one_graph(build):
+def test_decoding_step_compiles_as_one_graph_that_follows_eager_mode_without_recompiling(build):
+    """Token after token, the compiled step gives eager mode's logits and moves its state on alike. The step's
+    inputs change at every token only in values and in the count of tokens seen (a Python int): after the second
+    step (where dynamo makes that count dynamic) no step compiles again."""
+    torch._dynamo.reset()
     model = build(FastformerForConditionalGeneration)
     ids, mask = padded_batch()
     encoder_outputs = model.get_encoder()(ids, attention_mask=mask)
@@ -58,47 +62,21 @@ def test_decoding_step_compiles_as_one_graph(build):
     compiled_cache = copy.deepcopy(eager_cache)
     step = torch.compile(model, fullgraph=True, backend="aot_eager")
     token = torch.tensor([[3], [8]])
-    for _ in range(3):  # the same compiled step again and again, its state moving on
-        expected = model(
-            encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=token, cache=eager_cache
-        )
-        result = step(
-            encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=token, cache=compiled_cache
-        )
+
+    def step_both():
+        nonlocal token
+        inputs = dict(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=token)
+        expected, result = model(**inputs, cache=eager_cache), step(**inputs, cache=compiled_cache)
         torch.testing.assert_close(result.logits, expected.logits, rtol=1e-5, atol=1e-5)
         compiled_states, eager_states = compiled_cache.self_attention_cache, eager_cache.self_attention_cache
         compiled, eager = ([*state_tensors(states), states.positions] for states in (compiled_states, eager_states))
         for compiled_tensor, eager_tensor in zip(compiled, eager, strict=True):
             torch.testing.assert_close(compiled_tensor, eager_tensor, rtol=1e-5, atol=1e-5)
         token = expected.logits[:, -1].argmax(-1, keepdim=True)
-    assert compiled_cache.get_seq_length() == eager_cache.get_seq_length() == 6
 
-
-@torch.no_grad()
-def test_compiled_decoding_step_does_not_recompile_per_token(build):
-    """The step's inputs change at every token only in values and in the count of tokens seen (a Python int):
-    after the second step (where dynamo makes that count dynamic) no step compiles again."""
-    torch._dynamo.reset()
-    model = build(FastformerForConditionalGeneration)
-    ids, mask = padded_batch()
-    encoder_outputs = model.get_encoder()(ids, attention_mask=mask)
-    cache = model.new_cache()
-    model(
-        encoder_outputs=encoder_outputs,
-        attention_mask=mask,
-        decoder_input_ids=torch.tensor([[1, 5], [1, 9]]),
-        cache=cache,
-    )  # a prompt, in eager mode
-    step = torch.compile(model, fullgraph=True, backend="aot_eager")
-    token = torch.tensor([[3], [8]])
-
-    def decode(steps):
-        nonlocal token
-        for _ in range(steps):
-            logits = step(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=token, cache=cache)
-            token = logits.logits[:, -1].argmax(-1, keepdim=True)
-
-    decode(2)
+    step_both()
+    step_both()
     with torch._dynamo.config.patch(error_on_recompile=True):
-        decode(10)  # raises if any of these steps compiles again
-    assert cache.get_seq_length() == 14
+        for _ in range(6):
+            step_both()  # raises if the step compiles again
+    assert compiled_cache.get_seq_length() == eager_cache.get_seq_length() == 11

@@ -277,13 +277,14 @@ def test_causal_matches_float64_reference(interaction, mask_kind, chunk_size):
     torch.testing.assert_close(u, expected, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("chunk_size", [2, 64], ids=lambda c: f"C{c}")
 @pytest.mark.parametrize("mask_kind", ["left", "random", "all-padding-row"])
 @pytest.mark.parametrize("interaction", INTERACTIONS)
-def test_causal_gradients_gradcheck(interaction, mask_kind, chunk_size):
+def test_causal_gradients_gradcheck(interaction, mask_kind):
+    """Chunks of 2 tokens: the scan within each chunk, the carry across chunks and a padded last chunk. One chunk
+    runs the same operations (the forward matches the reference at every chunk size above)."""
     tensors, generator = make_inputs(interaction, requires_grad=True, **GRADCHECK_SIZE)
     mask = make_mask(mask_kind, generator, GRADCHECK_SIZE["n"])
-    assert torch.autograd.gradcheck(lambda *t: call_causal(t, mask, interaction, chunk_size=chunk_size)[0], tensors)
+    assert torch.autograd.gradcheck(lambda *t: call_causal(t, mask, interaction, chunk_size=2)[0], tensors)
 
 
 def test_causal_gradients_match_reference():

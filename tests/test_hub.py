@@ -259,22 +259,39 @@ def test_server_answers_the_client_like_the_hub(hub, tmp_path):
     assert hub.store.unknown_routes == []
 
 
+# fastformer-push-to-hub twice in one interpreter (its imports take seconds): the folder of argv[1] as it is, then
+# with README.md holding argv[2] and eval_results.json deleted, committed as "Update the card"
+PUSH_TWICE_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+
+    from fastformer.cli import push_to_hub
+
+    folder = Path(sys.argv[1])
+    flags = ["--output_dir", str(folder), "--hub_model_id", "user/classifier"]
+    push_to_hub.main(flags)
+    (folder / "README.md").write_text(sys.argv[2])
+    (folder / "eval_results.json").unlink()  # gone from the folder, still in the repo
+    push_to_hub.main([*flags, "--commit_message", "Update the card"])
+    """
+)
+
+
 @pytest.mark.slow
-def test_pushing_again_adds_a_commit_and_deletes_nothing(push_folder, hub, tmp_path, classifier):
+def test_pushing_again_adds_a_commit_and_deletes_nothing(hub, tmp_path, classifier):
     _, folder = classifier
     (folder / "eval_results.json").write_text(json.dumps({"eval_accuracy": 0.5}))
-    assert_succeeded(push_folder(hub, tmp_path, folder, "user/classifier"))
-    first = hub.store.history("user/classifier")[-1]
-
     new_card = MODEL_CARD + "\nEvaluated on 20newsgroups.\n"
-    (folder / "README.md").write_text(new_card)
-    (folder / "eval_results.json").unlink()  # gone from the folder, still in the repo
-    assert_succeeded(push_folder(hub, tmp_path, folder, "user/classifier", "--commit_message", "Update the card"))
+    env = hub.client_env(tmp_path / "hf_home")
+    process = run([sys.executable, "-c", PUSH_TWICE_SCRIPT, str(folder), new_card], tmp_path, env)
+    assert_succeeded(process)
 
     history = hub.store.history("user/classifier")
     # the Hub's own first commit, then one per push
     assert [commit.title for commit in history] == ["initial commit", "Upload Fastformer model", "Update the card"]
-    assert history[1] == first and history[2].parent == first.oid
+    first = history[1]
+    assert history[2].parent == first.oid
     assert first.files["README.md"] == MODEL_CARD.encode()
     assert "eval_results.json" in first.files
     assert dict(history[2].files) == {**first.files, "README.md": new_card.encode()}
