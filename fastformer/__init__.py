@@ -5,7 +5,7 @@ Importing the package registers the model with transformers' Auto classes.
 
 import transformers
 
-from . import configuration_fastformer, modeling_fastformer
+from . import configuration_fastformer, copy_encoder_decoder, modeling_fastformer  # noqa: F401  (registers)
 from .configuration_fastformer import *  # noqa: F403  (its __all__)
 from .modeling_fastformer import *  # noqa: F403  (its __all__)
 

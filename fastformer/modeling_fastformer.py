@@ -954,6 +954,43 @@ class FastformerDecoder(FastformerStack):
         return BaseModelOutputWithCrossAttentions(last_hidden_state=hidden_states)
 
 
+class CopyHeadSourceMixin:
+    """The source's token ids that a copy head (`self.copy_head`, None without one) copies: checked against the
+    encoder's output, and kept by generate() for every decoding step. For `FastformerForConditionalGeneration`
+    and for the BERT2BERT baseline with the same head (`fastformer.copy_encoder_decoder`)."""
+
+    def checked_source_ids(self, source_ids, encoder_outputs) -> torch.Tensor:
+        """The source ids the copy head reads, refused where there are none, where they do not match the encoder's
+        output in shape, or (on the CPU: `checks.values_checked`) hold an id outside the vocabulary."""
+        if source_ids is None:
+            raise ValueError(
+                "config.copy_mechanism copies source tokens by their ids: pass `input_ids`, or `source_ids` (the "
+                "source's token ids) beside `encoder_outputs` or `inputs_embeds`"
+            )
+        if source_ids.shape != encoder_outputs.last_hidden_state.shape[:2]:
+            raise ValueError(
+                f"`source_ids` {tuple(source_ids.shape)} must be the source's ids, one per encoder output position "
+                f"{tuple(encoder_outputs.last_hidden_state.shape[:2])}"
+            )
+        check_inputs(source_ids, None, self.config.get_text_config(decoder=True), name="source_ids")
+        return source_ids
+
+    def _maybe_prepare_encoder_kwargs_for_generation(self, inputs_tensor, model_kwargs, model_input_name, *args):
+        """As generate()'s, and with the copy head the source's ids are kept for every step (as `source_ids`,
+        expanded with the beams like the encoder's output). With `encoder_outputs` and no `input_ids`, generate()
+        stands -100 in for the ids: then `source_ids` must be given."""
+        given_states = model_kwargs.get("encoder_outputs") is not None
+        model_kwargs = super()._maybe_prepare_encoder_kwargs_for_generation(
+            inputs_tensor, model_kwargs, model_input_name, *args
+        )
+        source_is_ids = (model_input_name or self.main_input_name) == "input_ids"
+        if self.copy_head is not None and model_kwargs.get("source_ids") is None and source_is_ids:
+            # one look at the values per generate() call, only beside given encoder outputs
+            if not (given_states and bool((inputs_tensor == -100).all())):
+                model_kwargs["source_ids"] = inputs_tensor
+        return model_kwargs
+
+
 class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
     """What generate() needs from a model whose decoder carries a recurrent state instead of a KV cache: the
     base of `FastformerForConditionalGeneration` and `FastformerForCausalLM`."""
@@ -1045,7 +1082,7 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
         )
 
 
-class FastformerForConditionalGeneration(FastformerGenerativeModel):
+class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerativeModel):
     """Fastformer encoder + causal Fastformer decoder with cross-attention, for summarization and other
     sequence-to-sequence tasks. One decoding step costs the same at any output length, and the generation
     state (`FastformerCache`) does not grow.
@@ -1182,37 +1219,6 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
         if self.copy_head is None:
             return logits
         return self.copy_head(hidden_states, logits, encoder_hidden_states, encoder_attention_mask, source_ids)
-
-    def checked_source_ids(self, source_ids, encoder_outputs) -> torch.Tensor:
-        """The source ids the copy head reads, refused where there are none, where they do not match the encoder's
-        output in shape, or (on the CPU: `checks.values_checked`) hold an id outside the vocabulary."""
-        if source_ids is None:
-            raise ValueError(
-                "config.copy_mechanism copies source tokens by their ids: pass `input_ids`, or `source_ids` (the "
-                "source's token ids) beside `encoder_outputs` or `inputs_embeds`"
-            )
-        if source_ids.shape != encoder_outputs.last_hidden_state.shape[:2]:
-            raise ValueError(
-                f"`source_ids` {tuple(source_ids.shape)} must be the source's ids, one per encoder output position "
-                f"{tuple(encoder_outputs.last_hidden_state.shape[:2])}"
-            )
-        check_inputs(source_ids, None, self.config, name="source_ids")
-        return source_ids
-
-    def _maybe_prepare_encoder_kwargs_for_generation(self, inputs_tensor, model_kwargs, model_input_name, *args):
-        """As generate()'s, and with the copy head the source's ids are kept for every step (as `source_ids`,
-        expanded with the beams like the encoder's output). With `encoder_outputs` and no `input_ids`, generate()
-        stands -100 in for the ids: then `source_ids` must be given."""
-        given_states = model_kwargs.get("encoder_outputs") is not None
-        model_kwargs = super()._maybe_prepare_encoder_kwargs_for_generation(
-            inputs_tensor, model_kwargs, model_input_name, *args
-        )
-        source_is_ids = (model_input_name or self.main_input_name) == "input_ids"
-        if self.copy_head is not None and model_kwargs.get("source_ids") is None and source_is_ids:
-            # one look at the values per generate() call, only beside given encoder outputs
-            if not (given_states and bool((inputs_tensor == -100).all())):
-                model_kwargs["source_ids"] = inputs_tensor
-        return model_kwargs
 
     def new_cache(self) -> FastformerEncoderDecoderCache:
         """An empty generation cache: the decoder's recurrent state, and the cross-attention's keys and values."""

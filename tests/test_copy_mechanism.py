@@ -1,11 +1,14 @@
-"""The opt-in copy mechanism of FastformerForConditionalGeneration (See et al.'s pointer-generator): the math
-against fastformer.naive's float64 loop, the model's logits against the same loop on its own states, and the
-recipes a seq2seq model serves (teacher forcing, greedy and beam search with the cache, save and reload)."""
+"""The opt-in copy mechanism of FastformerForConditionalGeneration (See et al.'s pointer-generator), and the same
+head on BERT2BERT (`CopyEncoderDecoderModel`): the math against fastformer.naive's float64 loop, each model's
+logits against the same loop on its own states, and the recipes a seq2seq model serves (teacher forcing, greedy
+and beam search with the cache, save and reload)."""
 
 import pytest
 import torch
+from transformers import AutoModelForSeq2SeqLM, BertConfig, BertLMHeadModel, BertModel
 
 from fastformer import FastformerForConditionalGeneration, naive
+from fastformer.copy_encoder_decoder import CopyEncoderDecoderModel
 from fastformer.functional import copy_attention, pointer_generator
 
 SPECIAL = dict(pad_token_id=0, decoder_start_token_id=1, bos_token_id=1, eos_token_id=2)
@@ -18,9 +21,32 @@ def source_batch():
 
 
 @pytest.fixture(scope="module")
-def model(build):
+def fastformer_model(build):
     # larger initial weights and a gate bias near 0: both distributions matter in every logit
     return build(FastformerForConditionalGeneration, copy_mechanism=True, initializer_range=0.3, **SPECIAL)
+
+
+def tiny_bert2bert():
+    """A tiny BERT2BERT with the copy head, sized and initialized as the tiny Fastformer."""
+    torch.manual_seed(0)
+    sizes = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+    config = BertConfig(**sizes, max_position_embeddings=64, initializer_range=0.3, pad_token_id=0)
+    decoder_config = BertConfig(**config.to_dict() | dict(is_decoder=True, add_cross_attention=True))
+    encoder, decoder = BertModel(config, add_pooling_layer=False), BertLMHeadModel(decoder_config)
+    model = CopyEncoderDecoderModel(encoder=encoder, decoder=decoder)
+    model.config.update(SPECIAL)
+    model.generation_config.update(**SPECIAL)
+    return model.eval()
+
+
+@pytest.fixture(scope="module", params=["fastformer", "bert2bert"])
+def model(request, fastformer_model):
+    """Each model with the copy head: the recipes below are the same for both."""
+    return fastformer_model if request.param == "fastformer" else tiny_bert2bert()
+
+
+def lm_head(model):
+    return model.lm_head if isinstance(model, FastformerForConditionalGeneration) else model.decoder.cls
 
 
 @pytest.mark.parametrize("all_padding", [False, True])
@@ -64,7 +90,7 @@ def test_model_logits_are_the_pointer_generator_of_its_own_states(model):
     out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=targets, output_hidden_states=True)
     hidden, encoded = out.decoder_hidden_states[-1], out.encoder_last_hidden_state
     head = model.copy_head
-    plain = model.lm_head(hidden)
+    plain = lm_head(model)(hidden)
     gate = head.gate(torch.cat([hidden, copy_attention(head.query(hidden), encoded, mask)[1]], -1)).squeeze(-1)
     expected = naive.pointer_generator(plain, head.query(hidden), encoded, mask, ids, gate)
     torch.testing.assert_close(out.logits.double(), expected, rtol=1e-5, atol=1e-5)
@@ -76,12 +102,14 @@ def test_model_logits_are_the_pointer_generator_of_its_own_states(model):
 
 
 def test_copy_is_off_by_default_and_saved_with_its_weights(build, model, tmp_path):
-    assert build(FastformerForConditionalGeneration).copy_head is None
+    if isinstance(model, FastformerForConditionalGeneration):
+        assert build(FastformerForConditionalGeneration).copy_head is None
+        assert model.config.copy_mechanism
     model.save_pretrained(tmp_path)
-    loaded = FastformerForConditionalGeneration.from_pretrained(tmp_path).eval()
-    assert loaded.config.copy_mechanism
-    for name, tensor in model.copy_head.state_dict().items():
-        assert torch.equal(loaded.copy_head.state_dict()[name], tensor), name
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    assert type(loaded) is type(model)
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
 
 
 def test_training_loss_is_the_negative_log_likelihood_and_reaches_the_gate(model):
@@ -175,10 +203,10 @@ def test_generation_from_encoder_outputs_needs_the_source_ids(model):
 
 
 @torch.no_grad()
-def test_half_precision_copy_attention_sums_to_one(model):
+def test_half_precision_copy_attention_sums_to_one(fastformer_model):
     ids, mask = source_batch()
-    half = FastformerForConditionalGeneration(model.config).to(torch.bfloat16).eval()
-    half.load_state_dict(model.state_dict())
+    half = FastformerForConditionalGeneration(fastformer_model.config).to(torch.bfloat16).eval()
+    half.load_state_dict(fastformer_model.state_dict())
     log_p = half(input_ids=ids, attention_mask=mask, decoder_input_ids=torch.tensor([[1, 5], [1, 8]])).logits
     assert log_p.dtype == torch.float32 and torch.isfinite(log_p).all()
     torch.testing.assert_close(log_p.exp().sum(-1), torch.ones(2, 2), rtol=0, atol=1e-5)

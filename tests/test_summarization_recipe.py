@@ -283,11 +283,13 @@ def test_benchmark_tunes_each_family_by_levers_and_scores_the_test_split(
     # the pseudo-summaries; the recipe, each lever, each pretraining stage (once per model: with the copy head, the
     # stage trains it too), each decoding but greedy search, the test split: each script ran once (lead-k runs none)
     with_stage = [run["settings"] for run in levers if run["settings"]["pretrain"]]
-    stages = {(harness.cell(settings["pretrain"]), settings.get("config_overrides")) for settings in with_stage}
+    stages = {(harness.cell(settings["pretrain"]), settings["copy_mechanism"]) for settings in with_stage}
     assert len(ran) == 1 + 1 + len(summarization.LEVERS) + len(stages) + len(summarization.DECODING) - 1 + 1
     pretrainings = [command for command in ran if "pseudo_summaries" in " ".join(command) and "--train_file" in command]
-    copies = [command for command in pretrainings if "copy_mechanism=True" in command]
-    assert len(copies) == sum(settings.get("config_overrides") == "copy_mechanism=True" for settings in with_stage)
+    starts = [command[command.index("--model_name_or_path") + 1] for command in pretrainings]
+    assert sorted(start.endswith("-copy") for start in starts) == sorted(copy for _, copy in stages)
+    (copy_start,) = (path for path in (tmp_path / "headlines" / "starts").iterdir() if path.name.endswith("-copy"))
+    assert AutoModelForSeq2SeqLM.from_pretrained(copy_start).copy_head is not None
     printed = capsys.readouterr().out
     assert "| lead-k (first k words) |" in printed and "| Fastformer, warm-started, source 512 |" in printed
     # a second call reads every stored run back

@@ -24,20 +24,19 @@ from fastformer.conversion import bert2bert_model, copy_bert_cross_attention
 from fastformer.summarization import clean_source, headline_quality, headline_words, rouge, token_state_spread
 
 # every family starts from the recipe with the cross-attention as transformers initializes a new one, and no stage
-LEVER_BASE = {"cross_attention_init": "random", "pretrain": None}
-# added in turn: script flags, or cross_attention_init (the start's: "random" or "self_attention"), pretrain (a first
-# stage on pseudo-summaries of unlabeled text: make_pseudo_summaries.py's flags), continue (a second stage from the
-# headline run: its flags); a lever a family does not have (FAMILY_LEVERS) is left out of its tuning
+LEVER_BASE = {"cross_attention_init": "random", "copy_mechanism": False, "pretrain": None}
+# added in turn: script flags, or the start's cross_attention_init ("random" or "self_attention") and copy_mechanism
+# (the pointer-generator head, on BERT2BERT too: CopyEncoderDecoderModel), pretrain (a first stage on pseudo-summaries
+# of unlabeled text: make_pseudo_summaries.py's flags), continue (a second stage from the headline run: its flags)
 LEVERS = {
     "cross-attention init": {"cross_attention_init": "self_attention"},
     "pseudo-summary pretraining": {"pretrain": {"mode": "lead"}},
     "copyable pseudo-summaries": {"pretrain": {"mode": "lead", "keep_gap": True, "summary_words": 12}},
     "copyable salient spans": {"pretrain": {"mode": "salient", "keep_gap": True, "summary_words": 12}},
-    "copy mechanism": {"config_overrides": "copy_mechanism=True"},
+    "copy mechanism": {"copy_mechanism": True},
     "label smoothing": {"label_smoothing_factor": 0.1},
     "unfreezing": {"continue": {"learning_rate": 3e-5, "num_train_epochs": 1, "train_encoder_layers": 2}},
 }
-FAMILY_LEVERS = {"bert2bert": set(LEVERS) - {"copy mechanism"}}  # transformers' EncoderDecoderModel has no copy head
 SPLITS = ("train", "validation", "test")
 SPREAD_KEPT = 0.5  # unfreezing is kept only while the encoder's token-state spread stays above this share
 # the pretraining stage: one epoch at half the source length (articles have ~225 words, lead sentences ~20)
@@ -97,17 +96,18 @@ def run(args, settings: dict) -> dict:
     return harness.run_script(command, Path(settings["output_dir"]), outputs)
 
 
-def fastformer_start(converted: str, cross_attention_init: str, source: str | None = None):
-    """The converted checkpoint, its cross-attention as converted where conversion.json says so, else copied from
-    the source BERT's self-attention ("self_attention") or a new model's ("random")."""
-    model = FastformerForConditionalGeneration.from_pretrained(converted)
+def fastformer_start(converted: str, cross_attention_init: str, source: str | None = None, copy: bool = False):
+    """The converted checkpoint (with a new copy head with `copy`), its cross-attention as converted where
+    conversion.json says so, else copied from the source BERT's self-attention ("self_attention") or a new model's
+    ("random")."""
+    torch.manual_seed(0)
+    model = FastformerForConditionalGeneration.from_pretrained(converted, copy_mechanism=copy)
     conversion = read_json(Path(converted) / "conversion.json", {})
     if cross_attention_init == conversion.get("cross_attention_init", "random"):
         pass
     elif cross_attention_init == "self_attention":
         copy_bert_cross_attention(BertModel.from_pretrained(source or conversion["source"]), model.get_decoder().layers)
     else:  # a new model's weights (transformers' initialization leaves loaded weights as they are)
-        torch.manual_seed(0)
         new = {key: value for key, value in type(model)(model.config).state_dict().items() if ".cross_attention" in key}
         model.load_state_dict(new, strict=False)
     return model, AutoTokenizer.from_pretrained(converted)
@@ -123,13 +123,14 @@ def pretraining(base: dict, model: str, train_file: str, output_dir: str) -> dic
 def train(args, family: str, lever: dict, row: dict | None = None) -> dict:
     """The headline run of `family` with a lever's settings, after its first stage and before its second where it
     has them, scored on the validation split with greedy search; `row`: a table row's training settings."""
-    base, folder, init = args.base, args.folder / family, lever["cross_attention_init"]
-    model = args.folder / "starts" / f"{family}-{init}"  # the family's start with that cross-attention, saved once
+    base, folder, init, copy = args.base, args.folder / family, lever["cross_attention_init"], lever["copy_mechanism"]
+    start = "-".join([family, init, *["copy"] * copy])  # the family's start with that cross-attention and head
+    model = args.folder / "starts" / start  # saved once
     if not (model / "config.json").exists():
         if family == "bert2bert":
-            loaded = bert2bert_model(args.source or minilm(), init, **BERT2BERT_DROPOUT)
+            loaded = bert2bert_model(args.source or minilm(), init, copy, **BERT2BERT_DROPOUT)
         else:
-            loaded = fastformer_start(args.converted, init, args.source)
+            loaded = fastformer_start(args.converted, init, args.source, copy)
         for part in loaded:  # the model and its tokenizer
             part.save_pretrained(model)
     output = folder / "-".join([harness.cell({**lever, "continue": None}), *map(str, (row or {}).values())])
@@ -145,9 +146,8 @@ def train(args, family: str, lever: dict, row: dict | None = None) -> dict:
         pairing = {"output": pairs, **lever["pretrain"], **clean, "texts": texts, "held_out": held_out}
         command = [sys.executable, str(SCRIPTS / "make_pseudo_summaries.py"), *flags(pairing)]
         harness.run_script(command, pairs.parent, lambda folder: {})
-        output_dir = str(folder / "pretrain" / f"{init}-{name}-{lever.get('config_overrides')}")
-        architecture = {"config_overrides": lever.get("config_overrides")}  # the copy head learns here too
-        stages.insert(0, pretraining({**base, **architecture}, str(model), str(pairs), output_dir))
+        output_dir = str(folder / "pretrain" / f"{start}-{name}")  # the copy head learns here too
+        stages.insert(0, pretraining(base, str(model), str(pairs), output_dir))
     if lever.get("continue"):  # the encoder states of layers in training cannot be cached
         cache = {"cache_encoder_states": False} if lever["continue"].get("train_encoder_layers") else {}
         then = {**lever["continue"], **cache, "output_dir": f"{output}-then-{harness.cell(lever['continue'])}"}
@@ -176,8 +176,7 @@ def tune(args, family: str) -> dict:
     """The recipe and the levers in turn, then the decodings, on the validation split."""
     best, best_run, levers = dict(LEVER_BASE), None, []
     documents = [row["document"] for row in args.splits["validation"][:32]]
-    own = {lever: changes for lever, changes in LEVERS.items() if lever in FAMILY_LEVERS.get(family, LEVERS)}
-    for lever, changes in {"recipe": {}, **own}.items():
+    for lever, changes in {"recipe": {}, **LEVERS}.items():
         settings = {**best, **changes}
         found = train(args, family, settings)
         result = {"lever": lever, "settings": settings, "rouge1": found["metrics"]["eval_rouge1"]}
