@@ -19,8 +19,6 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 # one thread per process, here and in the processes the tests start: pytest-xdist runs a worker per core, and
 # OpenMP threads beyond the cores wait on each other (the tiny models' many small operations run 3-7x slower)
 os.environ["OMP_NUM_THREADS"] = "1"
-# inductor compiles in this process, without a pool of compile workers to start
-os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -346,17 +346,31 @@ def test_push_to_a_private_repo_branch_with_a_token_flag(push_folder, hub, tmp_p
 @dataclass
 class Published:
     hub: object  # the running loopback Hub serving the repos below
-    path: Path  # a folder per repo, as pushed: "script", "classifier", "seq2seq"
+    path: Path  # a folder per repo, as pushed: "script", "classifier", "seq2seq", and "out" (user/trained)
     models: dict  # repo id -> the model pushed there, in eval mode
     script_stdout: str  # what the push subprocess printed, fastformer-push-to-hub first
     loaded: dict  # repo id -> what a fresh interpreter without fastformer loaded from there (LOAD_SCRIPT)
 
 
+def training_push(hub, path, repo_root):
+    """run_classification.py --push_to_hub, a few steps of a tiny model, from `path` / "out" to user/trained."""
+    data = repo_root / "data" / "20newsgroups"
+    args = [sys.executable, str(repo_root / "scripts" / "run_classification.py"), "--output_dir", str(path / "out")]
+    args += ["--do_train", "--do_eval", "--train_file", str(data / "train.jsonl"), "--validation_file"]
+    args += [str(data / "test.jsonl"), "--max_train_samples", "32", "--max_eval_samples", "16"]
+    args += ["--max_seq_length", "64", "--max_steps", "2", "--report_to", "none", "--use_cpu"]
+    args += ["--config_overrides", "hidden_size=32,num_attention_heads=4,intermediate_size=64"]
+    args += ["--save_strategy", "no", "--push_to_hub", "--hub_model_id", "user/trained"]
+    env = {**hub.client_env(path / "hf_home"), "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    assert_succeeded(run(args, repo_root, env))
+
+
 @pytest.fixture(scope="module")
-def published(tmp_path_factory, hub_server, push_folder, load_from_hub, build, tokenizer):
+def published(tmp_path_factory, hub_server, push_folder, load_from_hub, build, tokenizer, repo_root):
     """A classifier's output folder, with training leftovers, pushed by fastformer-push-to-hub to user/script; a
     classifier and a seq2seq model pushed, each with its tokenizer, by their own push_to_hub (the same subprocess)
-    to user/classifier and user/seq2seq. All three loaded back as remote code in one fresh interpreter."""
+    to user/classifier and user/seq2seq; a classifier trained and pushed by run_classification.py --push_to_hub to
+    user/trained. All four loaded back as remote code in one fresh interpreter."""
     path = tmp_path_factory.mktemp("published")
     models = {
         "user/script": save_classifier(path / "script", build, tokenizer),
@@ -375,10 +389,12 @@ def published(tmp_path_factory, hub_server, push_folder, load_from_hub, build, t
             hub.client_env(path / "hf_home"),
         )
         assert_succeeded(process)
+        training_push(hub, path, repo_root)
         auto_classes = {
             "user/script": "AutoModelForSequenceClassification",
             "user/classifier": "AutoModelForSequenceClassification",
             "user/seq2seq": "AutoModelForSeq2SeqLM",
+            "user/trained": "AutoModelForSequenceClassification",
         }
         loaded = load_from_hub(hub, path, auto_classes)
         yield Published(hub, path, models, process.stdout, loaded)
@@ -429,49 +445,16 @@ def test_seq2seq_push_to_hub_generates_input_dependent_tokens_and_ships_its_pipe
 
 
 @pytest.mark.slow
-def test_training_script_pushes_through_trainer_with_its_model_card(hub, tmp_path, load_from_hub, repo_root):
+def test_training_script_pushes_through_trainer_with_its_model_card(published):
     """run_classification.py --push_to_hub: the repo gets the weights, the code and the Fastformer model card,
     whose model-index holds exactly the evaluation results, and loads as remote code elsewhere."""
-    data = repo_root / "data" / "20newsgroups"
-    args = [
-        sys.executable,
-        str(repo_root / "scripts" / "run_classification.py"),
-        "--output_dir",
-        str(tmp_path / "out"),
-        "--do_train",
-        "--do_eval",
-        "--train_file",
-        str(data / "train.jsonl"),
-        "--validation_file",
-        str(data / "test.jsonl"),
-        "--max_train_samples",
-        "32",
-        "--max_eval_samples",
-        "16",
-        "--max_seq_length",
-        "64",
-        "--max_steps",
-        "2",
-        "--config_overrides",
-        "hidden_size=32,num_attention_heads=4,intermediate_size=64",
-        "--report_to",
-        "none",
-        "--use_cpu",
-        "--save_strategy",
-        "no",
-        "--push_to_hub",
-        "--hub_model_id",
-        "user/trained",
-    ]
-    env = {**hub.client_env(tmp_path / "hf_home"), "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    assert_succeeded(run(args, repo_root, env))
-    files = hub.store.files("user/trained", "main")
+    files = published.hub.store.files("user/trained", "main")
     assert {"config.json", "model.safetensors", "modeling_fastformer.py", "tokenizer.json", "README.md"} <= files.keys()
     card = files["README.md"].decode()
     assert "fastformer" in card and "trust_remote_code=True" in card and "Fine-tuned" not in card.split("---")[1]
-    metrics = json.loads((tmp_path / "out" / "eval_results.json").read_text())
+    output = published.path / "out"
+    metrics = json.loads((output / "eval_results.json").read_text())
     for key in ("eval_accuracy", "eval_f1_macro", "eval_loss"):
         assert f"value: {metrics[key]}" in card, key
-    results = load_from_hub(hub, tmp_path, {"user/trained": "AutoModelForSequenceClassification"})
-    trained = FastformerForSequenceClassification.from_pretrained(tmp_path / "out").eval()
-    assert_same_outputs(results["user/trained"], trained, AutoTokenizer.from_pretrained(tmp_path / "out"))
+    trained = FastformerForSequenceClassification.from_pretrained(output).eval()
+    assert_same_outputs(published.loaded["user/trained"], trained, AutoTokenizer.from_pretrained(output))
