@@ -15,6 +15,8 @@ from .modeling_fastformer import CopyHeadSourceMixin, FastformerCopyHead
 
 
 class CopyEncoderDecoderConfig(EncoderDecoderConfig):
+    """An `EncoderDecoderConfig` under a model type of its own, so that Auto classes load the model with its head."""
+
     model_type = "copy-encoder-decoder"
 
 
