@@ -128,7 +128,7 @@ def train(args, family: str, lever: dict, row: dict | None = None) -> dict:
     model = args.folder / "starts" / start  # saved once
     if not (model / "config.json").exists():
         if family == "bert2bert":
-            loaded = bert2bert_model(args.source or minilm(), init, copy, **BERT2BERT_DROPOUT)
+            loaded = bert2bert_model(args.source or minilm(), init, copy_mechanism=copy, **BERT2BERT_DROPOUT)
         else:
             loaded = fastformer_start(args.converted, init, args.source, copy)
         for part in loaded:  # the model and its tokenizer
