@@ -1,5 +1,6 @@
 """What summarization with an encoder-decoder needs beside the model: ROUGE scored offline, and what ROUGE does not
-see (`headline_quality`: repeated words, one output for many articles, words the article does not have); news
+see (`headline_quality`: repeated words, one output for many articles, words the article does not have) and a
+generate() processor against the first (`NoRepeatContentWordLogitsProcessor`); news
 sources without their datelines (`clean_source`); the encoder frozen for a decoder-only fine-tune, and its output
 then computed once per source (scripts/run_summarization.py and benchmarks/quality use these); pseudo-summaries of
 unlabeled text for pretraining the decoder (scripts/make_pseudo_summaries.py)."""
@@ -10,6 +11,7 @@ from collections import Counter
 
 import numpy as np
 import torch
+from transformers import LogitsProcessor
 from transformers.modeling_outputs import BaseModelOutput
 
 ROUGE_TYPES = ["rouge1", "rouge2", "rougeL", "rougeLsum"]
@@ -237,6 +239,24 @@ def headline_words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
 
 
+@functools.cache
+def porter_stemmer():
+    from nltk.stem import porter  # noqa: PLC0415  (rouge_score's stemmer; the [train] extra)
+
+    return porter.PorterStemmer()
+
+
+@functools.cache
+def word_stem(word: str) -> str:
+    """A word as ROUGE compares it with stemming: rouge_score's Porter stemmer, for words of 4 characters or more."""
+    return porter_stemmer().stem(word) if len(word) > 3 else word
+
+
+def is_content_word(word: str) -> bool:
+    """A word whose repeat makes a headline degenerate: two characters or more, outside FUNCTION_WORDS."""
+    return len(word) > 1 and word not in FUNCTION_WORDS
+
+
 def headline_quality(predictions: list[str], documents: list[str] | None = None) -> dict[str, float]:
     """What ROUGE does not show about generated headlines, counted on words stemmed as ROUGE stems them (Porter,
     words of 4 characters or more), so that "cut cuts" repeats a word. Shares x 100 of the headlines: `repeated` (a
@@ -244,27 +264,65 @@ def headline_quality(predictions: list[str], documents: list[str] | None = None)
     headlines of 2 or more other articles), `empty` (no word), `degenerate` (any of the three). With the articles
     they summarize, `documents`, also `invented_per_headline` (content words not in the article, per headline) and
     `words_not_in_article` (the share x 100 of all generated words that the article does not have)."""
-    from nltk.stem import porter  # noqa: PLC0415  (rouge_score's stemmer; the [train] extra)
-
     if documents is not None and len(predictions) != len(documents):
         raise ValueError(f"{len(predictions)} predictions for {len(documents)} documents")
-    stemmer = porter.PorterStemmer()
-    stem = functools.cache(lambda word: stemmer.stem(word) if len(word) > 3 else word)
     words = [headline_words(text) for text in predictions]
     counts = Counter(" ".join(headline) for headline in words)
     flags, invented, foreign = {"repeated": [], "shared": [], "empty": []}, 0, 0
     for index, headline in enumerate(words):
-        content = [stem(word) for word in headline if len(word) > 1 and word not in FUNCTION_WORDS]
+        content = [word_stem(word) for word in headline if is_content_word(word)]
         flags["repeated"].append(len(content) != len(set(content)))
         flags["shared"].append(counts[" ".join(headline)] >= 3)
         flags["empty"].append(not headline)
         if documents is not None:
-            article = {stem(word) for word in headline_words(documents[index])}
+            article = {word_stem(word) for word in headline_words(documents[index])}
             invented += sum(word not in article for word in content)
-            foreign += sum(stem(word) not in article for word in headline)
+            foreign += sum(word_stem(word) not in article for word in headline)
     flags["degenerate"] = [any(row) for row in zip(*flags.values())]
     shares = {name: 100 * float(np.mean(values)) for name, values in flags.items()}
     if documents is None:
         return shares
     total = max(sum(map(len, words)), 1)
     return {**shares, "invented_per_headline": invented / len(words), "words_not_in_article": 100 * foreign / total}
+
+
+class NoRepeatContentWordLogitsProcessor(LogitsProcessor):
+    """A generate() logits processor: no content word twice in one output, and nothing else banned. A token that
+    starts a word is banned once a token that starts a word with the same stem (`word_stem`) has been generated,
+    if that word is a content word (`is_content_word`): so "cut" and "cuts" count as one word, as in
+    `headline_quality`. Function words, punctuation, special tokens and the pieces that continue a word (WordPiece's
+    "##ner"; with byte-level or SentencePiece vocabularies, a token without a leading "Ġ" / "▁") may repeat, which
+    is what no_repeat_ngram_size 1 takes away with the repeats. A word of several pieces is known by its first:
+    "flynn ##ner" bans "flynn" again, and with it any other word that starts with the piece "flynn".
+
+    Pass it to generate() (`logits_processor=LogitsProcessorList([processor])`), or use run_summarization.py's
+    `--no_repeat_content_words`. The vocabulary is read once, from `tokenizer`; a call is a scatter and a gather
+    on the device, with no synchronization."""
+
+    def __init__(self, tokenizer):
+        tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        special = set(tokenizer.all_special_ids)
+        wordpiece = any(token.startswith("##") for token in tokens)
+        groups, stems = {}, []
+        for index, token in enumerate(tokens):
+            starts_word = not token.startswith("##") if wordpiece else token.startswith(("\u0120", "\u2581"))
+            words = headline_words(token.lstrip("\u0120\u2581"))
+            content = starts_word and index not in special and len(words) == 1 and is_content_word(words[0])
+            stems.append(groups.setdefault(word_stem(words[0]), len(groups)) if content else -1)
+        self.groups = len(groups)
+        # the stem group of every token id, or `groups` (a column never set) for a token that may repeat
+        stems = torch.tensor(stems)
+        self.token_groups = torch.where(stems < 0, self.groups, stems)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        token_groups = self.groups_of(scores.shape[-1], scores.device)
+        seen = torch.zeros(input_ids.shape[0], self.groups + 1, dtype=torch.bool, device=scores.device)
+        seen.scatter_(1, token_groups[input_ids], True)
+        seen[:, self.groups] = False
+        return scores.masked_fill(seen.gather(1, token_groups.expand(input_ids.shape[0], -1)), -float("inf"))
+
+    @functools.cache  # noqa: B019  (one entry per vocabulary size and device, for the processor's life)
+    def groups_of(self, size: int, device: torch.device) -> torch.Tensor:
+        """The stem groups of a model vocabulary of `size` tokens (the ids past the tokenizer's may repeat)."""
+        padded = torch.nn.functional.pad(self.token_groups[:size], (0, max(size - len(self.token_groups), 0)))
+        return padded.masked_fill(torch.arange(size) >= len(self.token_groups), self.groups).to(device)

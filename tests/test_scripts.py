@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM
 
 from fastformer import FastformerConfig, FastformerForMaskedLM
+from fastformer.summarization import headline_quality
 from fastformer.training import (
     ModelArguments,
     load_model,
@@ -676,7 +677,8 @@ def test_dtype_creates_and_loads_the_weights_in_that_dtype(tmp_path):
 @pytest.mark.slow
 def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path, headlines):
     """--num_beams reaches generate in evaluation and prediction (Seq2SeqTrainer reads it from the saved
-    generation_num_beams), as --val_max_target_length does generate's max_length."""
+    generation_num_beams), as --val_max_target_length does generate's max_length and --no_repeat_content_words its
+    logits processor."""
     validation = headlines[1]
     summarize(
         tmp_path / "out",
@@ -695,13 +697,16 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
         validation,
         "--max_predict_samples",
         2,
+        "--no_repeat_content_words",
     )
     args = torch.load(tmp_path / "out" / "training_args.bin", weights_only=False)
     assert args.generation_num_beams == 2 and args.generation_max_length == 10
     assert results(tmp_path / "out", "train_results.json")["train_samples"] == 8
     metrics = results(tmp_path / "out")
     assert metrics["eval_samples"] == 6 and 0 < metrics["eval_gen_len"] <= 10 and "eval_rouge1" in metrics
-    assert len((tmp_path / "out" / "generated_predictions.txt").read_text().splitlines()) == 2
+    predictions = (tmp_path / "out" / "generated_predictions.txt").read_text().splitlines()
+    # --no_repeat_content_words reaches generate in evaluation and prediction
+    assert len(predictions) == 2 and metrics["eval_repeated"] == 0 and headline_quality(predictions)["repeated"] == 0
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ from transformers import (
     DataCollatorForSeq2Seq,
     EncoderDecoderConfig,
     EncoderDecoderModel,
+    LogitsProcessorList,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
 )
@@ -22,6 +23,7 @@ from transformers import (
 from fastformer import FastformerForConditionalGeneration
 from fastformer.summarization import (
     CachedEncoderStates,
+    NoRepeatContentWordLogitsProcessor,
     clean_source,
     freeze_encoder,
     headline_quality,
@@ -355,6 +357,74 @@ def test_headline_quality_counts_what_rouge_does_not_see():
     assert headline_quality(predictions) == {key: quality[key] for key in ("repeated", "shared", "empty", "degenerate")}
     with pytest.raises(ValueError, match="2 predictions for 1 documents"):
         headline_quality(["a", "b"], ["c"])
+
+
+@pytest.fixture(scope="module")
+def no_repeat_content_words(tokenizer):
+    return NoRepeatContentWordLogitsProcessor(tokenizer)
+
+
+def test_no_repeat_content_words_bans_the_stems_of_generated_content_words_only(tokenizer, no_repeat_content_words):
+    generated = tokenizer("russia's winter olympics flynner: the cuts")["input_ids"][:-1]  # [CLS] ... no [SEP]
+    assert tokenizer.convert_ids_to_tokens(generated)[6:8] == ["flynn", "##er"]
+    rows = torch.tensor([generated, [tokenizer.cls_token_id] * len(generated)])
+    scores = torch.randn(2, len(tokenizer) + 6)  # a model vocabulary larger than the tokenizer's
+    processed = no_repeat_content_words(rows, scores.clone())
+    banned = {token for token in tokenizer.convert_ids_to_tokens(torch.isinf(processed[0]).nonzero().flatten())}
+    # each content word's stem, in every form that is one token: "cut cuts cutting", "olympic olympics"
+    assert {"russia", "winter", "winters", "olympics", "olympic", "flynn", "cut", "cuts", "cutting"} <= banned
+    # function words, punctuation, word pieces, one-letter words, special tokens and other stems stay
+    kept = ["the", "'", ":", "s", "##er", "##s", "russian", "winner", "[SEP]", "[CLS]"]
+    assert not banned & set(kept) and all(len(word) > 1 for word in banned)
+    assert {"olympian", "russians"}.isdisjoint(banned)
+    assert torch.equal(processed[~torch.isinf(processed)], scores[~torch.isinf(processed)])
+    assert not torch.isinf(processed[1]).any() and not torch.isinf(processed[0, len(tokenizer) :]).any()
+
+
+def test_no_repeat_content_words_reads_byte_level_and_sentencepiece_word_starts():
+    from tokenizers import Tokenizer as Vocabulary  # noqa: PLC0415
+    from tokenizers.models import WordLevel  # noqa: PLC0415
+    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
+
+    for mark in ("\u0120", "\u2581"):
+        words = ["<pad>", f"{mark}cut", f"{mark}cuts", "cuts", f"{mark}the", f"{mark}report"]
+        vocabulary = Vocabulary(WordLevel({word: index for index, word in enumerate(words)}, unk_token="<pad>"))
+        processor = NoRepeatContentWordLogitsProcessor(PreTrainedTokenizerFast(tokenizer_object=vocabulary))
+        processed = processor(torch.tensor([[1, 4, 4]]), torch.zeros(1, len(words)))
+        # "cuts" without the mark continues a word; "the" repeats
+        assert torch.isinf(processed[0]).tolist() == [False, True, True, False, False, False]
+
+
+@pytest.mark.parametrize("family", ["fastformer", "bart"])
+def test_generate_with_no_repeat_content_words_drops_exactly_the_banned_scores(
+    tokenizer, tokenizer_fields, tiny_config, no_repeat_content_words, family
+):
+    """With the processor a random model's greedy output repeats no content word, and each step's scores are the
+    model's logits with exactly the banned tokens at -inf: ours and BART alike."""
+    torch.manual_seed(1)  # a model that repeats words without the processor
+    if family == "bart":
+        small = dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=32, decoder_ffn_dim=32)
+        config = BartConfig(**small, encoder_attention_heads=2, decoder_attention_heads=2, **tokenizer_fields)
+        config.forced_eos_token_id = None
+        model = BartForConditionalGeneration(config).eval()
+    else:
+        model = FastformerForConditionalGeneration(tiny_config(**tokenizer_fields, num_decoder_layers=1)).eval()
+    inputs = tokenizer(["plane crashes in nepal", "winter games in russia"], padding=True, return_tensors="pt")
+    settings = dict(max_new_tokens=24, do_sample=False, return_dict_in_generate=True, output_scores=True)
+    plain = model.generate(inputs["input_ids"], attention_mask=inputs["attention_mask"], **settings)
+    assert headline_quality(tokenizer.batch_decode(plain.sequences, skip_special_tokens=True))["repeated"] > 0
+    processor = LogitsProcessorList([no_repeat_content_words])
+    found = model.generate(
+        inputs["input_ids"],
+        attention_mask=inputs["attention_mask"],
+        logits_processor=processor,
+        **settings,
+        output_logits=True,
+    )
+    assert headline_quality(tokenizer.batch_decode(found.sequences, skip_special_tokens=True))["repeated"] == 0
+    for step, (scores, logits) in enumerate(zip(found.scores, found.logits)):
+        expected = no_repeat_content_words(found.sequences[:, : step + 1], logits.clone())
+        assert torch.equal(scores, expected)
 
 
 def test_pseudo_summary_pairs_never_take_a_held_out_article(tmp_path):
