@@ -287,7 +287,8 @@ def headline_quality(predictions: list[str], documents: list[str] | None = None)
 
 
 class NoRepeatContentWordLogitsProcessor(LogitsProcessor):
-    """A generate() logits processor: no content word twice in one output, and nothing else banned. A token that
+    """A generate() logits processor: no content word twice in one output (a decoder-only model's prompt counts as
+    written), and nothing else banned. A token that
     starts a word is banned once a token that starts a word with the same stem (`word_stem`) has been generated,
     if that word is a content word (`is_content_word`): so "cut" and "cuts" count as one word, as in
     `headline_quality`. Function words, punctuation, special tokens and the pieces that continue a word (WordPiece's
