@@ -1,9 +1,9 @@
-"""What summarization with an encoder-decoder needs beside the model: ROUGE scored offline, and what ROUGE does not
-see (`headline_quality`: repeated words, one output for many articles, words the article does not have) and a
-generate() processor against the first (`NoRepeatContentWordLogitsProcessor`); news
-sources without their datelines (`clean_source`); the encoder frozen for a decoder-only fine-tune, and its output
-then computed once per source (scripts/run_summarization.py and benchmarks/quality use these); pseudo-summaries of
-unlabeled text for pretraining the decoder (scripts/make_pseudo_summaries.py)."""
+"""What summarization with an encoder-decoder needs beside the model: ROUGE scored offline, and what ROUGE does not see
+(`headline_quality`: repeated words, one output for many articles, words the article does not have), and a generate()
+processor that writes no content word twice (`NoRepeatContentWordLogitsProcessor`); news sources without their
+datelines (`clean_source`); the encoder frozen for a decoder-only fine-tune, and its output then computed once per
+source (scripts/run_summarization.py and benchmarks/quality use these); pseudo-summaries of unlabeled text for
+pretraining the decoder (scripts/make_pseudo_summaries.py)."""
 
 import functools
 import re
@@ -288,17 +288,17 @@ def headline_quality(predictions: list[str], documents: list[str] | None = None)
 
 class NoRepeatContentWordLogitsProcessor(LogitsProcessor):
     """A generate() logits processor: no content word twice in one output (a decoder-only model's prompt counts as
-    written), and nothing else banned. A token that
-    starts a word is banned once a token that starts a word with the same stem (`word_stem`) has been generated,
-    if that word is a content word (`is_content_word`): so "cut" and "cuts" count as one word, as in
-    `headline_quality`. Function words, punctuation, special tokens and the pieces that continue a word (WordPiece's
-    "##ner"; with byte-level or SentencePiece vocabularies, a token without a leading "Ġ" / "▁") may repeat, which
-    is what no_repeat_ngram_size 1 takes away with the repeats. A word of several pieces is known by its first:
-    "flynn ##ner" bans "flynn" again, and with it any other word that starts with the piece "flynn".
+    written), and nothing else banned. A token that starts a word is banned once a token that starts a word with
+    the same stem (`word_stem`) has been generated, if that word is a content word (`is_content_word`): so "cut"
+    and "cuts" count as one word, as in `headline_quality`. Function words, punctuation, special tokens and the
+    pieces that continue a word (WordPiece's "##ner"; with byte-level or SentencePiece vocabularies, a token
+    without a leading "Ġ" / "▁") may repeat, which is what no_repeat_ngram_size 1 takes away with the repeats. A
+    word of several pieces is known by its first: "flynn ##ner" bans "flynn" again, and with it any other word
+    that starts with the piece "flynn".
 
     Pass it to generate() (`logits_processor=LogitsProcessorList([processor])`), or use run_summarization.py's
-    `--no_repeat_content_words`. The vocabulary is read once, from `tokenizer`; a call is a scatter and a gather
-    on the device, with no synchronization."""
+    `--no_repeat_content_words`. The vocabulary is read once, from `tokenizer`; a call is a scatter and a gather on
+    the device, with no synchronization."""
 
     def __init__(self, tokenizer):
         tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
@@ -314,6 +314,7 @@ class NoRepeatContentWordLogitsProcessor(LogitsProcessor):
         # the stem group of every token id, or `groups` (a column never set) for a token that may repeat
         stems = torch.tensor(stems)
         self.token_groups = torch.where(stems < 0, self.groups, stems)
+        self.placed = {}  # (vocabulary size, device) -> token_groups fitted to it
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         token_groups = self.groups_of(scores.shape[-1], scores.device)
@@ -322,8 +323,12 @@ class NoRepeatContentWordLogitsProcessor(LogitsProcessor):
         seen[:, self.groups] = False
         return scores.masked_fill(seen.gather(1, token_groups.expand(input_ids.shape[0], -1)), -float("inf"))
 
-    @functools.cache  # noqa: B019  (one entry per vocabulary size and device, for the processor's life)
     def groups_of(self, size: int, device: torch.device) -> torch.Tensor:
-        """The stem groups of a model vocabulary of `size` tokens (the ids past the tokenizer's may repeat)."""
-        padded = torch.nn.functional.pad(self.token_groups[:size], (0, max(size - len(self.token_groups), 0)))
-        return padded.masked_fill(torch.arange(size) >= len(self.token_groups), self.groups).to(device)
+        """The stem groups of a model vocabulary of `size` tokens (the ids past the tokenizer's may repeat), made
+        once per size and device."""
+        if (size, device) not in self.placed:
+            fitted = torch.full((size,), self.groups)
+            known = min(size, len(self.token_groups))
+            fitted[:known] = self.token_groups[:known]
+            self.placed[size, device] = fitted.to(device)
+        return self.placed[size, device]
