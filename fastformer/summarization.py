@@ -224,6 +224,15 @@ def rouge(predictions: list[str], references: list[str]) -> dict[str, float]:
     return {name: 100 * score.mid.fmeasure for name, score in aggregated.items()}
 
 
+def length_window(tokenizer, targets: list[str], percentiles: tuple[float, float] = (5, 95)) -> dict[str, int]:
+    """Generation bounds from training targets: `min_target_length` (min_new_tokens) and `generation_max_length`
+    (max_length, the decoder start included) at the given percentiles of the targets' lengths in `tokenizer`'s
+    tokens, the end of sequence counted; run_summarization.py's flags of the same names take them."""
+    tokens = tokenizer(targets, add_special_tokens=False)["input_ids"]
+    low, high = np.percentile([len(ids) + 1 for ids in tokens], percentiles)
+    return {"min_target_length": int(low), "generation_max_length": int(np.ceil(high)) + 1}
+
+
 # words that repeat in fluent headlines ("the", "of", the "s" of "russia ' s"): a repeat of any other is degenerate
 FUNCTION_WORDS = frozenset(
     """a about after against all also an and any are as at be been before between both but by can could did do does

@@ -28,6 +28,7 @@ from fastformer.summarization import (
     freeze_encoder,
     headline_quality,
     headline_words,
+    length_window,
     pseudo_summary,
     pseudo_summary_pairs,
 )
@@ -332,6 +333,15 @@ def test_headline_words_are_the_words_rouge_reads():
         == ["russia", "s", "page", "24"]
     )
     assert headline_words("U.S. news") == ["u", "s", "news"] and headline_words("") == []
+
+
+def test_length_window_bounds_generation_by_the_targets_lengths_in_tokens(tokenizer):
+    """Targets of 1 to 20 tokens: with the end of sequence 2 to 21, whose 5th and 95th percentiles are 2.95 and
+    20.05; the minimum rounds down, the maximum up and counts the decoder start."""
+    targets = [" ".join(["news"] * length) for length in range(1, 21)]
+    assert length_window(tokenizer, targets) == {"min_target_length": 2, "generation_max_length": 22}
+    assert length_window(tokenizer, targets, (0, 100)) == {"min_target_length": 2, "generation_max_length": 22}
+    assert length_window(tokenizer, targets, (50, 50)) == {"min_target_length": 11, "generation_max_length": 13}
 
 
 def test_headline_quality_counts_what_rouge_does_not_see():

@@ -13,7 +13,6 @@ import statistics
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, BertModel
 
@@ -21,7 +20,14 @@ from benchmarks import harness
 from benchmarks.harness import DOCS, REPO, SCRIPTS, arguments, flags, machine, minilm, read_json, write_json
 from fastformer import FastformerForConditionalGeneration
 from fastformer.conversion import bert2bert_model, copy_bert_cross_attention
-from fastformer.summarization import clean_source, headline_quality, headline_words, rouge, token_state_spread
+from fastformer.summarization import (
+    clean_source,
+    headline_quality,
+    headline_words,
+    length_window,
+    rouge,
+    token_state_spread,
+)
 
 # every family starts from the recipe with the cross-attention as transformers initializes a new one, and no stage
 LEVER_BASE = {"cross_attention_init": "random", "copy_mechanism": False, "pretrain": None}
@@ -104,11 +110,10 @@ def fastformer_start(converted: str, cross_attention_init: str, source: str | No
     torch.manual_seed(0)
     model = FastformerForConditionalGeneration.from_pretrained(converted, copy_mechanism=copy)
     conversion = read_json(Path(converted) / "conversion.json", {})
-    if cross_attention_init == conversion.get("cross_attention_init", "random"):
-        pass
-    elif cross_attention_init == "self_attention":
+    as_converted = cross_attention_init == conversion.get("cross_attention_init", "random")
+    if cross_attention_init == "self_attention" and not as_converted:
         copy_bert_cross_attention(BertModel.from_pretrained(source or conversion["source"]), model.get_decoder().layers)
-    else:  # a new model's weights (transformers' initialization leaves loaded weights as they are)
+    elif not as_converted:  # a new model's weights (transformers' initialization leaves loaded weights as they are)
         new = {key: value for key, value in type(model)(model.config).state_dict().items() if ".cross_attention" in key}
         model.load_state_dict(new, strict=False)
     return model, AutoTokenizer.from_pretrained(converted)
@@ -164,11 +169,9 @@ def train(args, family: str, lever: dict, row: dict | None = None) -> dict:
 def decode(args, model: str, decoding: dict, output_dir: Path, test: bool = False) -> dict:
     """`model` scored on the validation split (and with `test` the test split predicted) with `decoding`."""
     settings = {**args.base, **{key: value for key, value in decoding.items() if key != "length_window"}}
-    if decoding.get("length_window"):  # in the model's tokens, the end of sequence included
+    if decoding.get("length_window"):  # in the model's tokens
         headlines = [row["summary"] for row in args.splits["train"]]
-        tokens = AutoTokenizer.from_pretrained(model)(headlines, add_special_tokens=False)["input_ids"]
-        low, high = np.percentile([len(ids) + 1 for ids in tokens], [5, 95])
-        settings |= {"min_target_length": int(low), "generation_max_length": int(np.ceil(high)) + 1}  # + the start
+        settings |= length_window(AutoTokenizer.from_pretrained(model), headlines)
     settings |= {"model_name_or_path": model, "do_train": False, "do_predict": test, "output_dir": str(output_dir)}
     return run(args, settings if test else {**settings, "test_file": None})
 
