@@ -24,6 +24,7 @@ RECIPE = Path("configs/summarization/news_headlines.json")
 PRETRAINING = Path("configs/summarization/pseudo_summaries.json")
 # the copy-head row chosen on the validation split, Fastformer's settings in rows.fastformer
 CHOICE = Path("docs/results_summarization/issue34-copy-head.json")
+MEASURED = Path("docs/results_summarization/recipe-end-to-end-150.json")  # docs/TRAINING.md's minutes and scores
 PATH_KEYS = ("model_name_or_path", "output_dir", "train_file", "validation_file", "test_file")
 
 
@@ -88,6 +89,14 @@ def test_argument_file_paths_are_relative_to_the_repository_and_exist(repo_root,
     config = repo_root / pretraining["model_name_or_path"] / "config.json"
     if config.exists():  # once that command has run
         assert json.loads(config.read_text())["is_encoder_decoder"]
+
+
+def test_readme_summarization_commands_are_the_ones_measured(repo_root):
+    """docs/TRAINING.md's minutes and scores are those of the README's summarization commands as they stand: a
+    changed command is measured again before it lands."""
+    measured = json.loads((repo_root / MEASURED).read_text())["commands"]
+    readme = (repo_root / "README.md").read_text().splitlines()
+    assert [line for line in readme if line in measured] == measured
 
 
 def test_pretraining_argument_file_is_the_benchmarks_stage(repo_root, monkeypatch):
