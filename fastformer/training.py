@@ -19,8 +19,9 @@ import datasets
 import torch
 import transformers
 from safetensors import SafetensorError, safe_open
+from torch.utils.data import SequentialSampler
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
-from transformers.trainer_utils import get_last_checkpoint
+from transformers.trainer_utils import get_last_checkpoint, has_length
 
 from .model_card import write_model_card
 
@@ -425,6 +426,17 @@ def hyperparameters(args) -> dict:
         "max_steps": args.max_steps,
         "weight_decay": args.weight_decay,
     }
+
+
+class SplitOrderTrainerMixin:
+    """Evaluation and prediction read a split in its order, so that a predictions file lines up with its data file:
+    with --train_sampling_strategy group_by_length transformers' Trainer groups their batches by length too."""
+
+    def _get_eval_sampler(self, eval_dataset):
+        grouped = self.args.train_sampling_strategy == "group_by_length"
+        if not grouped or self.args.world_size > 1 or eval_dataset is None or not has_length(eval_dataset):
+            return super()._get_eval_sampler(eval_dataset)
+        return SequentialSampler(eval_dataset)
 
 
 class ModelCardTrainerMixin:

@@ -32,6 +32,7 @@ from fastformer.training import (
     DataArguments,
     ModelArguments,
     ModelCardTrainerMixin,
+    SplitOrderTrainerMixin,
     dataset_name,
     fail,
     load_config,
@@ -124,7 +125,7 @@ def arrange_splits(raw, data_args):
     return raw
 
 
-class ClassificationTrainer(ModelCardTrainerMixin, Trainer):
+class ClassificationTrainer(ModelCardTrainerMixin, SplitOrderTrainerMixin, Trainer):
     pass
 
 

@@ -42,6 +42,7 @@ from fastformer.training import (
     DataArguments,
     ModelArguments,
     ModelCardTrainerMixin,
+    SplitOrderTrainerMixin,
     dataset_name,
     fail,
     load_config,
@@ -194,7 +195,7 @@ def tokenize(batch, *, tokenizer, data_args, text_column, summary_column, eos_to
     return encoded
 
 
-class SummarizationTrainer(ModelCardTrainerMixin, Seq2SeqTrainer):
+class SummarizationTrainer(ModelCardTrainerMixin, SplitOrderTrainerMixin, Seq2SeqTrainer):
     def __init__(self, *args, logits_processor=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.logits_processor = logits_processor

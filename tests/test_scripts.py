@@ -15,9 +15,9 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
-from transformers import AutoModelForMaskedLM
+from transformers import AutoModelForMaskedLM, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
-from fastformer import FastformerConfig, FastformerForMaskedLM
+from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerForMaskedLM
 from fastformer.summarization import headline_quality
 from fastformer.training import (
     ModelArguments,
@@ -672,6 +672,31 @@ def test_dtype_creates_and_loads_the_weights_in_that_dtype(tmp_path):
             model_args = ModelArguments(model_name_or_path=model_name_or_path, dtype=dtype)
             model = load_model(AutoModelForMaskedLM, model_args, config())
             assert model.dtype == expected, (model_name_or_path, dtype)
+
+
+@pytest.mark.parametrize("script", [run_summarization, run_classification])
+def test_evaluation_and_prediction_read_a_split_in_its_order(tmp_path, tokenizer, tokenizer_fields, script):
+    """A predictions file (generated_predictions.txt, predictions.jsonl) lines up with the test file: evaluation and
+    prediction read a split in its order even where the training batches are grouped by length (transformers'
+    Trainer groups evaluation batches too)."""
+    config = FastformerConfig(hidden_size=32, num_attention_heads=4, intermediate_size=64, **tokenizer_fields)
+    model = FastformerForConditionalGeneration(config)
+    lengths = list(range(3, 11))  # grouping by length would read the longest first
+    rows = [[tokenizer.cls_token_id, *[1000] * (length - 2), tokenizer.sep_token_id] for length in lengths]
+    dataset = datasets.Dataset.from_dict({"input_ids": rows, "attention_mask": [[1] * len(row) for row in rows]})
+    dataset = dataset.add_column("labels", [[tokenizer.cls_token_id, tokenizer.sep_token_id]] * len(rows))
+    args = Seq2SeqTrainingArguments(
+        tmp_path,
+        train_sampling_strategy="group_by_length",
+        per_device_eval_batch_size=3,
+        use_cpu=True,
+        report_to="none",
+    )
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model)
+    trainer_class = getattr(script, "SummarizationTrainer", None) or script.ClassificationTrainer
+    trainer = trainer_class(model=model, args=args, processing_class=tokenizer, data_collator=collator)
+    for loader in (trainer.get_eval_dataloader(dataset), trainer.get_test_dataloader(dataset)):
+        assert [int(mask.sum()) for batch in loader for mask in batch["attention_mask"]] == lengths
 
 
 @pytest.mark.slow
