@@ -250,27 +250,13 @@ def test_benchmark_tunes_each_family_by_levers_and_scores_the_test_split(
 ):
     """lead-k and the Fastformer family at toy size (8 training, 6 validation and 6 test articles, one epoch of
     source 48), the scripts run in this process: the levers, the decodings, the test split, each run once."""
-    toy = {**recipe, "max_source_length": 48, "per_device_train_batch_size": 8, "num_train_epochs": 1}
-    toy["clean_sources"] = True  # the articles without their datelines, for every row, lead-k and the pretraining
-    for split, rows in (("train", 8), ("validation", 6), ("test", 6)):
-        lines = (repo_root / recipe[f"{split}_file"]).read_text().splitlines()[:rows]
-        toy[f"{split}_file"] = str(tmp_path / f"{split}.jsonl")
-        Path(toy[f"{split}_file"]).write_text("\n".join(lines) + "\n")
-    (tmp_path / "recipe.json").write_text(json.dumps(toy))
-    validation = json.loads(lines_of(tmp_path / "validation.jsonl")[0])["document"]
-    texts = [json.loads(line)["document"] for line in lines_of(repo_root / recipe["train_file"])[100:108]]
-    unlabeled = tmp_path / "unlabeled.jsonl"  # 8 texts, and a validation article that must not be used
-    unlabeled.write_text("".join(json.dumps({"text": text}) + "\n" for text in [*texts, validation]))
-    bert.save_pretrained(tmp_path / "bert")  # the conversion's source, for the cross-attention from self-attention
-    ran = []
-    monkeypatch.setattr(harness, "run", lambda command, env=None: ran.append(command) or run_in_process(command, env))
-    monkeypatch.setattr(summarization, "PRETRAIN", {**summarization.PRETRAIN, "max_source_length": 48})
+    argv, validation, ran = toy_benchmark(repo_root, recipe, bert, converted, tmp_path, monkeypatch)
+    unlabeled = tmp_path / "unlabeled.jsonl"
     # a lever of each kind (the start, a pretraining stage, a flag, a second stage) and two decodings
     kinds = ("cross-attention init", "copyable pseudo-summaries", "copy mechanism", "unfreezing")
     monkeypatch.setattr(summarization, "LEVERS", {name: summarization.LEVERS[name] for name in kinds})
     monkeypatch.setattr(summarization, "DECODING", [summarization.GREEDY, summarization.DECODING[4]])
-    argv = ["--rows", "lead", "fastformer-512", "--recipe", str(tmp_path / "recipe.json"), "--runs", str(tmp_path)]
-    argv += ["--records", str(tmp_path / "records"), "--converted", str(converted), "--source", str(tmp_path / "bert")]
+    argv = ["--rows", "lead", "fastformer-512", *argv]
     summarization.main([*argv, "--unlabeled", f"{unlabeled}:text"])
 
     lead, model = (json.loads((tmp_path / "records" / f"{row}.json").read_text()) for row in ("lead", "fastformer-512"))
@@ -320,6 +306,72 @@ def test_benchmark_tunes_each_family_by_levers_and_scores_the_test_split(
     monkeypatch.setattr(harness, "run", lambda *args: pytest.fail("a stored run ran again"))
     summarization.main([*argv, "--unlabeled", f"{unlabeled}:text", "--rows", "fastformer-512"])
     assert json.loads((tmp_path / "records" / "fastformer-512.json").read_text())["test"] == model["test"]
+
+
+def toy_benchmark(repo_root, recipe, bert, converted, tmp_path, monkeypatch):
+    """The benchmark's arguments at toy size, its scripts run in this process: a toy recipe of 8 training, 6
+    validation and 6 test articles (source 48, one epoch, cleaned), unlabeled.jsonl (8 texts and the first validation
+    article, which the pseudo-summaries must leave out), the conversion's source BERT saved; the argv, that
+    validation article, and the list of commands run."""
+    toy = {**recipe, "max_source_length": 48, "per_device_train_batch_size": 8, "num_train_epochs": 1}
+    toy["clean_sources"] = True  # the articles without their datelines, for every row, lead-k and the pretraining
+    for split, rows in (("train", 8), ("validation", 6), ("test", 6)):
+        lines = (repo_root / recipe[f"{split}_file"]).read_text().splitlines()[:rows]
+        toy[f"{split}_file"] = str(tmp_path / f"{split}.jsonl")
+        Path(toy[f"{split}_file"]).write_text("\n".join(lines) + "\n")
+    (tmp_path / "recipe.json").write_text(json.dumps(toy))
+    validation = json.loads(lines_of(tmp_path / "validation.jsonl")[0])["document"]
+    texts = [json.loads(line)["document"] for line in lines_of(repo_root / recipe["train_file"])[100:108]]
+    unlabeled = tmp_path / "unlabeled.jsonl"
+    unlabeled.write_text("".join(json.dumps({"text": text}) + "\n" for text in [*texts, validation]))
+    bert.save_pretrained(tmp_path / "bert")  # the conversion's source, for the cross-attention from self-attention
+    ran = []
+    monkeypatch.setattr(harness, "run", lambda command, env=None: ran.append(command) or run_in_process(command, env))
+    monkeypatch.setattr(summarization, "PRETRAIN", {**summarization.PRETRAIN, "max_source_length": 48})
+    argv = ["--recipe", str(tmp_path / "recipe.json"), "--runs", str(tmp_path), "--records", str(tmp_path / "records")]
+    return [*argv, "--converted", str(converted), "--source", str(tmp_path / "bert")], validation, ran
+
+
+def test_benchmark_rows_train_with_a_given_choice_without_tuning(
+    repo_root, recipe, bert, converted, tmp_path, monkeypatch
+):
+    """--chosen: the rows train and decode with that choice, their family not tuned; the 1,024-token row reads the
+    512-token row's pretraining stage back."""
+    argv, _, ran = toy_benchmark(repo_root, recipe, bert, converted, tmp_path, monkeypatch)
+    training = {**summarization.LEVER_BASE, **summarization.LEVERS["copyable pseudo-summaries"], "copy_mechanism": True}
+    chosen = {"training": training, "decoding": summarization.DECODING[4]}
+    argv += ["--chosen", json.dumps(chosen)]
+    label, family, _ = summarization.ROWS["fastformer-1024"]  # a longer source within the toy model's positions
+    monkeypatch.setitem(summarization.ROWS, "fastformer-1024", (label, family, {"max_source_length": 96}))
+    summarization.main([*argv, "--rows", "fastformer-512", "fastformer-1024"])
+    # the pseudo-summaries and the pretraining stage once, each row's headline run and its test split's prediction
+    assert len(ran) == 2 + 2 * 2 and not (tmp_path / "headlines" / "fastformer" / "decoding").exists()
+    for row, source_length in (("fastformer-512", 48), ("fastformer-1024", 96)):
+        record = json.loads((tmp_path / "records" / f"{row}.json").read_text())
+        assert record["chosen"] == chosen and "tuning" not in record and len(record["predictions"]) == 6
+        pretrained, headline, predicted = (shlex.split(command) for command in record["commands"])
+        assert "pseudo_summaries" in pretrained[pretrained.index("--train_file") + 1]
+        for command in (headline, predicted):
+            assert command[command.index("--max_source_length") + 1] == str(source_length)
+        assert predicted[predicted.index("--no_repeat_ngram_size") + 1] == "1"
+        model = AutoModelForSeq2SeqLM.from_pretrained(predicted[predicted.index("--model_name_or_path") + 1])
+        assert model.copy_head is not None
+
+
+@pytest.mark.parametrize(
+    "chosen",
+    [
+        "{not json",
+        '{"training": {"copy_mechanism": true}, "decoding": {}}',
+        '{"training": {}}',
+        '{"training": {"copy_mechanism": true, "cross_attention_init": "random", "pretrain": null}, "decoding": 4}',
+        "[1]",
+    ],
+)
+def test_benchmark_refuses_a_choice_without_its_settings(chosen, capsys):
+    with pytest.raises(SystemExit):
+        summarization.parse_args(["--chosen", chosen])
+    assert "--chosen" in capsys.readouterr().err
 
 
 def lines_of(path: Path) -> list[str]:

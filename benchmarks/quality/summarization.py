@@ -4,6 +4,9 @@ trained with the choice and scored on the test split. Script runs are stored und
 while their command is the same; a row writes RECORDS/ROW.json; the tables print the records that exist.
 
     OMP_NUM_THREADS=1 python -m benchmarks.quality.summarization --rows lead fastformer-512 bert2bert-512
+
+With --chosen, the rows train with that choice instead of their family's tuning (rows at another source length, on
+a choice made before).
 """
 
 import json
@@ -82,7 +85,21 @@ def parse_args(argv=None):
     parser.add_argument("--unlabeled", nargs="*", default=[], help="FILE:FIELD of texts to pretrain on too")
     parser.add_argument("--runs", type=Path, default=REPO / "runs" / "quality")
     parser.add_argument("--records", type=Path, default=DOCS / "results_summarization")
+    parser.add_argument(
+        "--chosen",
+        help='JSON {"training": a lever\'s settings, "decoding": a decoding}, as a row record\'s "chosen": the rows '
+        "train and decode with it instead of tuning their family",
+    )
     args = parser.parse_args(argv)
+    if args.chosen is not None:
+        try:
+            args.chosen = json.loads(args.chosen)
+        except json.JSONDecodeError as error:
+            parser.error(f"--chosen is not JSON: {error}")
+        chosen = args.chosen if isinstance(args.chosen, dict) else {}
+        training, decoding = chosen.get("training"), chosen.get("decoding")
+        if not (isinstance(training, dict) and training.keys() >= LEVER_BASE.keys() and isinstance(decoding, dict)):
+            parser.error(f"--chosen needs a 'training' with {sorted(LEVER_BASE)} and a 'decoding', got {args.chosen}")
     args.folder = args.runs / "headlines"
     # the argument file without what the tuning chooses or where a run writes, and its splits' articles
     args.base = {key: value for key, value in read_json(args.recipe).items() if key not in TUNED}
@@ -224,15 +241,17 @@ def lead(args) -> dict:
 
 
 def headlines(args, family: str, settings: dict) -> dict:
-    """A row: its family's tuning, a training run with the choice, the test split predicted with its decoding (its
-    time per article: the encoder, generation and the loss forward)."""
-    tuning = tune(args, family)
-    trained = train(args, family, tuning["chosen"]["training"], settings)
+    """A row: its family's tuning (or --chosen), a training run with the choice, the test split predicted with its
+    decoding (its time per article: the encoder, generation and the loss forward)."""
+    tuning = tune(args, family) if args.chosen is None else {}
+    chosen = tuning.get("chosen", args.chosen)
+    trained = train(args, family, chosen["training"], settings)
     output = Path(trained["output_dir"]) / "test"
-    predicted = decode(args, trained["output_dir"], {**tuning["chosen"]["decoding"], **settings}, output, test=True)
+    predicted = decode(args, trained["output_dir"], {**chosen["decoding"], **settings}, output, test=True)
     predictions, metrics = predicted["predictions"], predicted["metrics"]
     references = [row["summary"] for row in args.splits["test"]]
-    found = dict(tuning=tuning, chosen=tuning["chosen"], recipe=args.base, test=rouge(predictions, references))
+    found = dict(chosen=chosen, recipe=args.base, test=rouge(predictions, references))
+    found |= {"tuning": tuning} if tuning else {}
     found |= dict(commands=[*trained["commands"], predicted["command"]], validation_rouge1=metrics["eval_rouge1"])
     found |= dict(train_seconds=trained["train_seconds"], decode_ms=1000 * metrics["test_runtime"] / len(references))
     return {**found, "predictions": predictions}
