@@ -349,6 +349,7 @@ def test_benchmark_rows_train_with_a_given_choice_without_tuning(
     for row, source_length in (("fastformer-512", 48), ("fastformer-1024", 96)):
         record = json.loads((tmp_path / "records" / f"{row}.json").read_text())
         assert record["chosen"] == chosen and "tuning" not in record and len(record["predictions"]) == 6
+        assert record["recipe"]["max_source_length"] == source_length  # the settings the row ran with
         pretrained, headline, predicted = (shlex.split(command) for command in record["commands"])
         assert "pseudo_summaries" in pretrained[pretrained.index("--train_file") + 1]
         for command in (headline, predicted):

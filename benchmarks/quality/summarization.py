@@ -250,7 +250,7 @@ def headlines(args, family: str, settings: dict) -> dict:
     predicted = decode(args, trained["output_dir"], {**chosen["decoding"], **settings}, output, test=True)
     predictions, metrics = predicted["predictions"], predicted["metrics"]
     references = [row["summary"] for row in args.splits["test"]]
-    found = dict(chosen=chosen, recipe=args.base, test=rouge(predictions, references))
+    found = dict(chosen=chosen, recipe={**args.base, **settings}, test=rouge(predictions, references))
     found |= {"tuning": tuning} if tuning else {}
     found |= dict(commands=[*trained["commands"], predicted["command"]], validation_rouge1=metrics["eval_rouge1"])
     found |= dict(train_seconds=trained["train_seconds"], decode_ms=1000 * metrics["test_runtime"] / len(references))
