@@ -1,18 +1,63 @@
 """Fastformer (Wu et al., 2021) for Hugging Face transformers.
 
-Importing the package registers the model with transformers' Auto classes.
+Importing the package registers Fastformer once, here, and nowhere else (building a model changes no global state):
+- with transformers' Auto classes: the config as model type "fastformer", each head with its Auto class (and the
+  BERT2BERT baseline with a copy head as "copy-encoder-decoder"), and every class `register_for_auto_class`, so that
+  `save_pretrained` writes `auto_map` and copies the code for `trust_remote_code=True`;
+- in transformers' table of causal LMs (`MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`), the one Trainer's label smoothing reads
+  to shift a causal LM's labels (`AutoModelForCausalLM.register` leaves it alone);
+- in PEFT's tables of default target modules, where PEFT is installed (`peft_defaults`).
+A checkpoint loaded as Hub code without this package gets the Auto classes from transformers itself, but not the
+last two: pass `target_modules` to PEFT there.
 """
 
 import transformers
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-from . import configuration_fastformer, copy_encoder_decoder, modeling_fastformer  # noqa: F401  (registers)
-from .configuration_fastformer import *  # noqa: F403  (its __all__)
-from .modeling_fastformer import *  # noqa: F403  (its __all__)
+from .checks import set_value_checks, value_checks
+from .configuration_fastformer import FastformerConfig
+from .copy_encoder_decoder import CopyEncoderDecoderConfig, CopyEncoderDecoderModel
+from .modeling_fastformer import (
+    FastformerCache,
+    FastformerEncoderDecoderCache,
+    FastformerForCausalLM,
+    FastformerForConditionalGeneration,
+    FastformerForMaskedLM,
+    FastformerForSequenceClassification,
+    FastformerModel,
+    FastformerPreTrainedModel,
+)
+from .peft_defaults import register_peft_defaults
 
 __version__ = "0.1.0"
-__all__ = [*configuration_fastformer.__all__, *modeling_fastformer.__all__]
+__all__ = [
+    "FastformerCache",
+    "FastformerConfig",
+    "FastformerEncoderDecoderCache",
+    "FastformerForCausalLM",
+    "FastformerForConditionalGeneration",
+    "FastformerForMaskedLM",
+    "FastformerForSequenceClassification",
+    "FastformerModel",
+    "FastformerPreTrainedModel",
+    "set_value_checks",
+    "value_checks",
+]
 
-_config_class = configuration_fastformer.FastformerConfig
-transformers.AutoConfig.register(_config_class.model_type, _config_class, exist_ok=True)
-for _model_class, _auto_class in modeling_fastformer.AUTO_CLASSES.items():
-    getattr(transformers, _auto_class).register(_config_class, _model_class, exist_ok=True)
+AUTO_CLASSES = {
+    FastformerModel: "AutoModel",
+    FastformerForSequenceClassification: "AutoModelForSequenceClassification",
+    FastformerForMaskedLM: "AutoModelForMaskedLM",
+    FastformerForConditionalGeneration: "AutoModelForSeq2SeqLM",
+    FastformerForCausalLM: "AutoModelForCausalLM",
+}
+
+FastformerConfig.register_for_auto_class()
+transformers.AutoConfig.register(FastformerConfig.model_type, FastformerConfig, exist_ok=True)
+for _model_class, _auto_class in AUTO_CLASSES.items():
+    _model_class.register_for_auto_class(_auto_class)
+    getattr(transformers, _auto_class).register(FastformerConfig, _model_class, exist_ok=True)
+MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(FastformerConfig.model_type, FastformerForCausalLM.__name__)
+transformers.AutoConfig.register(CopyEncoderDecoderConfig.model_type, CopyEncoderDecoderConfig, exist_ok=True)
+transformers.AutoModelForSeq2SeqLM.register(CopyEncoderDecoderConfig, CopyEncoderDecoderModel, exist_ok=True)
+register_peft_defaults()

@@ -3,28 +3,50 @@
 Token ids in the vocabulary and of an integer dtype, embeddings of the model's width, labels of the shape, dtype
 and range the loss reads, no second segment. The messages name the argument, the expected and the given value.
 
-Shapes and dtypes are checked everywhere (they are known on the host, free). VALUES (an id outside the
-vocabulary, a class id >= num_labels, a non-zero token type) are checked only for tensors on the CPU: on an
-accelerator, reading a result back to the host would stop the device's queue on every forward pass and every
-decoding step (a device-to-host synchronization), so there the checks are skipped and a bad id fails inside
-torch (on CUDA: a device-side assert). They are also skipped while torch.compile traces (a data-dependent
-branch would break the graph).
+Shapes and dtypes are always checked: they are known on the host, so checking them costs nothing. VALUES (an id
+outside the vocabulary, a class id >= num_labels, a non-zero token type) are checked only inside `value_checks()`
+(or after `set_value_checks(True)`), on every device alike: reading a tensor's values makes the host wait for the
+device (a synchronization on every forward pass and decoding step of a GPU), so by default they are not read, as
+transformers' models do not read them, and a bad id fails inside torch (on CUDA: a device-side assert). Run the
+failing step again inside `value_checks()` for the message. They are skipped while torch.compile traces (a
+data-dependent branch would break the graph).
 """
+
+import contextlib
 
 import torch
 
 IGNORE_INDEX = -100  # labels the losses skip, as in transformers
 
 
-def values_checked(tensor: torch.Tensor) -> bool:
-    """Whether the checks read `tensor`'s values: on the CPU, outside torch.compile (see the module docstring)."""
-    return tensor.device.type == "cpu" and not torch.compiler.is_compiling()
+_VALUE_CHECKS = {"enabled": False}
+
+
+def set_value_checks(enabled: bool) -> bool:
+    """Turns the value checks on or off in this process (see the module docstring); returns the former setting."""
+    former, _VALUE_CHECKS["enabled"] = _VALUE_CHECKS["enabled"], bool(enabled)
+    return former
+
+
+@contextlib.contextmanager
+def value_checks(enabled: bool = True):
+    """`with value_checks():` the models read their inputs' values and name a bad one, on any device."""
+    former = set_value_checks(enabled)
+    try:
+        yield
+    finally:
+        set_value_checks(former)
+
+
+def values_checked() -> bool:
+    """Whether the checks read values: inside `value_checks()`, outside torch.compile."""
+    return _VALUE_CHECKS["enabled"] and not torch.compiler.is_compiling()
 
 
 def _values_outside(tensor, low, high, allowed=()):
     """The first value of `tensor` outside [low, high) and not in `allowed`, or None; None without looking
-    unless `values_checked(tensor)`."""
-    if tensor.numel() == 0 or not values_checked(tensor):
+    unless `values_checked()`."""
+    if tensor.numel() == 0 or not values_checked():
         return None
     smallest, largest = torch.aminmax(tensor)
     if low <= smallest.item() and largest.item() < high:  # the usual case, in one reduction
@@ -146,11 +168,40 @@ def checked_classification_labels(labels, config, batch_size) -> torch.Tensor:
     return labels.contiguous()
 
 
-def check_single_segment(token_type_ids: torch.Tensor | None):
-    """Fastformer has no token type embeddings: accept the all-zero `token_type_ids` of BERT tokenizers, refuse
-    a second segment (e.g. a text pair)."""
-    if token_type_ids is not None and values_checked(token_type_ids) and bool(token_type_ids.any()):
+def check_single_segment(token_type_ids: torch.Tensor | None, shape: tuple[int, int]):
+    """Fastformer has no token type (segment) embeddings: `token_type_ids` of the inputs' shape (batch, seq_len) are
+    accepted so that BERT tokenizers' output passes as it is, and must be all zero. Where values are checked, a
+    second segment (a text pair) is refused; elsewhere the texts of a pair are told apart by the separator token
+    between them alone, as RoBERTa's are."""
+    if token_type_ids is None:
+        return
+    if tuple(token_type_ids.shape) != tuple(shape):
+        raise ValueError(
+            f"`token_type_ids` must have the inputs' shape {tuple(shape)}, got {tuple(token_type_ids.shape)}"
+        )
+    if values_checked() and bool(token_type_ids.any()):
         raise ValueError(
             "Fastformer has no token type (segment) embeddings, but `token_type_ids` has non-zero values: "
             "encode one text per sequence, or drop `token_type_ids`"
+        )
+
+
+# transformers' keywords for flash-attention's packed rows (`TransformersKwargs`), which Fastformer does not read
+FLASH_PACKING_KEYWORDS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
+
+
+def check_keywords(kwargs: dict, owner: str, causal: bool):
+    """Refuses the keywords of transformers' `TransformersKwargs` that a forward's `**kwargs` holds and the model
+    cannot honour, instead of dropping them: an `is_causal` other than the model's (`causal`), and flash-attention's
+    packing keywords (Fastformer reads packed rows from `position_ids`). `owner` names the forward."""
+    is_causal = kwargs.get("is_causal")
+    if is_causal is not None and bool(is_causal) != causal:
+        kind = "causal (every token reads its prefix)" if causal else "bidirectional (every token reads all)"
+        raise ValueError(f"{owner} is {kind}: it cannot take `is_causal={is_causal}`")
+    flash = [name for name in FLASH_PACKING_KEYWORDS if kwargs.get(name) is not None]
+    if flash:
+        raise ValueError(
+            f"{owner} reads packed rows from `position_ids` that restart at each sequence (the default of "
+            f"DataCollatorWithFlattening), not from flash-attention's {', '.join(flash)}: leave "
+            "return_flash_attn_kwargs and return_seq_idx off"
         )

@@ -2,16 +2,16 @@
 pointer-generator as `FastformerForConditionalGeneration` with `config.copy_mechanism`, so that the lever is tried
 on both (`conversion.bert2bert_model(..., copy_mechanism=True)` builds one).
 
-Importing the package registers it with transformers' Auto classes (model type "copy-encoder-decoder"), so that
+`import fastformer` registers it with transformers' Auto classes (model type "copy-encoder-decoder"), so that
 `AutoModelForSeq2SeqLM.from_pretrained` and the training scripts load a saved one."""
 
 import torch
-from transformers import AutoConfig, AutoModelForSeq2SeqLM, EncoderDecoderConfig, EncoderDecoderModel
+from transformers import EncoderDecoderConfig, EncoderDecoderModel
 from transformers.loss.loss_utils import ForMaskedLMLoss
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 from transformers.models.encoder_decoder.modeling_encoder_decoder import shift_tokens_right
 
-from .modeling_fastformer import CopyHeadSourceMixin, FastformerCopyHead
+from .copy_head import CopyHeadSourceMixin, FastformerCopyHead
 
 
 class CopyEncoderDecoderConfig(EncoderDecoderConfig):
@@ -76,7 +76,3 @@ class CopyEncoderDecoderModel(CopyHeadSourceMixin, EncoderDecoderModel):
         if not hidden_states_asked:
             outputs.decoder_hidden_states = None
         return outputs
-
-
-AutoConfig.register(CopyEncoderDecoderConfig.model_type, CopyEncoderDecoderConfig, exist_ok=True)
-AutoModelForSeq2SeqLM.register(CopyEncoderDecoderConfig, CopyEncoderDecoderModel, exist_ok=True)

@@ -208,6 +208,52 @@ def additive_attention(
     return AdditiveAttentionOutput(u, torch.stack((alpha, beta), dim=-2) if return_weights else None)
 
 
+def segment_pooling(
+    x: torch.Tensor, weight: torch.Tensor, segment_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`additive_pooling` of every sequence of packed rows on its own: each token gets its sequence's pooled vector.
+
+    x: (B, H, N, D); weight: (H, D), or (B, H, N, D) one per token; segment_ids: (B, N), the sequence of each
+    token, numbered from 0 in each row (transformers' `find_packed_sequence_indices`). Returns the pooled vectors
+    (B, H, N, D) in x's dtype and the weights (B, H, N) in float32 or better, each sequence's summing to 1.
+    """
+    dim = x.shape[-1]
+    if weight.dim() == 2:
+        weight = weight.unsqueeze(-2)  # (H, 1, D): the same for every token
+    logits = (x * weight).sum(dim=-1)  # (B, H, N)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / math.sqrt(dim)
+    index = segment_ids[:, None, :].expand(logits.shape)  # (B, H, N): slot of each token's sequence
+    maxima = torch.full_like(logits, float("-inf")).scatter_reduce(-1, index, logits, "amax")
+    exp = (logits - maxima.gather(-1, index)).exp()
+    probs = exp / torch.zeros_like(exp).scatter_add(-1, index, exp).gather(-1, index)
+    vector_index = index[..., None].expand(x.shape)
+    pooled = torch.zeros_like(x).scatter_add(2, vector_index, probs.to(x.dtype)[..., None] * x)  # (B, H, S, D)
+    return pooled.gather(2, vector_index), probs
+
+
+def packed_additive_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    query_weight: torch.Tensor,
+    key_weight: torch.Tensor,
+    segment_ids: torch.Tensor,
+    *,
+    interaction: str = "product",
+    query_key_projection: torch.Tensor | None = None,
+    key_value_projection: torch.Tensor | None = None,
+    return_weights: bool = False,
+) -> AdditiveAttentionOutput:
+    """`additive_attention` of packed rows: several sequences one after the other in a row, each attending to
+    itself only, as if it were alone. segment_ids: (B, N), as `segment_pooling` takes them; the rest as
+    `additive_attention` (which this equals for a row of one sequence)."""
+    global_query, alpha = segment_pooling(query, query_weight, segment_ids)  # (B, H, N, D): its sequence's q
+    interactions = interact(global_query, key, interaction, query_key_projection)  # p_i
+    global_key, beta = segment_pooling(interactions, key_weight, segment_ids)
+    u = interact(global_key, value, interaction, key_value_projection)
+    return AdditiveAttentionOutput(u, torch.stack((alpha, beta), dim=-2) if return_weights else None)
+
+
 class PoolingState(NamedTuple):
     """A streaming softmax pooling so far, per (batch, head), in float32 or better."""
 
@@ -280,6 +326,11 @@ def causal_additive_pooling(
         return _pooling_step(x, weight, None if attention_mask is None else attention_mask[:, 0], state)
     acc = state.pooled.dtype
     lowest = torch.finfo(acc).min
+    # one contiguous copy of a head split (a transposed view), which the three products below would otherwise each
+    # make (a matmul reshapes its batch dimensions) where there is no chunk padding; and the padding's layout: F.pad
+    # of a zero padding (every length <= chunk_size) clones its input's strides, a compiled graph with a dynamic
+    # length expects a contiguous result, and its matmuls' views of it then fail at run time (issue 45)
+    x = x.contiguous()
 
     # the state as a softmax at the shift m = its log normalizer: sum exp(logit_i - m) = 1 (a phantom 1 before any
     # token, weighing nothing as soon as a token comes, exp(finfo.min - logit) = 0), sum exp(logit_i - m) x_i = pooled

@@ -19,7 +19,7 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache, LinearAttentionLayer
 from transformers.loss.loss_utils import ForMaskedLMLoss
-from transformers.masking_utils import create_bidirectional_mask
+from transformers.masking_utils import create_bidirectional_mask, find_packed_sequence_indices
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -31,34 +31,34 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, slice_logits_to_keep
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs
+from transformers.utils import TransformersKwargs, logging
+from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .checks import (
     check_inputs,
+    check_keywords,
     check_position_ids,
     check_single_segment,
     checked_classification_labels,
     checked_token_labels,
-    values_checked,
 )
 from .configuration_fastformer import FastformerConfig
+from .copy_head import CopyHeadSourceMixin, FastformerCopyHead
 from .functional import (
     CausalAttentionState,
     PoolingState,
     additive_attention,
     additive_pooling,
     causal_additive_attention,
-    copy_attention,
     masked_softmax,
-    pointer_generator,
+    packed_additive_attention,
     pool_projections,
 )
-from .peft_defaults import register_peft_defaults
-from .pipeline_fastformer import SummarizationPipeline  # noqa: F401  (copied beside this file as Hub code)
+
+logger = logging.get_logger(__name__)
 
 
 class FastformerEmbeddings(nn.Module):
@@ -88,6 +88,11 @@ class FastformerAttention(nn.Module):
     def __init__(self, config: FastformerConfig):
         super().__init__()
         hidden_size = config.hidden_size
+        if hidden_size % config.num_attention_heads:
+            raise ValueError(
+                f"The hidden size ({hidden_size}) is not a multiple of the number of attention heads "
+                f"({config.num_attention_heads})"
+            )
         self.num_heads = config.num_attention_heads
         self.head_dim = hidden_size // self.num_heads
         self.interaction = config.interaction
@@ -138,11 +143,15 @@ class FastformerAttention(nn.Module):
         u = u.transpose(1, 2).reshape(query.shape)  # (B, N, H*D)
         return self.transform(u) + query if self.query_residual else self.transform(u)
 
-    def forward(self, hidden_states, attention_mask=None):
-        """The attention's output and its two pooling distributions, (B, H, 2, N)."""
+    def forward(self, hidden_states, attention_mask=None, segment_ids=None):
+        """The attention's output and its two pooling distributions, (B, H, 2, N). With `segment_ids` (B, N), the
+        rows are packed: each sequence of a row attends to itself alone (`functional.packed_additive_attention`)."""
         query, q, k, v = self._project(hidden_states)
         vectors, settings = self._attention_arguments()
-        u, weights = additive_attention(q, k, v, *vectors, attention_mask, return_weights=True, **settings)
+        if segment_ids is None:
+            u, weights = additive_attention(q, k, v, *vectors, attention_mask, return_weights=True, **settings)
+        else:
+            u, weights = packed_additive_attention(q, k, v, *vectors, segment_ids, return_weights=True, **settings)
         return self._output(u, query), weights
 
 
@@ -253,23 +262,6 @@ class FastformerCrossAttention(nn.Module):
         return out.reshape(hidden_states.shape), weights  # (B, T, H, D) -> (B, T, H*D)
 
 
-class FastformerCopyHead(nn.Module):
-    """The pointer-generator of See et al. (2017) (`config.copy_mechanism`): each decoder output h_t attends over
-    the encoder output (`functional.copy_attention`, one head of its own: query W h_t), and a gate
-    p_gen = sigmoid(w . [h_t ; context_t] + b) mixes the LM head's distribution (weight p_gen) with the attention
-    summed per source token id (1 - p_gen): `functional.pointer_generator`, log-probabilities (B, T, V)."""
-
-    def __init__(self, config: FastformerConfig):
-        super().__init__()
-        self.query = nn.Linear(config.hidden_size, config.hidden_size)
-        self.gate = nn.Linear(2 * config.hidden_size, 1)
-
-    def forward(self, hidden_states, logits, encoder_hidden_states, encoder_attention_mask, source_ids):
-        weights, context = copy_attention(self.query(hidden_states), encoder_hidden_states, encoder_attention_mask)
-        gate = self.gate(torch.cat([hidden_states, context], dim=-1)).squeeze(-1)
-        return pointer_generator(logits, weights, source_ids, gate)
-
-
 class FastformerSublayerOutput(nn.Module):
     """dense -> dropout -> add the sub-layer's input -> LayerNorm (post-LN, as BERT and the authors' code)."""
 
@@ -362,19 +354,21 @@ class FastformerLayer(GradientCheckpointingLayer):
             )
         return mode == "collapsed"
 
-    def forward(self, hidden_states, attention_mask=None, **kwargs):
+    def forward(self, hidden_states, attention_mask=None, segment_ids=None):
         """Returns the new hidden states and the attention's two pooling distributions, (B, H, 2, N) (what
-        `capture_outputs` records as `attentions`; tiny beside the layer's activations)."""
-        hidden_states, weights = self.attention_sublayer(hidden_states, attention_mask)
+        `capture_outputs` records as `attentions`; tiny beside the layer's activations). `segment_ids`: packed
+        rows' sequences (`FastformerAttention`)."""
+        hidden_states, weights = self.attention_sublayer(hidden_states, attention_mask, segment_ids)
         return self.feed_forward(hidden_states), weights
 
-    def attention_sublayer(self, hidden_states, attention_mask=None):
+    def attention_sublayer(self, hidden_states, attention_mask=None, segment_ids=None):
         """The first half of the layer: attention -> dense -> dropout -> add & LayerNorm (what a BERT layer's
-        `attention` module computes; `fastformer.distillation` matches the two). Returns it and the weights."""
-        if self.uses_collapsed_attention(hidden_states):
+        `attention` module computes; `fastformer.distillation` matches the two). Returns it and the weights.
+        Packed rows take the plain path: the collapsed one folds the maps into one matrix per row."""
+        if segment_ids is None and self.uses_collapsed_attention(hidden_states):
             projected, weights = self.collapsed_attention(hidden_states, attention_mask)
         else:
-            attention, weights = self.attention(hidden_states, attention_mask)
+            attention, weights = self.attention(hidden_states, attention_mask, segment_ids)
             projected = self.attention_output.dense(attention)
         return self.attention_output.add_and_norm(projected, hidden_states), weights
 
@@ -494,14 +488,6 @@ class FastformerPreTrainedModel(PreTrainedModel):
         "attentions": OutputRecorder(FastformerLayer, index=1),
     }
 
-    def __init__(self, config: FastformerConfig, *inputs, **kwargs):
-        config.validate()  # a field changed after the config was made (num_attention_heads, ...) is checked here
-        super().__init__(config, *inputs, **kwargs)
-
-    def post_init(self):
-        super().post_init()
-        register_peft_defaults()  # here rather than at import, so that Hub code gets PEFT's defaults too
-
     def _init_weights(self, module):
         super()._init_weights(module)
         if isinstance(module, FastformerCrossAttention) and module.cross_attention_type == "additive":
@@ -521,8 +507,9 @@ class FastformerStack(FastformerPreTrainedModel):
     """Embeddings, then `num_layers` applications of `layers` (with `config.share_layers` one layer, applied
     every time): what the encoder (`FastformerModel`) and the decoder (`FastformerDecoder`) have in common.
 
-    Without `position_ids`, positions count real tokens only, so left padding does not shift them, and continue
-    after `past_positions` ((B,) real tokens before these, in generation)."""
+    An attention mask marks tokens with any non-zero value, padding with 0 (as BERT's). Without `position_ids`,
+    positions count real tokens only, so left padding does not shift them, and continue after `past_positions`
+    ((B,) real tokens before these, in generation)."""
 
     input_name = "input_ids"  # for error messages
 
@@ -541,9 +528,17 @@ class FastformerStack(FastformerPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embeddings.word_embeddings = value
 
+    @staticmethod
+    def packed_sequences(position_ids, attention_mask, batch_size) -> torch.Tensor | None:
+        """The sequence of every token (B, N) where the rows are packed, else None: read from `position_ids` that
+        restart without an attention mask, where and as transformers' masks read them (its values, one look)."""
+        if position_ids is None or attention_mask is not None:
+            return None
+        return find_packed_sequence_indices(position_ids.expand(batch_size, -1))
+
     def embed(self, input_ids, attention_mask, position_ids, inputs_embeds, past_tokens=0, past_positions=None):
-        """The checked inputs' embeddings (B, N, hidden_size) and their attention mask; `past_tokens`: the columns
-        before these (in generation), which the mask may cover too, as generate() passes it."""
+        """The checked inputs' embeddings (B, N, hidden_size) and their attention mask as booleans; `past_tokens`: the
+        columns before these (in generation), which the mask may cover too, as generate() passes it."""
         batch_size, length = check_inputs(input_ids, inputs_embeds, self.config, self.input_name)
         if past_tokens and attention_mask is not None and attention_mask.shape[-1] == past_tokens + length:
             attention_mask = attention_mask[:, past_tokens:]
@@ -552,6 +547,8 @@ class FastformerStack(FastformerPreTrainedModel):
                 f"`attention_mask` must have shape (batch, seq_len) = {(batch_size, length)}, got "
                 f"{tuple(attention_mask.shape)}{' (it may also cover the cached tokens)' if past_tokens else ''}"
             )
+        if attention_mask is not None:
+            attention_mask = attention_mask.bool()
         max_positions = self.config.max_position_embeddings
         if position_ids is not None:
             check_position_ids(position_ids, (batch_size, length), max_positions)
@@ -563,11 +560,8 @@ class FastformerStack(FastformerPreTrainedModel):
             position_ids = (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
         if past_positions is not None:
             position_ids = position_ids + past_positions[:, None]
-        # positions count real tokens: more columns than positions fit when some are padding, which only the
-        # values tell (read on the CPU only, see checks.py; elsewhere every column counts)
-        if past_tokens + length > max_positions and (
-            not values_checked(position_ids) or position_ids.max().item() >= max_positions
-        ):
+        # every column counts against the table, padding too: whether a row's real tokens fit would take its values
+        if past_tokens + length > max_positions:
             name = self.input_name if inputs_embeds is None else self.input_name.replace("input_ids", "inputs_embeds")
             raise ValueError(
                 f"The `{name}` sequence reaches more than {max_positions} positions (`max_position_embeddings`): "
@@ -583,6 +577,10 @@ class FastformerModel(FastformerStack):
     distributions as a tensor of shape (batch, num_heads, 2, seq_len): [:, :, 0] is alpha (the weights that
     pool the global query), [:, :, 1] is beta (the weights that pool the global key). Padding gets 0.
     Without `position_ids`, positions count real tokens only, so left padding does not shift them.
+
+    Packed rows (`DataCollatorWithFlattening`: no attention mask, `position_ids` that restart at each sequence, as
+    transformers' `find_packed_sequence_indices` reads them) give every sequence the hidden states it has alone;
+    `pooler_output` is then None (one vector per row would mix the sequences).
     """
 
     def __init__(self, config: FastformerConfig, add_pooling_layer: bool = True):
@@ -593,6 +591,7 @@ class FastformerModel(FastformerStack):
         self.post_init()
 
     @capture_outputs
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -600,20 +599,38 @@ class FastformerModel(FastformerStack):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
         r"""
-        token_type_ids: accepted so that BERT tokenizers work as they are; all zero (Fastformer has no segment
-            embeddings: a second segment is refused).
+        token_type_ids: accepted so that BERT tokenizers' output passes as it is: all zero
+            (`checks.check_single_segment`).
+        encoder_hidden_states, encoder_attention_mask, cache: BERT's as a decoder; the Fastformer encoder has
+            no cross-attention and no generation state, so they are refused (the decoders are
+            `FastformerForConditionalGeneration` and `FastformerForCausalLM`).
+        use_cache: as BERT's encoder, it has nothing to cache: no effect.
         """
-        check_single_segment(token_type_ids)
-        hidden_states, _ = self.embed(input_ids, attention_mask, position_ids, inputs_embeds)
+        if encoder_hidden_states is not None or encoder_attention_mask is not None:
+            raise ValueError(
+                "The Fastformer encoder has no cross-attention (`encoder_hidden_states`, `encoder_attention_mask`): "
+                "a decoder that reads an encoder's output is FastformerForConditionalGeneration's"
+            )
+        if cache is not None:
+            raise ValueError(
+                f"The Fastformer encoder keeps no generation state, but was given a cache ({type(cache).__name__}); "
+                "generation is FastformerForCausalLM's and FastformerForConditionalGeneration's"
+            )
+        check_keywords(kwargs, type(self).__name__, causal=False)
+        hidden_states, attention_mask = self.embed(input_ids, attention_mask, position_ids, inputs_embeds)
+        check_single_segment(token_type_ids, hidden_states.shape[:2])
+        segment_ids = self.packed_sequences(position_ids, attention_mask, hidden_states.shape[0])
         for _, layer in self.applied_layers():
-            hidden_states, _ = layer(hidden_states, attention_mask, **kwargs)
-        return BaseModelOutputWithPooling(
-            last_hidden_state=hidden_states,
-            pooler_output=self.pooler(hidden_states, attention_mask) if self.pooler is not None else None,
-        )
+            hidden_states, _ = layer(hidden_states, attention_mask, segment_ids)
+        pooled = None if self.pooler is None or segment_ids is not None else self.pooler(hidden_states, attention_mask)
+        return BaseModelOutputWithPooling(last_hidden_state=hidden_states, pooler_output=pooled)
 
 
 class FastformerForSequenceClassification(FastformerPreTrainedModel):
@@ -656,6 +673,11 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
+        if outputs.pooler_output is None:
+            raise ValueError(
+                f"{type(self).__name__} gives one prediction per row, but the rows are packed (`position_ids` restart "
+                "without an attention mask): pad the sequences to a batch instead of DataCollatorWithFlattening"
+            )
         logits = self.classifier(self.dropout(outputs.pooler_output))
         loss = None
         if labels is not None:
@@ -708,16 +730,23 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
+        r"""
+        encoder_hidden_states, encoder_attention_mask: BERT's as a decoder; refused (`FastformerModel`).
+        """
         outputs = self.fastformer(
             input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
+            encoder_hidden_states=encoder_hidden_states,
+            encoder_attention_mask=encoder_attention_mask,
             return_dict=True,
             **kwargs,
         )
@@ -919,6 +948,7 @@ class FastformerDecoder(FastformerStack):
         self,
         input_ids=None,
         attention_mask=None,
+        token_type_ids=None,
         position_ids=None,
         inputs_embeds=None,
         encoder_hidden_states=None,
@@ -926,6 +956,7 @@ class FastformerDecoder(FastformerStack):
         cache: FastformerCache | EncoderDecoderCache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithCrossAttentions:
+        check_keywords(kwargs, type(self).__name__, causal=True)
         states = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         hidden_states, attention_mask = self.embed(
             input_ids,
@@ -934,6 +965,13 @@ class FastformerDecoder(FastformerStack):
             inputs_embeds,
             *((0, None) if states is None else (states.seen_tokens, states.positions)),
         )
+        check_single_segment(token_type_ids, hidden_states.shape[:2])
+        fresh = states is None or not states.seen_tokens
+        if fresh and self.packed_sequences(position_ids, attention_mask, hidden_states.shape[0]) is not None:
+            raise ValueError(
+                "The rows are packed (`position_ids` restart without an attention mask), which the causal decoder "
+                "does not take apart: pad the sequences to a batch instead of DataCollatorWithFlattening"
+            )
         cross_inputs = self.cross_attention_inputs(encoder_hidden_states, encoder_attention_mask, cache)
         source_mask = self.source_mask(hidden_states, encoder_hidden_states, encoder_attention_mask)
         output_attentions = kwargs.get("output_attentions", self.config.output_attentions)
@@ -952,43 +990,6 @@ class FastformerDecoder(FastformerStack):
         if states is not None:
             states.advance(attention_mask, *hidden_states.shape[:2], hidden_states.device)
         return BaseModelOutputWithCrossAttentions(last_hidden_state=hidden_states)
-
-
-class CopyHeadSourceMixin:
-    """The source's token ids that a copy head (`self.copy_head`, None without one) copies: checked against the
-    encoder's output, and kept by generate() for every decoding step. For `FastformerForConditionalGeneration`
-    and for the BERT2BERT baseline with the same head (`fastformer.copy_encoder_decoder`)."""
-
-    def checked_source_ids(self, source_ids, encoder_outputs) -> torch.Tensor:
-        """The source ids the copy head reads, refused where there are none, where they do not match the encoder's
-        output in shape, or (on the CPU: `checks.values_checked`) hold an id outside the vocabulary."""
-        if source_ids is None:
-            raise ValueError(
-                "config.copy_mechanism copies source tokens by their ids: pass `input_ids`, or `source_ids` (the "
-                "source's token ids) beside `encoder_outputs` or `inputs_embeds`"
-            )
-        if source_ids.shape != encoder_outputs.last_hidden_state.shape[:2]:
-            raise ValueError(
-                f"`source_ids` {tuple(source_ids.shape)} must be the source's ids, one per encoder output position "
-                f"{tuple(encoder_outputs.last_hidden_state.shape[:2])}"
-            )
-        check_inputs(source_ids, None, self.config.get_text_config(decoder=True), name="source_ids")
-        return source_ids
-
-    def _maybe_prepare_encoder_kwargs_for_generation(self, inputs_tensor, model_kwargs, model_input_name, *args):
-        """As generate()'s, and with the copy head the source's ids are kept for every step (as `source_ids`,
-        expanded with the beams like the encoder's output). With `encoder_outputs` and no `input_ids`, generate()
-        stands -100 in for the ids: then `source_ids` must be given."""
-        given_states = model_kwargs.get("encoder_outputs") is not None
-        model_kwargs = super()._maybe_prepare_encoder_kwargs_for_generation(
-            inputs_tensor, model_kwargs, model_input_name, *args
-        )
-        source_is_ids = (model_input_name or self.main_input_name) == "input_ids"
-        if self.copy_head is not None and model_kwargs.get("source_ids") is None and source_is_ids:
-            # one look at the values per generate() call, only beside given encoder outputs
-            if not (given_states and bool((inputs_tensor == -100).all())):
-                model_kwargs["source_ids"] = inputs_tensor
-        return model_kwargs
 
 
 class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
@@ -1012,11 +1013,34 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
     def _supports_default_dynamic_cache(cls) -> bool:
         return False  # the model makes its own FastformerCache on the first forward with use_cache=True
 
+    def checked_cache(self, cache: Cache | None, use_cache: bool) -> Cache | None:
+        """The cache this forward reads and updates: the one given, whatever `use_cache` says (as transformers'
+        models read it), a new one for an empty transformers cache (`DynamicCache()`) or for none with `use_cache`;
+        None while the layers are checkpointed (as transformers' `GradientCheckpointingLayer` drops it). A cache of
+        keys and values (PEFT's prefix tuning) is refused: a recurrent state cannot continue from it."""
+        if self.checkpoints_layers():
+            if cache is not None:
+                logger.warning_once("Caching is incompatible with gradient checkpointing: the given cache is not read")
+            return None
+        if cache is None:
+            return self.new_cache() if use_cache else None
+        states = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+        if isinstance(states, FastformerCache):
+            return cache
+        if isinstance(states, Cache) and states.get_seq_length() == 0:
+            return self.new_cache()
+        raise ValueError(
+            f"The cache holds keys and values ({type(states).__name__}), as PEFT's prefix tuning passes them, but "
+            "Fastformer's decoder continues from a recurrent state (`model.new_cache()`): prefix tuning is not "
+            "supported (prompt tuning and LoRA are)"
+        )
+
     def checkpoints_layers(self) -> bool:
         """Whether this forward checkpoints the layers, which then run without the cache (so none is kept); the
         cheap conditions first: generation, in eval mode or without gradients, never walks the modules."""
         return self.training and torch.is_grad_enabled() and self.is_activation_checkpointing
 
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def prepare_inputs_for_generation(
         self,
         input_ids,
@@ -1135,6 +1159,8 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
 
     @merge_with_config_defaults
     @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @deprecate_kwarg("cache_params", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -1151,23 +1177,35 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
         num_items_in_batch: torch.Tensor | int | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         source_ids: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         r"""
+        cache: the generation state to continue (`new_cache()`; `past_key_values` and `cache_params` are its
+            former names): read whenever given, returned with `use_cache` (off with `labels`, as BART's).
         logits_to_keep: the last `logits_to_keep` positions (0: all) or the positions given, whose logits are
             computed (`transformers.modeling_utils.slice_logits_to_keep`); generate() asks for the last one only.
         source_ids: with `config.copy_mechanism`, the source's token ids (B, M) that the copy head copies:
             `input_ids` by default; needed beside `encoder_outputs` or `inputs_embeds` without `input_ids`
             (generate() passes them at every step).
+        token_type_ids, position_ids: the encoder's (`FastformerModel`), read where it runs (no `encoder_outputs`).
         """
+        if labels is not None:
+            use_cache = False
+        cache = self.checked_cache(cache, use_cache)
         if encoder_outputs is None:
             encoder_outputs = self.fastformer(
-                input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, return_dict=True, **kwargs
+                input_ids,
+                attention_mask=attention_mask,
+                token_type_ids=token_type_ids,
+                position_ids=position_ids,
+                inputs_embeds=inputs_embeds,
+                return_dict=True,
+                **kwargs,
             )
         elif isinstance(encoder_outputs, (tuple, list)):  # from return_dict=False
             encoder_outputs = BaseModelOutput(*encoder_outputs)
-        if labels is not None or self.checkpoints_layers():
-            use_cache = False
         if labels is not None:
             shape = None if decoder_input_ids is None else decoder_input_ids.shape
             labels = checked_token_labels(labels, self.config, shape)
@@ -1175,9 +1213,7 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
                 decoder_input_ids = self.shift_labels_right(labels)
         if self.copy_head is not None:
             source_ids = self.checked_source_ids(source_ids if source_ids is not None else input_ids, encoder_outputs)
-        if use_cache and cache is None:
-            cache = self.new_cache()
-        if use_cache and not isinstance(cache, EncoderDecoderCache):
+        if cache is not None and not isinstance(cache, EncoderDecoderCache):
             raise ValueError(
                 "The encoder-decoder continues from an EncoderDecoderCache(FastformerCache(config), DynamicCache()) "
                 f"(what `new_cache()` returns), got {type(cache).__name__}"
@@ -1190,7 +1226,7 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
             inputs_embeds=decoder_inputs_embeds,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
             encoder_attention_mask=attention_mask,
-            cache=cache if use_cache else None,
+            cache=cache,
             return_dict=True,
             **kwargs,
         )
@@ -1224,21 +1260,9 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
         """An empty generation cache: the decoder's recurrent state, and the cross-attention's keys and values."""
         return FastformerEncoderDecoderCache(FastformerCache(self.config), DynamicCache())
 
-    def untie_encoder_embeddings(self):
-        """Gives the encoder word embeddings of its own, a copy of the shared matrix, so that training the decoder
-        and the LM head (which keep sharing theirs) leaves the encoder's as they are;
-        `config.tie_encoder_embeddings` becomes False and is saved with the model."""
-        if not self.config.tie_encoder_embeddings:
-            return
-        shared = self.get_input_embeddings()
-        own = nn.Embedding(shared.num_embeddings, shared.embedding_dim, padding_idx=shared.padding_idx)
-        own.weight = nn.Parameter(shared.weight.detach().clone(), requires_grad=shared.weight.requires_grad)
-        self.set_input_embeddings(own)
-        self.config.tie_encoder_embeddings = False
-        self._tied_weights_keys = self._decoder_tied_weights_keys
-        self.all_tied_weights_keys = self.get_expanded_tied_weights_keys(all_submodels=False)
-
     def resize_token_embeddings(self, *args, **kwargs):
+        """As transformers', for the shared matrix: with the encoder's own (`tie_encoder_embeddings=False`), resizing
+        it alone would leave the decoder's and the LM head's as they were, so it is refused."""
         if not self.config.tie_encoder_embeddings:
             raise ValueError(
                 "resize_token_embeddings resizes the encoder's word embeddings, which are not the decoder's here "
@@ -1294,13 +1318,18 @@ class FastformerForCausalLM(FastformerGenerativeModel):
 
     @merge_with_config_defaults
     @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @deprecate_kwarg("cache_params", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         cache: FastformerCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         use_cache: bool | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
@@ -1308,21 +1337,31 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         r"""
+        token_type_ids: accepted so that BERT tokenizers' output passes as it is: all zero
+            (`checks.check_single_segment`).
+        cache: the generation state to continue (`new_cache()`; `past_key_values` and `cache_params` are its
+            former names): read whenever given, returned with `use_cache` (off with `labels`).
+        encoder_hidden_states, encoder_attention_mask: GPT-2's with cross-attention; refused, as by GPT-2 without
+            it (an encoder-decoder is `FastformerForConditionalGeneration`).
         logits_to_keep: the last `logits_to_keep` positions (0: all) or the positions given, whose logits are
             computed (`transformers.modeling_utils.slice_logits_to_keep`); generate() asks for the last one only.
         """
-        if labels is not None or self.checkpoints_layers():
-            use_cache = False
+        if encoder_hidden_states is not None or encoder_attention_mask is not None:
+            raise ValueError(
+                "FastformerForCausalLM has no cross-attention to read `encoder_hidden_states` with: an "
+                "encoder-decoder is FastformerForConditionalGeneration"
+            )
         if labels is not None:
+            use_cache = False
             labels = checked_token_labels(labels, self.config, None if input_ids is None else input_ids.shape)
-        if use_cache and cache is None:
-            cache = self.new_cache()
+        cache = self.checked_cache(cache, use_cache)
         outputs = self.decoder(
             input_ids,
             attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
-            cache=cache if use_cache else None,
+            cache=cache,
             return_dict=True,
             **kwargs,
         )
@@ -1340,19 +1379,6 @@ class FastformerForCausalLM(FastformerGenerativeModel):
             attentions=outputs.attentions,
         )
 
-
-AUTO_CLASSES = {
-    FastformerModel: "AutoModel",
-    FastformerForSequenceClassification: "AutoModelForSequenceClassification",
-    FastformerForMaskedLM: "AutoModelForMaskedLM",
-    FastformerForConditionalGeneration: "AutoModelForSeq2SeqLM",
-    FastformerForCausalLM: "AutoModelForCausalLM",
-}
-for _cls, _auto_class in AUTO_CLASSES.items():
-    _cls.register_for_auto_class(_auto_class)
-# Trainer's label smoothing shifts the labels of the causal LMs it finds in this table of transformers' Auto classes,
-# which `AutoModelForCausalLM.register` leaves alone: without the entry it would smooth against unshifted labels
-MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(FastformerConfig.model_type, FastformerForCausalLM.__name__)
 
 __all__ = [
     "FastformerCache",

@@ -11,6 +11,7 @@ from collections import Counter
 
 import numpy as np
 import torch
+from torch import nn
 from transformers import LogitsProcessor
 from transformers.modeling_outputs import BaseModelOutput
 
@@ -24,6 +25,21 @@ def encoder_layers(encoder) -> list:
     return list(encoder.encoder.layer)
 
 
+def untie_encoder_embeddings(model) -> None:
+    """Gives a Fastformer encoder-decoder's encoder word embeddings of its own, a copy of the shared matrix, so that
+    training the decoder and the LM head (which keep sharing theirs) leaves the encoder's as they are;
+    `config.tie_encoder_embeddings` becomes False, is saved with the model, and ties the same way on loading."""
+    if not model.config.tie_encoder_embeddings:
+        return
+    shared = model.get_input_embeddings()
+    own = nn.Embedding(shared.num_embeddings, shared.embedding_dim, padding_idx=shared.padding_idx)
+    own.weight = nn.Parameter(shared.weight.detach().clone(), requires_grad=shared.weight.requires_grad)
+    model.set_input_embeddings(own)
+    model.config.tie_encoder_embeddings = False
+    model._tied_weights_keys = model._decoder_tied_weights_keys  # what `__init__` picks for this config
+    model.all_tied_weights_keys = model.get_expanded_tied_weights_keys(all_submodels=False)
+
+
 def freeze_encoder(model, train_top_layers: int = 0) -> None:
     """No gradient for any of the encoder's parameters, its word embeddings included: a Fastformer encoder-decoder's
     encoder first gets embeddings of its own (`untie_encoder_embeddings`), so that training the decoder leaves the
@@ -31,7 +47,7 @@ def freeze_encoder(model, train_top_layers: int = 0) -> None:
     `train_top_layers`: the encoder's last layers that still train (refused where they are also lower layers, as
     with a Fastformer's `share_layers`)."""
     if getattr(model.config, "tie_encoder_embeddings", False):
-        model.untie_encoder_embeddings()
+        untie_encoder_embeddings(model)
     shared = {id(parameter) for parameter in model.get_decoder().parameters()}
     shared |= {id(parameter) for parameter in model.get_output_embeddings().parameters()}
     encoder = dict(model.get_encoder().named_parameters())

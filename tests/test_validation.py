@@ -1,5 +1,7 @@
 """Bad input gets a ValueError naming the argument, the expected and the given value: never a silent wrong
-answer or an index error from inside torch."""
+answer or an index error from inside torch. Values (ids, labels, token types) are read inside
+`fastformer.checks.value_checks()`, which this module turns on for every test but those about the default
+(named `test_by_default_...`)."""
 
 import functools
 
@@ -13,6 +15,7 @@ from fastformer import (
     FastformerForSequenceClassification,
     FastformerModel,
 )
+from fastformer.checks import value_checks
 
 VOCAB, HIDDEN = 99, 32
 
@@ -23,6 +26,12 @@ def tiny_config(tiny_config):
 
 
 IDS = torch.randint(1, VOCAB, (2, 7), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture(autouse=True)
+def checked_values(request):
+    with value_checks(enabled=not request.node.name.startswith("test_by_default_")):
+        yield
 
 
 @pytest.mark.parametrize(
@@ -170,9 +179,9 @@ def test_checks_keep_the_encoder_compilable(build):
 
 # ---- no device-to-host synchronization on accelerator inputs ---------------------------------------------------
 # Reading a value of a tensor on an accelerator (`.item()`, `bool(t)`, `if t.any()`) makes the host wait for the
-# device, on every forward pass and every decoding step. The value checks skip tensors that are not on the CPU
-# (fastformer/checks.py). Tensors on the "meta" device stand in for an accelerator's here: their device is not the
-# CPU and they have no values at all, so any read of a value raises.
+# device, on every forward pass and every decoding step: by default the checks read no value, on any device
+# (fastformer/checks.py). Tensors on the "meta" device stand in for an accelerator's here: they have no values at
+# all, so any read of a value raises.
 
 
 def meta(tensor):
@@ -180,7 +189,7 @@ def meta(tensor):
 
 
 @pytest.mark.parametrize("model_class", [FastformerForSequenceClassification, FastformerForMaskedLM])
-def test_encoder_forward_reads_no_value_of_accelerator_tensors(build, model_class):
+def test_by_default_the_encoder_reads_no_value_of_accelerator_tensors(build, model_class):
     model = build(model_class).to("meta")
     ids = torch.randint(1, VOCAB, (2, 20))
     labels = torch.tensor([0, 2]) if model_class is FastformerForSequenceClassification else ids
@@ -196,7 +205,7 @@ def test_encoder_forward_reads_no_value_of_accelerator_tensors(build, model_clas
 
 
 @pytest.mark.parametrize("model_class", [FastformerForConditionalGeneration, FastformerForCausalLM])
-def test_decoding_steps_read_no_value_of_accelerator_tensors(build, model_class):
+def test_by_default_decoding_steps_read_no_value_of_accelerator_tensors(build, model_class):
     model = build(model_class).to("meta")
     ids = meta(torch.randint(1, VOCAB, (2, 5)))
     mask = meta(torch.ones(2, 5, dtype=torch.long))
@@ -209,7 +218,7 @@ def test_decoding_steps_read_no_value_of_accelerator_tensors(build, model_class)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device to count synchronizations")
-def test_no_synchronization_on_cuda(build):
+def test_by_default_no_synchronization_on_cuda(build):
     model = build(FastformerForConditionalGeneration).cuda()
     ids = torch.randint(1, VOCAB, (2, 20), device="cuda")
     torch.cuda.synchronize()
@@ -222,12 +231,26 @@ def test_no_synchronization_on_cuda(build):
         torch.cuda.set_sync_debug_mode("default")
 
 
-def test_value_checks_still_run_on_the_cpu(build):
+def test_value_checks_run_on_every_device_inside_value_checks(build):
     model = build(FastformerModel)
     with pytest.raises(ValueError, match="outside the vocabulary"):
         model(torch.tensor([[1, VOCAB]]))
     with pytest.raises(ValueError, match="no token type"):
         model(torch.tensor([[1, 2]]), token_type_ids=torch.tensor([[0, 1]]))
+    meta_model = build(FastformerModel).to("meta")
+    with pytest.raises(Exception, match="meta"):  # a value read, which a tensor on "meta" cannot give
+        meta_model(meta(torch.tensor([[1, VOCAB]])))
+
+
+def test_by_default_no_value_is_read_on_any_device(build):
+    """Off by default, on the CPU as on the "meta" stand-in for an accelerator: a bad id fails inside torch, as in
+    BERT, and a second segment is read as RoBERTa reads one (from the separator alone)."""
+    model = build(FastformerModel)
+    with pytest.raises(IndexError):
+        model(torch.tensor([[1, VOCAB]]))
+    pair = torch.tensor([[0, 0, 1]])
+    ids = torch.tensor([[1, 2, 3]])
+    torch.testing.assert_close(model(ids, token_type_ids=pair)[0], model(ids)[0])
 
 
 def test_empty_decoder_input_is_named(build):
@@ -251,17 +274,17 @@ def test_position_ids_past_the_table_or_of_another_shape_are_named(build, model_
     torch.testing.assert_close(shared, model(IDS)[0])  # (1, seq_len) serves every row
 
 
-def test_padding_columns_do_not_count_against_the_positions(build):
-    """Positions count real tokens: a left-padded batch wider than the table runs when its real tokens fit."""
+def test_by_default_every_column_counts_against_the_positions(build):
+    """Positions count real tokens, but whether a row's real tokens fit would take its values: a batch of more
+    columns than positions is refused, padded or not, on every device."""
     model = build(FastformerModel)
     ids = torch.randint(1, VOCAB, (2, 70), generator=torch.Generator().manual_seed(3))
     mask = torch.ones_like(ids)
     mask[:, :10] = 0  # 60 real tokens, 70 columns, 64 positions
-    padded = model(ids, attention_mask=mask).last_hidden_state[:, 10:]
-    torch.testing.assert_close(padded, model(ids[:, 10:]).last_hidden_state, rtol=1e-5, atol=1e-5)
-    mask[:, 5:10] = 1  # 65 real tokens
     with pytest.raises(ValueError, match="`input_ids` sequence reaches more than 64 positions"):
         model(ids, attention_mask=mask)
+    padded = model(ids[:, 6:], attention_mask=mask[:, 6:]).last_hidden_state[:, 4:]  # 64 columns fit
+    torch.testing.assert_close(padded, model(ids[:, 10:]).last_hidden_state, rtol=1e-5, atol=1e-5)
 
 
 def test_the_over_length_error_names_inputs_embeds_when_they_were_passed(build):
@@ -288,5 +311,7 @@ def test_int32_token_labels_work(build, model_class):
 def test_a_head_count_changed_on_the_config_after_creation_is_refused_by_the_model(tiny_config):
     config = tiny_config()
     config.num_attention_heads = 5  # does not divide hidden_size 32; only the field's own rule runs on assignment
-    with pytest.raises(ValueError, match=r"`hidden_size` \(32\) must be divisible by `num_attention_heads` \(5\)"):
+    with pytest.raises(
+        ValueError, match=r"hidden size \(32\) is not a multiple of the number of attention heads \(5\)"
+    ):
         FastformerModel(config)

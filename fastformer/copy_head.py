@@ -1,0 +1,64 @@
+"""See et al.'s pointer-generator (2017) for encoder-decoders: the copy head, and what a model with one needs to
+keep the source's token ids for every decoding step. `FastformerForConditionalGeneration` uses it with
+`config.copy_mechanism`, and so does the BERT2BERT baseline (`fastformer.copy_encoder_decoder`)."""
+
+import torch
+from torch import nn
+
+from .checks import check_inputs
+from .configuration_fastformer import FastformerConfig
+from .functional import copy_attention, pointer_generator
+
+
+class FastformerCopyHead(nn.Module):
+    """The pointer-generator of See et al. (2017) (`config.copy_mechanism`): each decoder output h_t attends over
+    the encoder output (`functional.copy_attention`, one head of its own: query W h_t), and a gate
+    p_gen = sigmoid(w . [h_t ; context_t] + b) mixes the LM head's distribution (weight p_gen) with the attention
+    summed per source token id (1 - p_gen): `functional.pointer_generator`, log-probabilities (B, T, V)."""
+
+    def __init__(self, config: FastformerConfig):
+        super().__init__()
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.gate = nn.Linear(2 * config.hidden_size, 1)
+
+    def forward(self, hidden_states, logits, encoder_hidden_states, encoder_attention_mask, source_ids):
+        weights, context = copy_attention(self.query(hidden_states), encoder_hidden_states, encoder_attention_mask)
+        gate = self.gate(torch.cat([hidden_states, context], dim=-1)).squeeze(-1)
+        return pointer_generator(logits, weights, source_ids, gate)
+
+
+class CopyHeadSourceMixin:
+    """The source's token ids that a copy head (`self.copy_head`, None without one) copies: checked against the
+    encoder's output, and kept by generate() for every decoding step. For `FastformerForConditionalGeneration`
+    and for the BERT2BERT baseline with the same head (`fastformer.copy_encoder_decoder`)."""
+
+    def checked_source_ids(self, source_ids, encoder_outputs) -> torch.Tensor:
+        """The source ids the copy head reads, refused where there are none, where they do not match the encoder's
+        output in shape, or (inside `checks.value_checks()`) hold an id outside the vocabulary."""
+        if source_ids is None:
+            raise ValueError(
+                "config.copy_mechanism copies source tokens by their ids: pass `input_ids`, or `source_ids` (the "
+                "source's token ids) beside `encoder_outputs` or `inputs_embeds`"
+            )
+        if source_ids.shape != encoder_outputs.last_hidden_state.shape[:2]:
+            raise ValueError(
+                f"`source_ids` {tuple(source_ids.shape)} must be the source's ids, one per encoder output position "
+                f"{tuple(encoder_outputs.last_hidden_state.shape[:2])}"
+            )
+        check_inputs(source_ids, None, self.config.get_text_config(decoder=True), name="source_ids")
+        return source_ids
+
+    def _maybe_prepare_encoder_kwargs_for_generation(self, inputs_tensor, model_kwargs, model_input_name, *args):
+        """As generate()'s, and with the copy head the source's ids are kept for every step (as `source_ids`,
+        expanded with the beams like the encoder's output). With `encoder_outputs` and no `input_ids`, generate()
+        stands -100 in for the ids: then `source_ids` must be given."""
+        given_states = model_kwargs.get("encoder_outputs") is not None
+        model_kwargs = super()._maybe_prepare_encoder_kwargs_for_generation(
+            inputs_tensor, model_kwargs, model_input_name, *args
+        )
+        source_is_ids = (model_input_name or self.main_input_name) == "input_ids"
+        if self.copy_head is not None and model_kwargs.get("source_ids") is None and source_is_ids:
+            # one look at the values per generate() call, only beside given encoder outputs
+            if not (given_states and bool((inputs_tensor == -100).all())):
+                model_kwargs["source_ids"] = inputs_tensor
+        return model_kwargs

@@ -1,0 +1,307 @@
+"""The recipes that work for GPT-2, BART and BERT, run on ours beside the peer: every keyword the peer's forward
+accepts is honoured or refused with a clear message, never dropped in `**kwargs`. Each test runs the recipe on a
+tiny random peer and on a tiny random Fastformer and compares logits, not just tokens."""
+
+import functools
+import inspect
+
+import pytest
+import torch
+from transformers import (
+    BartConfig,
+    BartForConditionalGeneration,
+    BertConfig,
+    BertForMaskedLM,
+    BertModel,
+    DataCollatorWithFlattening,
+    DynamicCache,
+    EncoderDecoderCache,
+    GPT2Config,
+    GPT2LMHeadModel,
+)
+
+from fastformer import (
+    FastformerForCausalLM,
+    FastformerForConditionalGeneration,
+    FastformerForMaskedLM,
+    FastformerForSequenceClassification,
+    FastformerModel,
+)
+
+VOCAB = 99
+
+
+@pytest.fixture(scope="module")
+def tiny_config(tiny_config):
+    return functools.partial(tiny_config, vocab_size=VOCAB, decoder_start_token_id=1, bos_token_id=1, eos_token_id=2)
+
+
+def gpt2():
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64)
+    return GPT2LMHeadModel(config).eval()
+
+
+def bart():
+    torch.manual_seed(0)
+    config = BartConfig(
+        vocab_size=VOCAB,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=37,
+        decoder_ffn_dim=37,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        decoder_start_token_id=1,
+    )
+    return BartForConditionalGeneration(config).eval()
+
+
+def bert(model_class=BertModel):
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37
+    )
+    return model_class(config).eval()
+
+
+IDS = torch.randint(3, VOCAB, (2, 9), generator=torch.Generator().manual_seed(0))
+SOURCE = torch.randint(3, VOCAB, (2, 11), generator=torch.Generator().manual_seed(1))
+
+# each generative head beside its peer: the peer, ours, and the keyword arguments of a step after the prompt
+GENERATIVE = {
+    "causal": (gpt2, FastformerForCausalLM, {}),
+    "seq2seq": (bart, FastformerForConditionalGeneration, {"input_ids": SOURCE}),
+}
+
+
+def step(model, extra, tokens, **kwargs):
+    name = "decoder_input_ids" if "input_ids" in extra else "input_ids"
+    return model(**extra, **{name: tokens}, **kwargs)
+
+
+def continued_logits(model, extra, keyword):
+    """The logits of IDS[:, 5:] after a cached prompt IDS[:, :5], its state passed as `keyword`."""
+    prompt = step(model, extra, IDS[:, :5], use_cache=True)
+    return step(model, extra, IDS[:, 5:], **{keyword: prompt.cache}).logits
+
+
+# ---- every keyword of the peer's forward is one of ours ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "ours, peer",
+    [
+        (FastformerModel, BertModel),
+        (FastformerForMaskedLM, BertForMaskedLM),
+        (FastformerForCausalLM, GPT2LMHeadModel),
+        (FastformerForConditionalGeneration, BartForConditionalGeneration),
+    ],
+    ids=lambda cls: cls.__name__,
+)
+def test_every_keyword_of_the_peer_is_a_parameter_of_ours(ours, peer):
+    def keywords(model_class):
+        parameters = inspect.signature(model_class.forward).parameters.values()
+        return {p.name for p in parameters if p.kind is not p.VAR_KEYWORD} - {"self"}
+
+    assert keywords(peer) <= keywords(ours)
+
+
+# ---- the state carried both ways: `cache=` and transformers' former `past_key_values=` ---------------------------
+
+
+@pytest.mark.parametrize("head", GENERATIVE)
+@pytest.mark.parametrize("keyword", ["cache", "past_key_values"])
+def test_the_state_continues_under_either_name_as_in_the_peer(build, head, keyword):
+    peer_class, ours_class, extra = GENERATIVE[head]
+    for model in (peer_class(), build(ours_class)):
+        whole = step(model, extra, IDS).logits[:, 5:]
+        continued = continued_logits(model, extra, keyword)
+        torch.testing.assert_close(continued, whole, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("head", GENERATIVE)
+def test_cache_params_is_mapped_to_the_cache_as_mamba_does(build, head):
+    _, ours_class, extra = GENERATIVE[head]
+    model = build(ours_class)
+    whole = step(model, extra, IDS).logits[:, 5:]
+    continued = continued_logits(model, extra, "cache_params")
+    torch.testing.assert_close(continued, whole, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("head", GENERATIVE)
+@pytest.mark.parametrize("how", ["use_cache=False", "config.use_cache=False", "labels"])
+def test_a_given_cache_is_read_whatever_use_cache_says(build, head, how):
+    """Scoring a continuation after a cached prompt: the peer reads the cache it is given with use_cache off, and
+    with labels (which turn use_cache off in BART)."""
+    peer_class, ours_class, extra = GENERATIVE[head]
+    for model in (peer_class(), build(ours_class)):
+        whole = step(model, extra, IDS)
+        prompt = step(model, extra, IDS[:, :5], use_cache=True)
+        kwargs = {"cache": prompt.cache}
+        if how == "use_cache=False":
+            kwargs["use_cache"] = False
+        elif how == "labels":
+            kwargs["labels"] = IDS[:, 5:].contiguous()  # BART flattens them with view
+        else:
+            model.config.use_cache = False
+        continued = step(model, extra, IDS[:, 5:], **kwargs)
+        torch.testing.assert_close(continued.logits, whole.logits[:, 5:], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("head", GENERATIVE)
+def test_an_empty_transformers_cache_starts_the_state(build, head):
+    """`cache=DynamicCache()` (or BART's empty `EncoderDecoderCache`), in forward and in generate(), as the peers."""
+    peer_class, ours_class, extra = GENERATIVE[head]
+    for model in (peer_class(), build(ours_class)):
+        empty = DynamicCache() if head == "causal" else EncoderDecoderCache(DynamicCache(), DynamicCache())
+        output = step(model, extra, IDS, cache=empty, use_cache=True)
+        torch.testing.assert_close(output.logits, step(model, extra, IDS).logits, atol=1e-5, rtol=1e-4)
+        prompt = extra or {"input_ids": IDS[:, :5]}
+        empty = DynamicCache() if head == "causal" else EncoderDecoderCache(DynamicCache(), DynamicCache())
+        given = model.generate(**prompt, past_key_values=empty, max_new_tokens=4, do_sample=False)
+        torch.testing.assert_close(given, model.generate(**prompt, max_new_tokens=4, do_sample=False))
+
+
+@pytest.mark.parametrize("head", GENERATIVE)
+def test_a_cache_of_keys_and_values_is_refused_clearly(build, head):
+    """A `DynamicCache` holding keys and values (what PEFT's prefix tuning passes) has nothing a recurrent state can
+    continue from."""
+    _, ours_class, extra = GENERATIVE[head]
+    keys_values = DynamicCache()
+    keys_values.update(torch.zeros(2, 4, 3, 8), torch.zeros(2, 4, 3, 8), 0)
+    cache = keys_values if head == "causal" else EncoderDecoderCache(keys_values, DynamicCache())
+    with pytest.raises(ValueError, match="keys and values.*prefix tuning"):
+        step(build(ours_class), extra, IDS, cache=cache)
+
+
+@pytest.mark.parametrize("head", GENERATIVE)
+def test_peft_prefix_tuning_is_refused_clearly(build, head):
+    peft = pytest.importorskip("peft")
+    _, ours_class, extra = GENERATIVE[head]
+    task = "CAUSAL_LM" if head == "causal" else "SEQ_2_SEQ_LM"
+    model = peft.get_peft_model(build(ours_class), peft.PrefixTuningConfig(task_type=task, num_virtual_tokens=4))
+    with pytest.raises(ValueError, match="prefix tuning"):
+        step(model, extra, IDS, attention_mask=torch.ones(2, 9, dtype=torch.long), labels=IDS)
+
+
+@pytest.mark.parametrize("head", GENERATIVE)
+def test_prepare_inputs_for_generation_keeps_a_cache_passed_as_past_key_values(build, head):
+    _, ours_class, extra = GENERATIVE[head]
+    model = build(ours_class)
+    cache = step(model, extra, IDS[:, :5], use_cache=True).cache
+    inputs = model.prepare_inputs_for_generation(IDS[:, :6], past_key_values=cache)
+    assert inputs["cache"] is cache
+
+
+# ---- keywords a Fastformer head cannot honour are refused ---------------------------------------------------------
+
+
+def test_the_causal_lm_refuses_encoder_states_as_gpt2_does(build):
+    states = torch.randn(2, 4, 32)
+    with pytest.raises(ValueError, match="cross-attention"):
+        gpt2()(IDS, encoder_hidden_states=states)
+    with pytest.raises(ValueError, match="cross-attention"):
+        build(FastformerForCausalLM)(IDS, encoder_hidden_states=states)
+
+
+def test_the_causal_lm_takes_single_segment_token_type_ids(build):
+    model = build(FastformerForCausalLM)
+    zeros = torch.zeros_like(IDS)
+    torch.testing.assert_close(model(IDS, token_type_ids=zeros).logits, model(IDS).logits)
+    with pytest.raises(ValueError, match="token_type_ids"):
+        model(IDS, token_type_ids=zeros[:, :3])
+
+
+@pytest.mark.parametrize("model_class", [FastformerModel, FastformerForMaskedLM, FastformerForSequenceClassification])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"encoder_hidden_states": torch.randn(2, 4, 32)}, "cross-attention"),
+        ({"cache": DynamicCache()}, "generation state"),
+        ({"past_key_values": DynamicCache()}, "generation state"),
+        ({"is_causal": True}, "bidirectional"),
+        ({"cu_seq_lens_q": torch.tensor([0, 9, 18])}, "position_ids"),
+    ],
+    ids=["encoder_hidden_states", "cache", "past_key_values", "is_causal", "flash-packing"],
+)
+def test_the_encoder_refuses_what_it_cannot_honour(build, model_class, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        build(model_class)(IDS, **kwargs)
+
+
+def test_the_encoder_takes_what_bert_takes_and_changes_nothing(build):
+    model = build(FastformerModel)
+    expected = model(IDS).last_hidden_state
+    for kwargs in ({"use_cache": True}, {"use_cache": False}, {"is_causal": False}, {"encoder_hidden_states": None}):
+        torch.testing.assert_close(model(IDS, **kwargs).last_hidden_state, expected)
+
+
+def test_the_encoder_decoder_takes_position_ids_as_the_encoders(build):
+    model = build(FastformerForConditionalGeneration)
+    positions = torch.arange(3, 3 + SOURCE.shape[1]).expand(2, -1)
+    decoder_ids = IDS[:, :4]
+    encoder_states = model.get_encoder()(SOURCE, position_ids=positions).last_hidden_state
+    given = model(SOURCE, decoder_input_ids=decoder_ids, position_ids=positions)
+    torch.testing.assert_close(given.encoder_last_hidden_state, encoder_states)
+    assert not torch.allclose(given.logits, model(SOURCE, decoder_input_ids=decoder_ids).logits)
+
+
+# ---- the attention mask: any non-zero value is a token, as in BERT, GPT-2 and BART ---------------------------------
+
+
+@pytest.mark.parametrize("model_class", [FastformerModel, FastformerForCausalLM, FastformerForConditionalGeneration])
+def test_a_mask_of_zeros_and_twos_is_a_mask_of_zeros_and_ones(build, model_class):
+    model = build(model_class)
+    mask = torch.ones_like(IDS)
+    mask[0, :3] = 0
+    source = {"decoder_input_ids": IDS[:, :4]} if model_class is FastformerForConditionalGeneration else {}
+    ones = model(IDS, attention_mask=mask, **source)[0]
+    twos = model(IDS, attention_mask=2 * mask, **source)[0]
+    torch.testing.assert_close(twos, ones)
+    peer = bert()
+    torch.testing.assert_close(
+        peer(IDS, attention_mask=2 * mask).last_hidden_state, peer(IDS, attention_mask=mask).last_hidden_state
+    )
+
+
+# ---- packed rows (DataCollatorWithFlattening): the sequences stay apart, as in BERT -------------------------------
+
+LENGTHS = (5, 9, 3)
+
+
+def packed_batch():
+    generator = torch.Generator().manual_seed(2)
+    features = [{"input_ids": torch.randint(3, VOCAB, (n,), generator=generator).tolist()} for n in LENGTHS]
+    return features, DataCollatorWithFlattening(return_tensors="pt")(features)
+
+
+@pytest.mark.parametrize("model_class", [FastformerModel, FastformerForMaskedLM, BertModel, BertForMaskedLM])
+@pytest.mark.parametrize("mode", ["auto", "plain", "collapsed"])
+def test_packed_rows_give_each_sequence_alone(build, model_class, mode):
+    if model_class.__module__.startswith("transformers"):
+        if mode != "auto":
+            pytest.skip("one run of the peer")
+        model = bert(model_class)
+    else:
+        model = build(model_class, additive_attention_mode=mode)
+    features, packed = packed_batch()
+    assert packed["input_ids"].shape == (1, sum(LENGTHS))
+    together = model(input_ids=packed["input_ids"], position_ids=packed["position_ids"])[0][0]
+    alone = torch.cat([model(torch.tensor([feature["input_ids"]]))[0][0] for feature in features])
+    torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-4)
+
+
+def test_packed_rows_are_refused_where_a_row_gets_one_prediction(build):
+    _, packed = packed_batch()
+    with pytest.raises(ValueError, match="packed"):
+        build(FastformerForSequenceClassification)(input_ids=packed["input_ids"], position_ids=packed["position_ids"])
+
+
+def test_packed_rows_are_refused_by_the_decoder(build):
+    _, packed = packed_batch()
+    with pytest.raises(ValueError, match="packed"):
+        build(FastformerForCausalLM)(input_ids=packed["input_ids"], position_ids=packed["position_ids"])
