@@ -13,7 +13,9 @@ FastformerForConditionalGeneration whose encoder and decoder both start from the
 `--distill_file` only the weights are mapped (the attention then differs from the teacher's: see
 docs/PRETRAINED.md). The distillation runs on Trainer (two stages, `fastformer.distillation`), so `accelerate
 launch` scales it out and a rerun of the same command resumes it from its last checkpoint, a stage that had
-finished read back as it ended (`OUTPUT_DIR/distillation/`, deleted once the folder is saved).
+finished read back as it ended (`OUTPUT_DIR/distillation/`, deleted once the folder is saved). It needs the [train]
+extra (`pip install "fastformer[train]"`): without it `--help` still answers, and a run stops at once with one line
+saying so.
 """
 
 import json
@@ -25,14 +27,21 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import datasets
 import torch
 from huggingface_hub import ModelCard
 from huggingface_hub.errors import HfHubHTTPError
 from safetensors.torch import load_model, save_model
-from transformers import AutoTokenizer, DataCollatorWithPadding, SchedulerType, TrainingArguments, set_seed
+from transformers import (
+    AutoTokenizer,
+    DataCollatorWithPadding,
+    HfArgumentParser,
+    SchedulerType,
+    TrainingArguments,
+    set_seed,
+)
 from transformers.trainer_utils import get_last_checkpoint
 
+from fastformer.cli import installed, require_extra
 from fastformer.conversion import (
     CROSS_ATTENTION_INITS,
     TASKS,
@@ -51,7 +60,11 @@ from fastformer.distillation import (
     transfer_errors,
 )
 from fastformer.model_card import write_conversion_card
-from fastformer.training import check_weights_readable, fail, hyperparameters, parse_args, setup_logging
+
+if installed("train"):  # else main() answers --help, and stops a run at once with one line naming the extra
+    import datasets
+
+    from fastformer.training import check_weights_readable, fail, hyperparameters, parse_args, setup_logging
 
 logger = logging.getLogger(__name__)
 DISTILLATION_DIR = "distillation"  # inside --output_dir while the transfer runs
@@ -300,6 +313,7 @@ def save_sentence_transformers_files(source, output_dir: Path, max_seq_length: i
 
 
 def main(args: list[str] | None = None):
+    require_extra("fastformer-convert", "train", args, print_help=lambda: HfArgumentParser(ARGUMENTS).print_help())
     started = time.perf_counter()
     program = sys.argv[0] if args is None else Path(__file__).name
     launcher = ["python", program] if program.endswith(".py") else [Path(program).name]  # a script, or the command

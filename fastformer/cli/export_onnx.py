@@ -9,7 +9,8 @@ last_hidden_state and pooler_output, or logits), with --int8 also model_quantize
 and the tokenizer beside it (optimum's file names), and onnx_check.json: the largest absolute difference between
 ONNX Runtime and PyTorch on padded batches at lengths the export did not trace. A difference above --atol fails
 the export (exit status 1) and leaves the folder as it was. The route is `torch.onnx.export(dynamo=True)`; why not
-optimum, and which additive attention mode the graph holds: fastformer/export.py.
+optimum, and which additive attention mode the graph holds: fastformer/export.py. It needs the [onnx] extra
+(`pip install "fastformer[onnx]"`): without it `--help` still answers, and a run stops at once with one line saying so.
 """
 
 import argparse
@@ -22,6 +23,7 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification, AutoTokenizer
 
 import fastformer  # noqa: F401  (registers Fastformer with the Auto classes)
+from fastformer.cli import require_extra
 from fastformer.export import EXAMPLE_SHAPE, OUTPUT_NAMES, export_onnx, exported_attention_mode, quantize_int8
 
 # optimum's task names -> the head
@@ -91,6 +93,7 @@ def largest_differences(model, session, output_names) -> dict[str, float]:
 
 def main(argv=None):
     args = parse_args(argv)
+    require_extra("fastformer-export-onnx", "onnx")
     import onnxruntime  # noqa: PLC0415  (the [onnx] extra)
 
     config = AutoConfig.from_pretrained(args.model_name_or_path)
