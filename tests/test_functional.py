@@ -15,6 +15,7 @@ from fastformer.functional import (
     causal_additive_attention,
     interact,
     masked_softmax,
+    packed_additive_attention,
     pool_interactions,
 )
 
@@ -82,6 +83,41 @@ def test_matches_float64_reference(interaction, mask_kind):
     expected = naive.additive_attention(q, k, v, w_q, w_k, mask, interaction, *projections)
     assert u.shape == v.shape and u.dtype == torch.float64
     torch.testing.assert_close(u, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("interaction", INTERACTIONS)
+@pytest.mark.parametrize("lengths", [(6,), (2, 3, 1), (1, 1, 4)], ids=lambda lengths: "-".join(map(str, lengths)))
+def test_packed_rows_match_the_float64_reference_of_each_sequence(interaction, lengths):
+    """Packed rows (several sequences one after the other, `segment_ids` as transformers numbers them): every
+    sequence gets the attention it has alone, each row with its own packing."""
+    tensors, _ = make_inputs(interaction)
+    q, k, v, w_q, w_k, *projections = tensors
+
+    def packing(lengths):
+        return torch.cat([torch.full((n,), index) for index, n in enumerate(lengths)])
+
+    segment_ids = torch.stack([packing(lengths), packing(lengths[::-1]), packing(lengths)])  # row 1: another packing
+    qk_proj, kv_proj = projections or (None, None)
+    u, weights = packed_additive_attention(
+        q,
+        k,
+        v,
+        w_q,
+        w_k,
+        segment_ids,
+        interaction=interaction,
+        query_key_projection=qk_proj,
+        key_value_projection=kv_proj,
+        return_weights=True,
+    )
+    for row in range(B):
+        for segment in segment_ids[row].unique():
+            mask = (segment_ids[row] == segment).expand(B, -1)  # the sequence alone, the rest padding
+            expected = naive.additive_attention(q, k, v, w_q, w_k, mask, interaction, *projections)
+            columns = mask[row]
+            torch.testing.assert_close(u[row, :, columns], expected[row, :, columns], rtol=1e-12, atol=1e-12)
+            sums = weights[row, :, :, columns].sum(dim=-1)  # alpha and beta of each sequence sum to 1
+            torch.testing.assert_close(sums, torch.ones_like(sums))
 
 
 @pytest.mark.parametrize("mask_kind", ["right", "left", "random", "all-padding-row"])
