@@ -592,3 +592,32 @@ def test_trainer_knows_which_losses_take_num_items_in_batch(build, model_class, 
     args = TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
     trainer = Trainer(model=build(model_class), args=args)
     assert trainer.model_accepts_loss_kwargs is sums_over_items
+
+
+@pytest.mark.slow
+def test_building_a_model_changes_no_global_state(fresh_python, tmp_path):
+    """Registration happens once, in `import fastformer`: in a fresh interpreter, building a model of every head
+    leaves transformers' tables, PEFT's tables and the classes as the import left them."""
+    script = """
+import copy
+import fastformer
+from peft.utils import constants
+from transformers.models.auto import modeling_auto
+
+heads = [getattr(fastformer, name) for name in fastformer.__all__ if name.startswith("FastformerFor")]
+heads.append(fastformer.FastformerModel)
+
+def state():
+    tables = {name: table for name, table in vars(modeling_auto).items() if name.endswith("_MAPPING_NAMES")}
+    peft_tables = {name: table for name, table in vars(constants).items() if name.endswith("_MAPPING")}
+    return copy.deepcopy((tables, peft_tables, {cls: cls._auto_class for cls in heads}))
+
+before = state()
+assert "fastformer" in before[1]["TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING"]
+config = fastformer.FastformerConfig(hidden_size=32, num_attention_heads=4, intermediate_size=37)
+for head in heads:
+    head(config)
+assert state() == before
+print("unchanged")
+"""
+    assert fresh_python(script, tmp_path).strip() == "unchanged"
