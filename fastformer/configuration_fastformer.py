@@ -1,84 +1,33 @@
 """Fastformer configuration: a typed `@strict` dataclass, as transformers' own configs."""
 
 import copy
-from dataclasses import Field
-from functools import wraps
-from typing import Literal, get_args, get_origin
+import os
+from typing import Literal
 
 from huggingface_hub.dataclasses import strict, validated_field
-from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassFieldValidationError
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
+from transformers.dynamic_module_utils import custom_object_save
 
 from .functional import INTERACTIONS
 
 
 def _requires(requirement: str, holds):
     """A field factory, used as `name: int = _positive_int(default)`. A value must pass `holds` (None is left to
-    the annotation, which allows it or not); `requirement` words the rule for the error message."""
+    the annotation, which allows it or not); `requirement` words the rule for the error message, which `@strict`
+    prefixes with the field's name."""
 
     def check(value):
         if value is not None and not holds(value):
-            raise ValueError(f"must be {requirement}")
+            raise ValueError(f"must be {requirement}, got {value!r}")
 
-    return lambda default: validated_field(check, default=default, metadata={"requirement": requirement})
+    return lambda default: validated_field(check, default=default)
 
 
 _positive_int = _requires("a positive integer", lambda value: value >= 1)
 _positive_number = _requires("a positive number", lambda value: value > 0)
 _probability = _requires("a number in [0, 1)", lambda value: 0 <= value < 1)
 _activation = _requires(f"one of {tuple(sorted(ACT2FN))}", lambda value: value in ACT2FN)
-
-
-def _requirement(field: Field) -> str | None:
-    """What a field must be, in words: set by its validator, or the choices of a Literal or bool annotation."""
-    if "requirement" in field.metadata:
-        return field.metadata["requirement"]
-    if get_origin(field.type) is Literal:
-        return f"one of {get_args(field.type)}"
-    if field.type is bool:
-        return "one of (True, False)"
-    return None
-
-
-class FastformerConfigFieldError(StrictDataclassFieldValidationError, ValueError):
-    """A field was given a bad value (at construction or assignment)."""
-
-    def __init__(self, message: str):
-        ValueError.__init__(self, message)
-
-
-class FastformerConfigClassError(StrictDataclassClassValidationError, ValueError):
-    """Fields that do not fit together (checked at the end of construction and by `save_pretrained`)."""
-
-    def __init__(self, message: str):
-        ValueError.__init__(self, message)
-
-
-def _value_errors(cls):
-    """`@strict` raises StrictDataclassFieldValidationError and StrictDataclassClassValidationError, which are not
-    ValueErrors: re-raise them as subclasses of both, with a message naming the field, the rule and the value."""
-    strict_setattr, strict_validate = cls.__setattr__, cls.validate
-
-    @wraps(strict_setattr)
-    def __setattr__(self, name, value):
-        try:
-            strict_setattr(self, name, value)
-        except StrictDataclassFieldValidationError as error:
-            field = cls.__dataclass_fields__.get(name)
-            requirement = _requirement(field) if field else None
-            message = f"`{name}` must be {requirement}, got {value!r}" if requirement else str(error)
-            raise FastformerConfigFieldError(message) from error
-
-    @wraps(strict_validate)
-    def validate(self):
-        try:
-            strict_validate(self)
-        except StrictDataclassClassValidationError as error:
-            raise FastformerConfigClassError(str(error.__cause__)) from error
-
-    cls.__setattr__, cls.validate = __setattr__, validate
-    return cls
 
 
 # the Hub code names of the config and the heads, as `auto_map` and `custom_pipelines` write them ("file.Class")
@@ -99,7 +48,6 @@ SUMMARIZATION_PIPELINE = {
 }
 
 
-@_value_errors
 @strict
 class FastformerConfig(PreTrainedConfig):
     r"""Configuration of a Fastformer encoder (Wu et al., 2021, arXiv:2108.09084).
@@ -108,7 +56,13 @@ class FastformerConfig(PreTrainedConfig):
     0.2, element-wise product interaction, query-value and layer-wise parameter sharing, additive-attention
     pooling for classification.
 
-    A bad value raises a ValueError naming the field, what it must be and the value given.
+    A bad value raises `@strict`'s `StrictDataclassFieldValidationError` (at construction and at assignment), which
+    names the field, what it must be and the value given; fields that do not fit together raise its
+    `StrictDataclassClassValidationError` (at the end of construction, and by `validate()` and `save_pretrained`),
+    which names the validator and the rule broken.
+
+    Saved while the class is registered for Hub code (`register_for_auto_class`), a config names the classes of
+    every head in `auto_map`, and an encoder-decoder's declares the summarization pipeline (`save_pretrained`).
 
     Args:
         vocab_size (`int`, defaults to 30522): number of token ids (bert-base-uncased WordPiece).
@@ -221,25 +175,36 @@ class FastformerConfig(PreTrainedConfig):
         if self.num_decoder_layers is None:  # as T5: the decoder mirrors the encoder
             self.num_decoder_layers = self.num_hidden_layers
         super().__post_init__(**kwargs)
-        # a saved checkpoint loads into every head as Hub code (transformers' `custom_object_save` writes the entry
-        # of the saved class only), and an encoder-decoder's brings its summarization pipeline
-        self.auto_map = {**AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
-        if self.is_encoder_decoder:
-            self._declare_summarization_pipeline()
-
-    def _declare_summarization_pipeline(self):
-        self.custom_pipelines = getattr(self, "custom_pipelines", None) or copy.deepcopy(SUMMARIZATION_PIPELINE)
 
     def for_encoder_decoder(self) -> "FastformerConfig":
-        """This config if `is_encoder_decoder`, else a copy that is (what generate() reads), with the summarization
-        pipeline declared: the config of `FastformerForConditionalGeneration`, which leaves the one it is given
-        as it was (it may serve an encoder too)."""
+        """This config if `is_encoder_decoder`, else a copy that is (what generate() reads): the config of
+        `FastformerForConditionalGeneration`, which leaves the one it is given as it was (it may serve an encoder
+        too)."""
         if self.is_encoder_decoder:
             return self
         config = copy.deepcopy(self)
         config.is_encoder_decoder = True
-        config._declare_summarization_pipeline()
         return config
+
+    def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs):
+        """As `PreTrainedConfig.save_pretrained`, which, where the class is registered for Hub code
+        (`register_for_auto_class`), copies its code beside the config and names it in `auto_map`. There `auto_map`
+        also names the class of every head, so that the checkpoint of any head loads into all of them as Hub code
+        (`trust_remote_code=True`), and an encoder-decoder's config declares the summarization pipeline
+        (`custom_pipelines`), whose file is copied beside it. Entries the config already has are kept."""
+        if self.is_remote_code():
+            self.auto_map = {**AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
+            if self.is_encoder_decoder:
+                # here, as it imports transformers' pipelines; a relative import all the same, so that transformers
+                # ships the pipeline's file with this one as Hub code (with its relative imports): a config loaded
+                # as Hub code can save it again
+                from .pipeline_fastformer import SummarizationPipeline
+
+                pipelines = getattr(self, "custom_pipelines", None) or {}
+                self.custom_pipelines = {**copy.deepcopy(SUMMARIZATION_PIPELINE), **pipelines}
+                os.makedirs(save_directory, exist_ok=True)
+                custom_object_save(SummarizationPipeline, save_directory)
+        super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
     @property
     def embedding_width(self) -> int:
@@ -275,8 +240,5 @@ class FastformerConfig(PreTrainedConfig):
                 raise ValueError(f"`{name}` must be {allowed} in [0, {self.vocab_size}), got {value!r}")
         super().validate_token_ids()
 
-
-# a saved config carries this file as Hub code (trust_remote_code=True)
-FastformerConfig.register_for_auto_class()
 
 __all__ = ["FastformerConfig"]

@@ -18,6 +18,7 @@ from pathlib import Path
 import datasets
 import torch
 import transformers
+from huggingface_hub.errors import StrictDataclassError
 from safetensors import SafetensorError, safe_open
 from torch.utils.data import SequentialSampler
 from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
@@ -193,7 +194,7 @@ def load_config(model_args, tokenizer, max_length: int, **task_settings):
         try:
             config.update_from_string(model_args.config_overrides)
             config = config.__class__.from_dict(config.to_dict())  # the class's own validation
-        except ValueError as error:
+        except (ValueError, StrictDataclassError) as error:  # @strict's errors, as transformers' configs raise them
             fail(f"--config_overrides: {error}")
     return config
 

@@ -1,4 +1,4 @@
-"""FastformerConfig: the paper's defaults, validation with clear errors, round trip."""
+"""FastformerConfig: the paper's defaults, validation with clear errors, round trip, Hub code at saving."""
 
 import json
 
@@ -6,7 +6,34 @@ import pytest
 from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassFieldValidationError
 from transformers import AutoConfig
 
-from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerModel, modeling_fastformer
+import fastformer
+from fastformer import (
+    FastformerConfig,
+    FastformerForCausalLM,
+    FastformerForConditionalGeneration,
+    FastformerForMaskedLM,
+    FastformerForSequenceClassification,
+    FastformerModel,
+)
+
+# @strict's errors: a field's own rule (at construction and assignment), and a class validator's (fields that must
+# fit together, at the end of construction, by validate() and when saving)
+FIELD = StrictDataclassFieldValidationError
+CLASS = StrictDataclassClassValidationError
+# what a saved checkpoint's `auto_map` holds, whichever head saved it: the config and every head, as Hub code
+HUB_CODE = {
+    "AutoConfig": "configuration_fastformer.FastformerConfig",
+    "AutoModel": "modeling_fastformer.FastformerModel",
+    "AutoModelForSequenceClassification": "modeling_fastformer.FastformerForSequenceClassification",
+    "AutoModelForMaskedLM": "modeling_fastformer.FastformerForMaskedLM",
+    "AutoModelForSeq2SeqLM": "modeling_fastformer.FastformerForConditionalGeneration",
+    "AutoModelForCausalLM": "modeling_fastformer.FastformerForCausalLM",
+}
+SUMMARIZATION = {
+    "impl": "pipeline_fastformer.SummarizationPipeline",
+    "pt": ["AutoModelForSeq2SeqLM"],
+    "type": "text",
+}
 
 
 def test_defaults_are_the_papers_final_model():
@@ -23,41 +50,83 @@ def test_defaults_are_the_papers_final_model():
 
 
 @pytest.mark.parametrize(
-    "overrides, message",
+    "overrides, error, message",
     [
-        ({"interaction": "dot"}, r"`interaction` must be one of \('product', 'add', 'concat'\), got 'dot'"),
-        ({"pooler_type": "max"}, r"`pooler_type` must be one of \('additive', 'cls', 'mean'\), got 'max'"),
-        ({"hidden_act": "swish-ish"}, r"`hidden_act` must be one of \(.*'gelu'.*\), got 'swish-ish'"),
-        ({"hidden_size": 30, "num_attention_heads": 4}, r"`hidden_size` \(30\) must be divisible by .* \(4\)"),
-        ({"num_hidden_layers": 0}, r"`num_hidden_layers` must be a positive integer, got 0"),
-        ({"vocab_size": 10.5}, r"`vocab_size` must be a positive integer, got 10.5"),
-        ({"hidden_dropout_prob": 1.5}, r"`hidden_dropout_prob` must be a number in \[0, 1\), got 1.5"),
-        ({"classifier_dropout": -0.1}, r"`classifier_dropout` must be a number in \[0, 1\), got -0.1"),
-        ({"layer_norm_eps": 0}, r"`layer_norm_eps` must be a positive number, got 0"),
-        ({"share_layers": "yes"}, r"`share_layers` must be one of \(True, False\), got 'yes'"),
-        ({"share_query_value": 1}, r"`share_query_value` must be one of \(True, False\), got 1"),
-        ({"vocab_size": 10, "pad_token_id": 10}, r"`pad_token_id` must be None or an id in \[0, 10\), got 10"),
-        ({"vocab_size": 10, "decoder_start_token_id": -1}, r"`decoder_start_token_id` must be None or an id in"),
-        ({"cross_attention_type": "linear"}, r"`cross_attention_type` must be one of \('softmax', 'additive'\)"),
-        ({"num_decoder_layers": 0}, r"`num_decoder_layers` must be a positive integer, got 0"),
-        ({"use_cache": None}, r"`use_cache` must be one of \(True, False\), got None"),
         (
-            {"vocab_size": 10, "eos_token_id": [2, 10]},
-            r"`eos_token_id` must be .* list of ids in \[0, 10\), got \[2, 10\]",
+            {"interaction": "dot"},
+            FIELD,
+            r"field 'interaction':\n.*TypeError: .* expected one of \('product', 'add', 'concat'\), got dot$",
         ),
         (
+            {"pooler_type": "max"},
+            FIELD,
+            r"field 'pooler_type':\n.* expected one of \('additive', 'cls', 'mean'\), got max$",
+        ),
+        (
+            {"hidden_act": "swish-ish"},
+            FIELD,
+            r"field 'hidden_act':\n.* must be one of \(.*'gelu'.*\), got 'swish-ish'$",
+        ),
+        ({"hidden_size": 0}, FIELD, r"field 'hidden_size':\n    ValueError: must be a positive integer, got 0$"),
+        ({"num_hidden_layers": 0}, FIELD, r"field 'num_hidden_layers':\n.* must be a positive integer, got 0$"),
+        ({"vocab_size": 10.5}, FIELD, r"field 'vocab_size':\n.* expected int, got float \(value: 10.5\)$"),
+        (
+            {"hidden_dropout_prob": 1.5},
+            FIELD,
+            r"field 'hidden_dropout_prob':\n.* must be a number in \[0, 1\), got 1.5$",
+        ),
+        (
+            {"classifier_dropout": -0.1},
+            FIELD,
+            r"field 'classifier_dropout':\n.* must be a number in \[0, 1\), got -0.1",
+        ),
+        ({"layer_norm_eps": 0}, FIELD, r"field 'layer_norm_eps':\n.* must be a positive number, got 0$"),
+        ({"share_layers": "yes"}, FIELD, r"field 'share_layers':\n.* expected bool, got str \(value: 'yes'\)$"),
+        ({"share_query_value": 1}, FIELD, r"field 'share_query_value':\n.* expected bool, got int \(value: 1\)$"),
+        ({"cross_attention_type": "linear"}, FIELD, r"field 'cross_attention_type':\n.* \('softmax', 'additive'\)"),
+        ({"num_decoder_layers": 0}, FIELD, r"field 'num_decoder_layers':\n.* must be a positive integer, got 0$"),
+        ({"use_cache": None}, FIELD, r"field 'use_cache':\n.* expected bool, got NoneType \(value: None\)$"),
+        (
             {"additive_attention_mode": "fast"},
-            r"`additive_attention_mode` must be one of \('auto', 'plain', 'collapsed'\), got 'fast'",
+            FIELD,
+            r"field 'additive_attention_mode':\n.* expected one of \('auto', 'plain', 'collapsed'\), got fast$",
+        ),
+        (
+            {"hidden_size": 30, "num_attention_heads": 4},
+            CLASS,
+            r"validator 'validate_architecture':\n    ValueError: `hidden_size` \(30\) must be divisible by .* \(4\)$",
+        ),
+        (
+            {"chunk_size_feed_forward": -1},
+            CLASS,
+            r"'validate_architecture':\n.* `chunk_size_feed_forward` must be 0 \(no chunks\) or more, got -1$",
         ),
         (
             {"interaction": "add", "additive_attention_mode": "collapsed"},
-            r'`additive_attention_mode="collapsed"` .* needs `interaction="product"`, got interaction=\'add\'; use',
+            CLASS,
+            r'\'validate_architecture\':\n.*`additive_attention_mode="collapsed"` .* needs `interaction="product"`, '
+            r"got interaction='add'; use",
+        ),
+        (
+            {"vocab_size": 10, "pad_token_id": 10},
+            CLASS,
+            r"'validate_token_ids':\n.* `pad_token_id` must be None or an id in \[0, 10\), got 10$",
+        ),
+        (
+            {"vocab_size": 10, "decoder_start_token_id": -1},
+            CLASS,
+            r"'validate_token_ids':\n.* `decoder_start_token_id` must be None or an id in \[0, 10\), got -1$",
+        ),
+        (
+            {"vocab_size": 10, "eos_token_id": [2, 10]},
+            CLASS,
+            r"'validate_token_ids':\n.* `eos_token_id` must be .* list of ids in \[0, 10\), got \[2, 10\]$",
         ),
     ],
     ids=lambda value: "-".join(value) if isinstance(value, dict) else None,
 )
-def test_invalid_values_raise_value_error_naming_the_allowed_values(overrides, message):
-    with pytest.raises(ValueError, match=message):
+def test_invalid_values_raise_strict_errors_naming_the_field_the_rule_and_the_value(overrides, error, message):
+    with pytest.raises(error, match=message):
         FastformerConfig(**overrides)
 
 
@@ -78,17 +147,21 @@ def test_round_trip_keeps_every_switch(tmp_path):
     assert (tmp_path / "configuration_fastformer.py").exists()  # Hub code for trust_remote_code
 
 
-def test_errors_are_also_the_strict_dataclass_errors_and_are_raised_at_assignment_and_saving(tmp_path):
-    with pytest.raises(StrictDataclassFieldValidationError, match="`interaction` must be one of"):
-        FastformerConfig(interaction="mul")
+def test_errors_are_raised_at_assignment_and_saving(tmp_path):
     config = FastformerConfig()
-    with pytest.raises(ValueError, match=r"`interaction` must be one of .*, got 'mul'"):
+    with pytest.raises(FIELD, match=r"field 'hidden_size':\n    ValueError: must be a positive integer, got -1$"):
+        config.hidden_size = -1
+    with pytest.raises(FIELD, match=r"field 'interaction':\n.* expected one of .*, got mul$"):
         config.interaction = "mul"
+    assert (config.hidden_size, config.interaction) == (256, "product")  # a refused value is not set
+    config.num_attention_heads = 5  # only the field's own rule runs on assignment; validate() checks the rest
+    with pytest.raises(CLASS, match=r"`hidden_size` \(256\) must be divisible by `num_attention_heads` \(5\)"):
+        config.validate()
+    config.num_attention_heads = 16
     config.interaction = "add"
     config.additive_attention_mode = "collapsed"
-    with pytest.raises(ValueError, match='needs `interaction="product"`') as refusal:
+    with pytest.raises(CLASS, match='needs `interaction="product"`'):
         config.save_pretrained(tmp_path)
-    assert isinstance(refusal.value, StrictDataclassClassValidationError)
     assert not (tmp_path / "config.json").exists()
 
 
@@ -132,19 +205,74 @@ def test_the_generation_model_leaves_the_config_it_is_given_unchanged():
     before = config.to_dict()
     model = FastformerForConditionalGeneration(config)
     assert config.to_dict() == before and not config.is_encoder_decoder
-    assert model.config.is_encoder_decoder and "summarization" in model.config.custom_pipelines
+    assert model.config.is_encoder_decoder
     seq2seq = FastformerConfig(hidden_size=32, num_attention_heads=4, is_encoder_decoder=True)
     assert FastformerForConditionalGeneration(seq2seq).config is seq2seq  # nothing to change: the same object
 
 
-def test_auto_map_names_every_head_for_hub_code():
-    config = FastformerConfig()
-    assert config.auto_map["AutoConfig"] == "configuration_fastformer.FastformerConfig"
-    assert config.auto_map["AutoModelForCausalLM"] == "modeling_fastformer.FastformerForCausalLM"
-    assert set(config.auto_map) == {"AutoConfig", *modeling_fastformer.AUTO_CLASSES.values()}
-    for model_class, auto_class in modeling_fastformer.AUTO_CLASSES.items():
-        assert config.auto_map[auto_class] == f"modeling_fastformer.{model_class.__name__}"
-    assert not hasattr(config, "custom_pipelines")  # an encoder's config has no summarization pipeline
+def test_building_a_config_declares_no_hub_code():
+    """`auto_map` and `custom_pipelines` are written when a checkpoint is saved, not when a config is built."""
+    encoder = FastformerConfig()
+    seq2seq = FastformerConfig(is_encoder_decoder=True)
+    built = [encoder, seq2seq, encoder.for_encoder_decoder(), FastformerForConditionalGeneration(encoder).config]
+    for config in built:
+        for name in ("auto_map", "custom_pipelines"):
+            assert not hasattr(config, name) and name not in config.to_dict()
+
+
+@pytest.mark.parametrize(
+    "model_class",
+    [
+        FastformerModel,
+        FastformerForSequenceClassification,
+        FastformerForMaskedLM,
+        FastformerForConditionalGeneration,
+        FastformerForCausalLM,
+    ],
+    ids=lambda model_class: model_class.__name__,
+)
+def test_saving_any_head_writes_the_hub_code_of_every_head(model_class, tiny_config, tmp_path, repo_root):
+    model_class(tiny_config()).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["auto_map"] == HUB_CODE
+    assert set(HUB_CODE) == {"AutoConfig", *fastformer.AUTO_CLASSES.values()}
+    seq2seq = model_class is FastformerForConditionalGeneration
+    assert saved.get("custom_pipelines") == ({"summarization": SUMMARIZATION} if seq2seq else None)
+    modules = ["configuration_fastformer.py", "modeling_fastformer.py", "functional.py", "pipeline_fastformer.py"]
+    for module in modules:
+        assert (tmp_path / module).read_text() == (repo_root / "fastformer" / module).read_text()
+    assert FastformerConfig.from_pretrained(tmp_path).auto_map == HUB_CODE  # a loaded config keeps it
+
+
+def test_a_saved_encoder_decoder_config_ships_its_pipeline(tmp_path, repo_root):
+    """Saved alone (without a model's code), the config declares the pipeline and copies its file."""
+    FastformerConfig().for_encoder_decoder().save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["auto_map"] == HUB_CODE and saved["custom_pipelines"] == {"summarization": SUMMARIZATION}
+    pipeline_file = "pipeline_fastformer.py"
+    assert (tmp_path / pipeline_file).read_text() == (repo_root / "fastformer" / pipeline_file).read_text()
+
+
+def test_saving_keeps_the_configs_own_hub_code_entries(tmp_path):
+    own_map = {"AutoTokenizer": ["tokenization_mine.MyTokenizer", None], "AutoModel": "modeling_mine.MyModel"}
+    own_pipeline = {"impl": "pipeline_mine.MyPipeline", "pt": ["AutoModelForSeq2SeqLM"], "type": "text"}
+    config = FastformerConfig(is_encoder_decoder=True, auto_map=own_map, custom_pipelines={"mine": own_pipeline})
+    config.save_pretrained(tmp_path / "first")
+    loaded = FastformerConfig.from_pretrained(tmp_path / "first")
+    assert loaded.auto_map == {**HUB_CODE, **own_map}
+    assert loaded.custom_pipelines == {"summarization": SUMMARIZATION, "mine": own_pipeline}
+    loaded.save_pretrained(tmp_path / "again")  # saved again: the same
+    saved = json.loads((tmp_path / "again" / "config.json").read_text())
+    assert saved["auto_map"] == {**HUB_CODE, **own_map}
+    assert saved["custom_pipelines"] == {"summarization": SUMMARIZATION, "mine": own_pipeline}
+
+
+def test_a_config_class_not_registered_for_hub_code_saves_none(monkeypatch, tmp_path):
+    monkeypatch.setattr(FastformerConfig, "_auto_class", None)
+    FastformerConfig(is_encoder_decoder=True).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert "auto_map" not in saved and "custom_pipelines" not in saved
+    assert not list(tmp_path.glob("*.py"))
 
 
 def test_eos_token_id_takes_a_list_of_ids(tmp_path):

@@ -322,7 +322,7 @@ def test_masked_lm_pretraining_then_classification(tmp_path, newsgroups):
         (["--text_column_names", "body"], "--text_column_names: column(s) ['body'] not in the data"),
         (["--label_column_name", "topic"], "--label_column_name: column(s) ['topic'] not in the data"),
         (["--model_type", "no-such-model"], "unknown --model_type 'no-such-model'"),
-        (["--config_overrides", "interaction=dot"], "`interaction` must be one of ('product', 'add', 'concat')"),
+        (["--config_overrides", "interaction=dot"], "'interaction' expected one of ('product', 'add', 'concat')"),
         (["--train_file", "EMPTY"], "is empty"),
         (["--train_file", "data.parquet"], "unsupported extension '.parquet'"),
     ],
