@@ -811,9 +811,8 @@ class FastformerCache(DynamicCache):
     of an `EncoderDecoderCache`, whose cross-attention part (a `DynamicCache`) holds the source's keys and values
     once per distinct decoder layer (one with `share_layers`).
 
-    Beam search reorders it. A recurrent state cannot be rolled back (`crop`): the cache is not `is_croppable`
-    and the models are `_is_stateful`, so transformers refuses assisted decoding (5.25 asks the cache, 5.24 the
-    model).
+    Beam search reorders it. A recurrent state cannot be rolled back (`crop`): the cache is not `is_croppable`,
+    so transformers refuses assisted decoding.
     """
 
     def __init__(self, config: FastformerConfig):
@@ -996,9 +995,6 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
     """What generate() needs from a model whose decoder carries a recurrent state instead of a KV cache: the
     base of `FastformerForConditionalGeneration` and `FastformerForCausalLM`."""
 
-    # a recurrent state cannot be rolled back: transformers 5.24 refuses assisted decoding for stateful models (5.25
-    # asks the cache whether it `is_croppable`)
-    _is_stateful = True
     _supported_generation_modes = ("greedy_search", "sample", "beam_search", "beam_sample")
 
     def __init__(self, config: FastformerConfig):

@@ -371,9 +371,7 @@ def test_decoding_past_the_positions_is_a_clear_error(build):
 @pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
 def test_transformers_itself_refuses_assisted_decoding(build, model_class):
     """A recurrent state cannot be rolled back, and transformers must know it without our list of supported modes:
-    5.24 reads the model's `_is_stateful` (PreTrainedModel sets it False, so it has to be set on a class after
-    PreTrainedModel in the MRO), 5.25 the cache's `is_croppable` after the first forward."""
-    assert model_class._is_stateful is True
+    it reads the cache's `is_croppable` after the first forward."""
     model = build(model_class)
     assert model.new_cache().is_croppable is False
     model._supported_generation_modes = None
