@@ -12,6 +12,7 @@ from transformers import (
     BartForConditionalGeneration,
     BertConfig,
     BertForMaskedLM,
+    BertForSequenceClassification,
     BertModel,
     DataCollatorWithFlattening,
     DynamicCache,
@@ -97,6 +98,7 @@ def continued_logits(model, extra, keyword):
     [
         (FastformerModel, BertModel),
         (FastformerForMaskedLM, BertForMaskedLM),
+        (FastformerForSequenceClassification, BertForSequenceClassification),
         (FastformerForCausalLM, GPT2LMHeadModel),
         (FastformerForConditionalGeneration, BartForConditionalGeneration),
     ],
