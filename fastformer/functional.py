@@ -254,6 +254,44 @@ def packed_additive_attention(
     return AdditiveAttentionOutput(u, torch.stack((alpha, beta), dim=-2) if return_weights else None)
 
 
+class PackedRows(NamedTuple):
+    """Where each token of packed rows (B, N) sits in the batch of their sequences, one sequence a row, padded on
+    the right (`packed_rows`)."""
+
+    sequence: torch.Tensor  # (B, N): the row of the token's sequence in that batch
+    position: torch.Tensor  # (B, N): the token's position in its sequence
+    shape: tuple[int, int]  # that batch's (sequences, longest sequence)
+    mask: torch.Tensor  # that batch's attention mask, (sequences, longest sequence): True for a token
+
+
+def packed_rows(segment_ids: torch.Tensor) -> PackedRows:
+    """The `PackedRows` of rows whose tokens' sequences are `segment_ids` (B, N), numbered from 0 in each row (as
+    `segment_pooling` takes them). Reads two numbers on the host: how many sequences, and the longest."""
+    batch, length = segment_ids.shape
+    counts = segment_ids[:, -1] + 1  # (B,) sequences per row
+    sequence = segment_ids + (counts.cumsum(0) - counts)[:, None]  # numbered over the whole batch
+    index = torch.arange(length, device=segment_ids.device).expand(batch, length)
+    start = torch.full_like(sequence.flatten(), length).scatter_reduce(0, sequence.flatten(), index.flatten(), "amin")
+    position = index - start[sequence]
+    shape = (int(counts.sum()), int(position.max()) + 1)
+    mask = torch.zeros(shape, dtype=torch.bool, device=segment_ids.device)
+    mask[sequence, position] = True
+    return PackedRows(sequence, position, shape, mask)
+
+
+def unpack(x: torch.Tensor, packed: PackedRows) -> torch.Tensor:
+    """(B, H, N, D) of packed rows -> (S, H, L, D), a sequence a row, zeros after its end."""
+    tokens = x.transpose(1, 2)  # (B, N, H, D)
+    rows = tokens.new_zeros(*packed.shape, *tokens.shape[2:])  # (S, L, H, D)
+    rows[packed.sequence, packed.position] = tokens
+    return rows.transpose(1, 2)
+
+
+def repack(rows: torch.Tensor, packed: PackedRows) -> torch.Tensor:
+    """The inverse of `unpack`: (S, H, L, D) -> (B, H, N, D)."""
+    return rows.transpose(1, 2)[packed.sequence, packed.position].transpose(1, 2)
+
+
 class PoolingState(NamedTuple):
     """A streaming softmax pooling so far, per (batch, head), in float32 or better."""
 

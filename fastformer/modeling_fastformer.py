@@ -49,13 +49,17 @@ from .configuration_fastformer import FastformerConfig
 from .copy_head import CopyHeadSourceMixin, FastformerCopyHead
 from .functional import (
     CausalAttentionState,
+    PackedRows,
     PoolingState,
     additive_attention,
     additive_pooling,
     causal_additive_attention,
     masked_softmax,
     packed_additive_attention,
+    packed_rows,
     pool_projections,
+    repack,
+    unpack,
 )
 
 logger = logging.get_logger(__name__)
@@ -157,15 +161,21 @@ class FastformerAttention(nn.Module):
 
 class FastformerCausalAttention(FastformerAttention):
     """The decoder's attention: every position pools its prefix only. With a `cache` (a `FastformerCache`), the
-    state of layer application `layer_idx` continues a sequence and is updated.
+    state of layer application `layer_idx` continues a sequence and is updated. With `packed` (`PackedRows`), the
+    rows hold several sequences each, and every one pools its own prefix only.
 
     Returns the output and, with `output_attentions`, the two poolings' weights (B, H, 2, N, N) (row t: the
     weights of tokens 1..t; `functional.causal_pooling_weights`), else None. They need the whole sequence in one
     call: a cache that holds earlier tokens keeps their pooled state, not the tokens."""
 
-    def forward(self, hidden_states, attention_mask=None, cache=None, layer_idx=None, output_attentions=False):
+    def forward(
+        self, hidden_states, attention_mask=None, cache=None, layer_idx=None, output_attentions=False, packed=None
+    ):
         query, q, k, v = self._project(hidden_states)
         vectors, settings = self._attention_arguments()
+        if packed is not None:  # a sequence a row (S, H, L, D), the rows' mask; back to packed rows after
+            q, k, v = (unpack(x, packed) for x in (q, k, v))
+            attention_mask = packed.mask
         state = None if cache is None else cache.attention_state(layer_idx)
         if output_attentions and state is not None:
             raise ValueError(
@@ -178,6 +188,8 @@ class FastformerCausalAttention(FastformerAttention):
         )
         if cache is not None:
             cache.update_attention_state(state, layer_idx)
+        if packed is not None:
+            u = repack(u, packed)
         return self._output(u, query), weights
 
 
@@ -433,8 +445,9 @@ class FastformerDecoderLayer(GradientCheckpointingLayer):
         cache=None,
         layer_idx=None,
         output_attentions=False,
+        packed: PackedRows | None = None,
     ):
-        attention, _ = self.attention(hidden_states, attention_mask, cache, layer_idx, output_attentions)
+        attention, _ = self.attention(hidden_states, attention_mask, cache, layer_idx, output_attentions, packed)
         hidden_states = self.attention_output(attention, hidden_states)
         if self.cross_attention is not None:
             cross, _ = self.cross_attention(
@@ -942,6 +955,26 @@ class FastformerDecoder(FastformerStack):
             allow_is_bidirectional_skip=False,
         )
 
+    def packed(self, position_ids, attention_mask, batch_size, states, kwargs) -> PackedRows | None:
+        """The `PackedRows` of packed rows (`packed_sequences`), else None. They train and score: a generation
+        state, cross-attention and attention weights would follow a row, not its sequences, and are refused."""
+        if states is not None and states.seen_tokens:  # a continuation: positions restart after no mask
+            return None
+        segment_ids = self.packed_sequences(position_ids, attention_mask, batch_size)
+        if segment_ids is None:
+            return None
+        refused = {
+            "a generation state (use_cache=False)": states is not None,
+            "cross-attention": self.layers[0].cross_attention is not None,
+            "output_attentions": kwargs.get("output_attentions", self.config.output_attentions),
+        }
+        if any(refused.values()):
+            raise ValueError(
+                "The rows are packed (`position_ids` restart without an attention mask), which the decoder takes "
+                f"apart without {', '.join(name for name, given in refused.items() if given)}"
+            )
+        return packed_rows(segment_ids)
+
     @capture_outputs
     def forward(
         self,
@@ -965,12 +998,7 @@ class FastformerDecoder(FastformerStack):
             *((0, None) if states is None else (states.seen_tokens, states.positions)),
         )
         check_single_segment(token_type_ids, hidden_states.shape[:2])
-        fresh = states is None or not states.seen_tokens
-        if fresh and self.packed_sequences(position_ids, attention_mask, hidden_states.shape[0]) is not None:
-            raise ValueError(
-                "The rows are packed (`position_ids` restart without an attention mask), which the causal decoder "
-                "does not take apart: pad the sequences to a batch instead of DataCollatorWithFlattening"
-            )
+        packed = self.packed(position_ids, attention_mask, hidden_states.shape[0], states, kwargs)
         cross_inputs = self.cross_attention_inputs(encoder_hidden_states, encoder_attention_mask, cache)
         source_mask = self.source_mask(hidden_states, encoder_hidden_states, encoder_attention_mask)
         output_attentions = kwargs.get("output_attentions", self.config.output_attentions)
@@ -985,6 +1013,7 @@ class FastformerDecoder(FastformerStack):
                 cache=states,
                 layer_idx=index,
                 output_attentions=output_attentions,
+                packed=packed,
             )
         if states is not None:
             states.advance(attention_mask, *hidden_states.shape[:2], hidden_states.device)

@@ -303,7 +303,33 @@ def test_packed_rows_are_refused_where_a_row_gets_one_prediction(build):
         build(FastformerForSequenceClassification)(input_ids=packed["input_ids"], position_ids=packed["position_ids"])
 
 
-def test_packed_rows_are_refused_by_the_decoder(build):
+@pytest.mark.parametrize("model_class", [FastformerForCausalLM, GPT2LMHeadModel], ids=lambda c: c.__name__)
+def test_packed_rows_give_each_sequence_alone_in_the_causal_lm(build, model_class):
+    """Padding-free training (DataCollatorWithFlattening, TRL's padding_free): the logits and the loss of packed
+    rows are those of the sequences alone."""
+    model = gpt2() if model_class is GPT2LMHeadModel else build(model_class)
+    features, packed = packed_batch()
+    together = model(**packed, use_cache=False)
+    alone = [model(torch.tensor([feature["input_ids"]]), use_cache=False).logits[0] for feature in features]
+    torch.testing.assert_close(together.logits[0], torch.cat(alone), atol=1e-5, rtol=1e-4)
+    predicted = torch.cat([logits[:-1] for logits in alone])  # no sequence predicts the next one's first token
+    targets = torch.cat([torch.tensor(feature["input_ids"][1:]) for feature in features])
+    torch.testing.assert_close(together.loss, torch.nn.functional.cross_entropy(predicted, targets))
+
+
+@pytest.mark.parametrize(
+    "head, kwargs, message",
+    [
+        ("causal", {"use_cache": True}, "generation state"),
+        ("causal", {"use_cache": False, "output_attentions": True}, "output_attentions"),
+        ("seq2seq", {"use_cache": False}, "cross-attention"),
+    ],
+    ids=["cache", "attentions", "cross-attention"],
+)
+def test_packed_rows_are_refused_where_the_decoder_cannot_take_them_apart(build, head, kwargs, message):
+    _, ours_class, extra = GENERATIVE[head]
     _, packed = packed_batch()
-    with pytest.raises(ValueError, match="packed"):
-        build(FastformerForCausalLM)(input_ids=packed["input_ids"], position_ids=packed["position_ids"])
+    name = "decoder_input_ids" if extra else "input_ids"
+    positions = "decoder_position_ids" if extra else "position_ids"
+    with pytest.raises(ValueError, match=f"packed.*{message}"):
+        build(ours_class)(**extra, **{name: packed["input_ids"], positions: packed["position_ids"]}, **kwargs)
