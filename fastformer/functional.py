@@ -364,10 +364,8 @@ def causal_additive_pooling(
         return _pooling_step(x, weight, None if attention_mask is None else attention_mask[:, 0], state)
     acc = state.pooled.dtype
     lowest = torch.finfo(acc).min
-    # one contiguous copy of a head split (a transposed view), which the three products below would otherwise each
-    # make (a matmul reshapes its batch dimensions) where there is no chunk padding; and the padding's layout: F.pad
-    # of a zero padding (every length <= chunk_size) clones its input's strides, a compiled graph with a dynamic
-    # length expects a contiguous result, and its matmuls' views of it then fail at run time (issue 45)
+    # a head split (a transposed view) copied once, contiguous: the matmuls below would each copy it to merge its
+    # (B, H) batch dimensions (the logits', and both on xs where there is no chunk padding)
     x = x.contiguous()
 
     # the state as a softmax at the shift m = its log normalizer: sum exp(logit_i - m) = 1 (a phantom 1 before any
@@ -377,11 +375,17 @@ def causal_additive_pooling(
     if attention_mask is not None:
         logits = logits.masked_fill(~attention_mask.to(torch.bool)[:, None, :], float("-inf"))
 
-    chunk = min(chunk_size, length)
-    padded = -length % chunk
-    chunks = (length + padded) // chunk
-    s = torch.nn.functional.pad(logits, (0, padded), value=float("-inf")).view(batch, heads, chunks, chunk)
-    xs = torch.nn.functional.pad(x.to(acc), (0, 0, 0, padded)).view(batch, heads, chunks, chunk, dim)
+    # the chunks: the whole sequence as one up to chunk_size tokens (a graph compiled with a dynamic length then
+    # covers all of those lengths under one guard, with plain sizes), else chunks of chunk_size, the last one padded.
+    # No F.pad of nothing: it clones its input in the input's strides, where a graph compiled with a dynamic length
+    # takes the result as contiguous (and a matmul's view of it fails at run time)
+    chunk, chunks = (length, 1) if length <= chunk_size else (chunk_size, -(-length // chunk_size))
+    padded = chunks * chunk - length
+    s, xs = logits, x.to(acc)
+    if padded:
+        s = torch.nn.functional.pad(s, (0, padded), value=float("-inf"))
+        xs = torch.nn.functional.pad(xs, (0, 0, 0, padded))
+    s, xs = s.view(batch, heads, chunks, chunk), xs.view(batch, heads, chunks, chunk, dim)
 
     with torch.no_grad():  # the running maxima: shifts that cancel in the softmax
         within = s.cummax(dim=-1).values.clamp(min=lowest)  # (B, H, C#, C) max over the chunk so far

@@ -1,4 +1,5 @@
-"""torch.compile(fullgraph=True) on the encoder and on one cached decoding step, against eager mode.
+"""torch.compile(fullgraph=True) on the encoder and on one cached decoding step, and the decoders compiled with
+dynamic shapes, against eager mode.
 
 What the model's code decides is Dynamo's capture (one graph, no recompilation per token) and AOTAutograd's
 tracing (decompositions, functionalization, a state that moves on as in eager mode): the "aot_eager" backend runs
@@ -12,7 +13,7 @@ import functools
 import pytest
 import torch
 
-from fastformer import FastformerForConditionalGeneration, FastformerModel
+from fastformer import FastformerForCausalLM, FastformerForConditionalGeneration, FastformerModel
 from fastformer.export import state_tensors
 
 
@@ -81,3 +82,60 @@ def test_decoding_step_compiles_as_one_graph_that_follows_eager_mode_without_rec
         for _ in range(6):
             step_both()  # raises if the step compiles again
     assert compiled_cache.get_seq_length() == eager_cache.get_seq_length() == 11
+
+
+DECODERS = [FastformerForCausalLM, FastformerForConditionalGeneration]
+
+
+def decoder_inputs(model_class, length, **extra):
+    """A forward pass's inputs with `length` decoder tokens: the causal LM's ids, or the encoder-decoder's padded
+    source (`padded_batch`) and decoder ids."""
+    ids = torch.randint(1, 99, (2, length), generator=torch.Generator().manual_seed(length))
+    if model_class is FastformerForCausalLM:
+        return dict(input_ids=ids, **extra)
+    source, mask = padded_batch()
+    return dict(input_ids=source, attention_mask=mask, decoder_input_ids=ids, **extra)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dynamic", [True, None], ids=["dynamic", "recompiled-dynamic"])
+@pytest.mark.parametrize("model_class", DECODERS, ids=lambda model_class: model_class.__name__)
+@torch.no_grad()
+def test_decoder_compiles_with_a_dynamic_length(build, model_class, dynamic):
+    """With a symbolic length (as GPT-2 and BART compile): no zero chunk padding, an F.pad that would clone its input
+    in the input's strides where the graph takes it as contiguous. With dynamic=True both lengths run one graph;
+    with dynamic=None the second length recompiles it with a dynamic length."""
+    torch._dynamo.reset()
+    model = build(model_class)
+    compiled = torch.compile(model, backend="aot_eager", dynamic=dynamic)
+    for length in (7, 9):
+        inputs = decoder_inputs(model_class, length)
+        with torch._dynamo.config.patch(error_on_recompile=dynamic and length == 9):
+            result = compiled(**inputs)
+        torch.testing.assert_close(result.logits, model(**inputs).logits, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_class", DECODERS, ids=lambda model_class: model_class.__name__)
+@torch.no_grad()
+def test_cached_decoding_compiles_with_dynamic_shapes(build, model_class):
+    """A prompt, then one token continuing its cache, both through the model compiled with dynamic=True and
+    use_cache=True: eager mode's logits, and its recurrent states after them."""
+    torch._dynamo.reset()
+    model = build(model_class)
+    compiled = torch.compile(model, backend="aot_eager", dynamic=True)
+    eager_cache, compiled_cache = model.new_cache(), model.new_cache()
+    inputs = decoder_inputs(model_class, 7, use_cache=True)
+    if model_class is FastformerForConditionalGeneration:  # the encoder once, as generate() runs it
+        source = inputs.pop("input_ids")
+        inputs["encoder_outputs"] = model.get_encoder()(source, attention_mask=inputs["attention_mask"])
+    decoder_ids = "input_ids" if model_class is FastformerForCausalLM else "decoder_input_ids"
+    for _ in range(2):
+        expected, result = model(**inputs, cache=eager_cache), compiled(**inputs, cache=compiled_cache)
+        torch.testing.assert_close(result.logits, expected.logits, rtol=1e-5, atol=1e-5)
+        inputs[decoder_ids] = expected.logits[:, -1:].argmax(-1)
+    if model_class is FastformerForConditionalGeneration:
+        eager_cache, compiled_cache = eager_cache.self_attention_cache, compiled_cache.self_attention_cache
+    for compiled_state, eager_state in zip(state_tensors(compiled_cache), state_tensors(eager_cache), strict=True):
+        torch.testing.assert_close(compiled_state, eager_state, rtol=1e-5, atol=1e-5)
+    assert compiled_cache.get_seq_length() == eager_cache.get_seq_length() == 8
