@@ -14,42 +14,22 @@ last two: pass `target_modules` to PEFT there.
 import transformers
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
+from . import modeling_fastformer
 from .checks import set_value_checks, value_checks
 from .configuration_fastformer import FastformerConfig
 from .copy_encoder_decoder import CopyEncoderDecoderConfig, CopyEncoderDecoderModel
-from .modeling_fastformer import (
-    FastformerCache,
-    FastformerEncoderDecoderCache,
-    FastformerForCausalLM,
-    FastformerForConditionalGeneration,
-    FastformerForMaskedLM,
-    FastformerForSequenceClassification,
-    FastformerModel,
-    FastformerPreTrainedModel,
-)
+from .modeling_fastformer import *  # noqa: F403  (its __all__)
 from .peft_defaults import register_peft_defaults
 
 __version__ = "0.1.0"
-__all__ = [
-    "FastformerCache",
-    "FastformerConfig",
-    "FastformerEncoderDecoderCache",
-    "FastformerForCausalLM",
-    "FastformerForConditionalGeneration",
-    "FastformerForMaskedLM",
-    "FastformerForSequenceClassification",
-    "FastformerModel",
-    "FastformerPreTrainedModel",
-    "set_value_checks",
-    "value_checks",
-]
+__all__ = ["FastformerConfig", *modeling_fastformer.__all__, "set_value_checks", "value_checks"]
 
 AUTO_CLASSES = {
-    FastformerModel: "AutoModel",
-    FastformerForSequenceClassification: "AutoModelForSequenceClassification",
-    FastformerForMaskedLM: "AutoModelForMaskedLM",
-    FastformerForConditionalGeneration: "AutoModelForSeq2SeqLM",
-    FastformerForCausalLM: "AutoModelForCausalLM",
+    modeling_fastformer.FastformerModel: "AutoModel",
+    modeling_fastformer.FastformerForSequenceClassification: "AutoModelForSequenceClassification",
+    modeling_fastformer.FastformerForMaskedLM: "AutoModelForMaskedLM",
+    modeling_fastformer.FastformerForConditionalGeneration: "AutoModelForSeq2SeqLM",
+    modeling_fastformer.FastformerForCausalLM: "AutoModelForCausalLM",
 }
 
 FastformerConfig.register_for_auto_class()
@@ -57,7 +37,7 @@ transformers.AutoConfig.register(FastformerConfig.model_type, FastformerConfig, 
 for _model_class, _auto_class in AUTO_CLASSES.items():
     _model_class.register_for_auto_class(_auto_class)
     getattr(transformers, _auto_class).register(FastformerConfig, _model_class, exist_ok=True)
-MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(FastformerConfig.model_type, FastformerForCausalLM.__name__)
+MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(FastformerConfig.model_type, "FastformerForCausalLM")
 transformers.AutoConfig.register(CopyEncoderDecoderConfig.model_type, CopyEncoderDecoderConfig, exist_ok=True)
 transformers.AutoModelForSeq2SeqLM.register(CopyEncoderDecoderConfig, CopyEncoderDecoderModel, exist_ok=True)
 register_peft_defaults()
