@@ -16,7 +16,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 
 from . import modeling_fastformer
 from .checks import set_value_checks, value_checks
-from .configuration_fastformer import FastformerConfig
+from .configuration_fastformer import AUTO_MAP, FastformerConfig
 from .copy_encoder_decoder import CopyEncoderDecoderConfig, CopyEncoderDecoderModel
 from .modeling_fastformer import *  # noqa: F403  (its __all__)
 from .peft_defaults import register_peft_defaults
@@ -24,12 +24,11 @@ from .peft_defaults import register_peft_defaults
 __version__ = "0.1.0"
 __all__ = ["FastformerConfig", *modeling_fastformer.__all__, "set_value_checks", "value_checks"]
 
+# each head and its Auto class, as the Hub code's `auto_map` names them
 AUTO_CLASSES = {
-    modeling_fastformer.FastformerModel: "AutoModel",
-    modeling_fastformer.FastformerForSequenceClassification: "AutoModelForSequenceClassification",
-    modeling_fastformer.FastformerForMaskedLM: "AutoModelForMaskedLM",
-    modeling_fastformer.FastformerForConditionalGeneration: "AutoModelForSeq2SeqLM",
-    modeling_fastformer.FastformerForCausalLM: "AutoModelForCausalLM",
+    getattr(modeling_fastformer, path.partition(".")[2]): auto_class
+    for auto_class, path in AUTO_MAP.items()
+    if auto_class != "AutoConfig"
 }
 
 FastformerConfig.register_for_auto_class()

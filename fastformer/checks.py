@@ -13,34 +13,37 @@ data-dependent branch would break the graph).
 """
 
 import contextlib
+import contextvars
 
 import torch
 
 IGNORE_INDEX = -100  # labels the losses skip, as in transformers
 
 
-_VALUE_CHECKS = {"enabled": False}
+# per thread and asyncio task, as a context variable: one request's `value_checks()` leaves the others' as they are
+_VALUE_CHECKS = contextvars.ContextVar("fastformer_value_checks", default=False)
 
 
 def set_value_checks(enabled: bool) -> bool:
-    """Turns the value checks on or off in this process (see the module docstring); returns the former setting."""
-    former, _VALUE_CHECKS["enabled"] = _VALUE_CHECKS["enabled"], bool(enabled)
+    """Turns the value checks on or off in this context (see the module docstring); returns the former setting."""
+    former = _VALUE_CHECKS.get()
+    _VALUE_CHECKS.set(bool(enabled))
     return former
 
 
 @contextlib.contextmanager
 def value_checks(enabled: bool = True):
     """`with value_checks():` the models read their inputs' values and name a bad one, on any device."""
-    former = set_value_checks(enabled)
+    token = _VALUE_CHECKS.set(bool(enabled))
     try:
         yield
     finally:
-        set_value_checks(former)
+        _VALUE_CHECKS.reset(token)
 
 
 def values_checked() -> bool:
     """Whether the checks read values: inside `value_checks()`, outside torch.compile."""
-    return _VALUE_CHECKS["enabled"] and not torch.compiler.is_compiling()
+    return not torch.compiler.is_compiling() and _VALUE_CHECKS.get()  # dynamo cannot trace a ContextVar
 
 
 def _values_outside(tensor, low, high, allowed=()):

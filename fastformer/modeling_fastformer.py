@@ -35,6 +35,7 @@ from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, logging
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
+from transformers.utils.import_utils import is_tracing
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .checks import (
@@ -544,8 +545,9 @@ class FastformerStack(FastformerPreTrainedModel):
     @staticmethod
     def packed_sequences(position_ids, attention_mask, batch_size) -> torch.Tensor | None:
         """The sequence of every token (B, N) where the rows are packed, else None: read from `position_ids` that
-        restart without an attention mask, where and as transformers' masks read them (its values, one look)."""
-        if position_ids is None or attention_mask is not None:
+        restart without an attention mask (one look at their values), as transformers' masks read them. Not while
+        a graph is traced (torch.compile, export), where the look would be a graph break: there, pass a mask."""
+        if position_ids is None or attention_mask is not None or is_tracing(position_ids):
             return None
         return find_packed_sequence_indices(position_ids.expand(batch_size, -1))
 
@@ -605,6 +607,7 @@ class FastformerModel(FastformerStack):
 
     @capture_outputs
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @deprecate_kwarg("cache_params", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -956,15 +959,15 @@ class FastformerDecoder(FastformerStack):
         )
 
     def packed(self, position_ids, attention_mask, batch_size, states, kwargs) -> PackedRows | None:
-        """The `PackedRows` of packed rows (`packed_sequences`), else None. They train and score: a generation
-        state, cross-attention and attention weights would follow a row, not its sequences, and are refused."""
-        if states is not None and states.seen_tokens:  # a continuation: positions restart after no mask
+        """The `PackedRows` of packed rows (`packed_sequences`), looked for where transformers' masks look: without
+        a cache (with one, the rows continue as they are). They train and score: cross-attention and attention
+        weights would follow a row, not its sequences, and are refused."""
+        if states is not None:
             return None
         segment_ids = self.packed_sequences(position_ids, attention_mask, batch_size)
         if segment_ids is None:
             return None
         refused = {
-            "a generation state (use_cache=False)": states is not None,
             "cross-attention": self.layers[0].cross_attention is not None,
             "output_attentions": kwargs.get("output_attentions", self.config.output_attentions),
         }
@@ -1040,9 +1043,12 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
 
     def checked_cache(self, cache: Cache | None, use_cache: bool) -> Cache | None:
         """The cache this forward reads and updates: the one given, whatever `use_cache` says (as transformers'
-        models read it), a new one for an empty transformers cache (`DynamicCache()`) or for none with `use_cache`;
-        None while the layers are checkpointed (as transformers' `GradientCheckpointingLayer` drops it). A cache of
-        keys and values (PEFT's prefix tuning) is refused: a recurrent state cannot continue from it."""
+        models read it), else a new one with `use_cache`; None while the layers are checkpointed (as transformers'
+        `GradientCheckpointingLayer` drops it). An `EncoderDecoderCache` whose self-attention part is an empty
+        transformers cache (BART's `EncoderDecoderCache(DynamicCache(), DynamicCache())`) gets the decoder's state in
+        its place, so that the caller's object carries on. Refused: any other cache that is not the decoder's
+        state (`new_cache()`), as an empty `DynamicCache()` could not be filled in place, and a cache of keys and
+        values (PEFT's prefix tuning), which a recurrent state cannot continue from."""
         if self.checkpoints_layers():
             if cache is not None:
                 logger.warning_once("Caching is incompatible with gradient checkpointing: the given cache is not read")
@@ -1053,7 +1059,14 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
         if isinstance(states, FastformerCache):
             return cache
         if isinstance(states, Cache) and states.get_seq_length() == 0:
-            return self.new_cache()
+            if isinstance(cache, EncoderDecoderCache):
+                cache.self_attention_cache = FastformerCache(self.config)
+                return cache
+            raise ValueError(
+                f"A Fastformer decoder continues from its own state, `model.new_cache()` (a DynamicCache of "
+                f"linear-attention layers), not from an empty {type(states).__name__}, which it cannot fill: pass "
+                "`cache=model.new_cache()` (generate() takes an empty one and makes its own)"
+            )
         raise ValueError(
             f"The cache holds keys and values ({type(states).__name__}), as PEFT's prefix tuning passes them, but "
             "Fastformer's decoder continues from a recurrent state (`model.new_cache()`): prefix tuning is not "
@@ -1064,6 +1077,15 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
         """Whether this forward checkpoints the layers, which then run without the cache (so none is kept); the
         cheap conditions first: generation, in eval mode or without gradients, never walks the modules."""
         return self.training and torch.is_grad_enabled() and self.is_activation_checkpointing
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        """As generate()'s, where an empty transformers cache given to generate() (`DynamicCache()`) makes way for the
+        model's own, which the first forward makes (`checked_cache`)."""
+        cache = model_kwargs.get("cache")
+        states = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+        if isinstance(states, Cache) and not isinstance(states, FastformerCache) and not states.get_seq_length():
+            model_kwargs["cache"] = None if states is cache else self.checked_cache(cache, True)
+        return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def prepare_inputs_for_generation(
@@ -1220,6 +1242,12 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
             use_cache = False
         cache = self.checked_cache(cache, use_cache)
         if encoder_outputs is None:
+            rows = None if position_ids is None else position_ids.shape[0]
+            if self.fastformer.packed_sequences(position_ids, attention_mask, rows) is not None:
+                raise ValueError(
+                    "The source rows are packed (`position_ids` restart without an attention mask), which the "
+                    "encoder-decoder does not take apart: pad the sequences to a batch"
+                )
             encoder_outputs = self.fastformer(
                 input_ids,
                 attention_mask=attention_mask,
@@ -1291,7 +1319,8 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
         if not self.config.tie_encoder_embeddings:
             raise ValueError(
                 "resize_token_embeddings resizes the encoder's word embeddings, which are not the decoder's here "
-                "(tie_encoder_embeddings=False): resize before freeze_encoder / untie_encoder_embeddings"
+                "(tie_encoder_embeddings=False): resize before fastformer.summarization.freeze_encoder / "
+                "untie_encoder_embeddings"
             )
         return super().resize_token_embeddings(*args, **kwargs)
 

@@ -4,9 +4,8 @@ PEFT looks a model's `model_type` up in its own tables of default targets and re
 ("Please specify `target_modules`"). Registering "fastformer" there gives `get_peft_model(model,
 LoraConfig(task_type=...))` the same targets as for BERT: the attention's `query` and `value` projections (with
 the paper's query-value sharing, `share_query_value=True`, the values are the queries, so `query` alone adapts
-both), in the encoder, the decoder and the cross-attention. A Fastformer model registers them when it is created
-(`FastformerPreTrainedModel.post_init`), not `import fastformer`: so a checkpoint loaded as Hub code gets them
-too, and importing the package leaves PEFT as it was. Does nothing where PEFT is not installed.
+both), in the encoder, the decoder and the cross-attention. `import fastformer` registers them, once; a checkpoint
+loaded as Hub code without the package needs `target_modules`. Does nothing where PEFT is not installed.
 """
 
 import importlib.util

@@ -155,17 +155,32 @@ def test_a_given_cache_is_read_whatever_use_cache_says(build, head, how):
 
 
 @pytest.mark.parametrize("head", GENERATIVE)
-def test_an_empty_transformers_cache_starts_the_state(build, head):
-    """`cache=DynamicCache()` (or BART's empty `EncoderDecoderCache`), in forward and in generate(), as the peers."""
+def test_an_empty_transformers_cache_starts_generation_as_in_the_peer(build, head):
+    """generate(past_key_values=DynamicCache()) (BART: an empty `EncoderDecoderCache`), as the peers take it."""
     peer_class, ours_class, extra = GENERATIVE[head]
+    prompt = extra or {"input_ids": IDS[:, :5]}
     for model in (peer_class(), build(ours_class)):
-        empty = DynamicCache() if head == "causal" else EncoderDecoderCache(DynamicCache(), DynamicCache())
-        output = step(model, extra, IDS, cache=empty, use_cache=True)
-        torch.testing.assert_close(output.logits, step(model, extra, IDS).logits, atol=1e-5, rtol=1e-4)
-        prompt = extra or {"input_ids": IDS[:, :5]}
         empty = DynamicCache() if head == "causal" else EncoderDecoderCache(DynamicCache(), DynamicCache())
         given = model.generate(**prompt, past_key_values=empty, max_new_tokens=4, do_sample=False)
         torch.testing.assert_close(given, model.generate(**prompt, max_new_tokens=4, do_sample=False))
+
+
+def test_barts_empty_cache_carries_the_state_from_call_to_call(build):
+    """BART's loop: one `EncoderDecoderCache(DynamicCache(), DynamicCache())` passed to every forward; the
+    decoder's state takes the place of its empty self-attention part."""
+    for model in (bart(), build(FastformerForConditionalGeneration)):
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        step(model, {"input_ids": SOURCE}, IDS[:, :5], cache=cache, use_cache=True)
+        continued = step(model, {"input_ids": SOURCE}, IDS[:, 5:], cache=cache, use_cache=True).logits
+        whole = step(model, {"input_ids": SOURCE}, IDS).logits[:, 5:]
+        torch.testing.assert_close(continued, whole, atol=1e-5, rtol=1e-4)
+
+
+def test_an_empty_dynamic_cache_in_forward_is_refused_for_the_state_it_cannot_hold(build):
+    """GPT-2 fills the `DynamicCache()` it is given; a recurrent state cannot live in one, so it is refused, naming
+    the cache to pass (continuing from a new one instead would silently start over at every call)."""
+    with pytest.raises(ValueError, match=r"model.new_cache\(\)"):
+        build(FastformerForCausalLM)(IDS, cache=DynamicCache(), use_cache=True)
 
 
 @pytest.mark.parametrize("head", GENERATIVE)
@@ -320,11 +335,10 @@ def test_packed_rows_give_each_sequence_alone_in_the_causal_lm(build, model_clas
 @pytest.mark.parametrize(
     "head, kwargs, message",
     [
-        ("causal", {"use_cache": True}, "generation state"),
         ("causal", {"use_cache": False, "output_attentions": True}, "output_attentions"),
         ("seq2seq", {"use_cache": False}, "cross-attention"),
     ],
-    ids=["cache", "attentions", "cross-attention"],
+    ids=["attentions", "cross-attention"],
 )
 def test_packed_rows_are_refused_where_the_decoder_cannot_take_them_apart(build, head, kwargs, message):
     _, ours_class, extra = GENERATIVE[head]
@@ -333,3 +347,10 @@ def test_packed_rows_are_refused_where_the_decoder_cannot_take_them_apart(build,
     positions = "decoder_position_ids" if extra else "position_ids"
     with pytest.raises(ValueError, match=f"packed.*{message}"):
         build(ours_class)(**extra, **{name: packed["input_ids"], positions: packed["position_ids"]}, **kwargs)
+
+
+def test_packed_source_rows_are_refused_by_the_encoder_decoder(build):
+    _, packed = packed_batch()
+    model = build(FastformerForConditionalGeneration)
+    with pytest.raises(ValueError, match="source rows are packed"):
+        model(input_ids=packed["input_ids"], position_ids=packed["position_ids"], decoder_input_ids=IDS[:1, :3])

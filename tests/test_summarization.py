@@ -148,7 +148,7 @@ def test_freezing_unties_the_embeddings_and_training_leaves_every_encoder_parame
     assert model.config.tie_encoder_embeddings is False
     assert model.get_input_embeddings().weight is not model.lm_head.weight
     assert "fastformer.embeddings.word_embeddings.weight" not in model.all_tied_weights_keys.values()
-    with pytest.raises(ValueError, match="resize before freeze_encoder"):
+    with pytest.raises(ValueError, match="resize before fastformer.summarization.freeze_encoder"):
         model.resize_token_embeddings(VOCAB + 3)  # would resize the encoder's matrix alone
     assert model.decoder.embeddings.word_embeddings.weight is model.lm_head.weight  # the decoder's stay tied
     encoder = {name: p.clone() for name, p in model.get_encoder().named_parameters()}
