@@ -34,10 +34,11 @@ CHECKPOINT_CLASSES = {
     "classifier": FastformerForSequenceClassification,
     "masked_lm": FastformerForMaskedLM,
     "seq2seq": FastformerForConditionalGeneration,
+    "seq2seq_copy": FastformerForConditionalGeneration,  # with the copy head (fastformer/copy_head.py)
     "causal_lm": FastformerForCausalLM,
 }
 HEADS = [FastformerForSequenceClassification, FastformerForMaskedLM]
-GENERATORS = ["seq2seq", "causal_lm"]
+GENERATORS = ["seq2seq", "seq2seq_copy", "causal_lm"]
 AUTO_CLASS_OF = {
     FastformerModel: "AutoModel",
     FastformerForSequenceClassification: "AutoModelForSequenceClassification",
@@ -151,7 +152,12 @@ def checkpoints(tmp_path_factory, tiny_config, tokenizer):
     # the generation heads start from [CLS] and stop at [SEP] (tokenizer_fields); with larger random weights than
     # the default, the untrained models generate tokens that depend on the input rather than repeating [CLS]
     generation = dict(initializer_range=0.2)
-    config_overrides = {"classifier": {"id2label": ID2LABEL}, "seq2seq": generation, "causal_lm": generation}
+    config_overrides = {
+        "classifier": {"id2label": ID2LABEL},
+        "seq2seq": generation,
+        "seq2seq_copy": {**generation, "copy_mechanism": True},
+        "causal_lm": generation,
+    }
     torch.manual_seed(0)
     models = {}
     for folder, cls in CHECKPOINT_CLASSES.items():
@@ -163,7 +169,7 @@ def checkpoints(tmp_path_factory, tiny_config, tokenizer):
     assert not inputs["attention_mask"].all()
     # fixed decoder inputs for the seq2seq forward: the first tokens of the other text
     decoder_input_ids = tokenizer(TEXTS[::-1], padding=True, return_tensors="pt").input_ids[:, :6]
-    decoder_inputs = {"seq2seq": {"decoder_input_ids": decoder_input_ids}}
+    decoder_inputs = {folder: {"decoder_input_ids": decoder_input_ids} for folder in ("seq2seq", "seq2seq_copy")}
     job = dict(inputs=inputs, decoder_inputs=decoder_inputs, generation=GENERATION, texts=TEXTS, loads=REMOTE_LOADS)
     torch.save(job, path / "remote_job.pt")
     return Checkpoints(path, models, inputs, decoder_inputs)
@@ -195,7 +201,8 @@ def test_saved_checkpoint_carries_code_for_every_head(checkpoints, repo_root, fo
         "AutoModelForSeq2SeqLM": "modeling_fastformer.FastformerForConditionalGeneration",
         "AutoModelForCausalLM": "modeling_fastformer.FastformerForCausalLM",
     }
-    for module in ("configuration_fastformer.py", "modeling_fastformer.py", "functional.py", "pipeline_fastformer.py"):
+    modules = ("configuration_fastformer.py", "modeling_fastformer.py", "functional.py", "checks.py", "copy_head.py")
+    for module in (*modules, "pipeline_fastformer.py"):
         assert (saved / module).read_text() == (repo_root / "fastformer" / module).read_text()
 
 
