@@ -6,8 +6,9 @@ import json
 from argparse import Namespace
 
 import pytest
+import torch
 
-from benchmarks import decoding, deploy, encoder, harness, parity
+from benchmarks import decoding, deploy, encoder, harness, operators, parity
 from fastformer import FastformerForSequenceClassification
 
 TOY_ENCODER = "--hidden-size 32 --layers 1 --heads 4 --intermediate-size 64 --vocab-size 1100 --threads 1".split()
@@ -16,6 +17,27 @@ TOY_ENCODER = "--hidden-size 32 --layers 1 --heads 4 --intermediate-size 64 --vo
 def read_record(path):
     """The JSON record and the rows of the CSV beside it."""
     return json.loads(path.read_text()), list(csv.DictReader(path.with_suffix(".csv").open()))
+
+
+def test_operator_count_leaves_views_out_and_counts_host_reads():
+    x = torch.randn(4, 6)
+    with operators.OperatorCount() as counted:
+        x.view(6, 4).transpose(0, 1).detach()  # views and a detach: no work
+        (x @ x.T).sum().item()
+    assert counted.compute == {"aten::mm": 1, "aten::sum": 1, "aten::_local_scalar_dense": 1}
+    assert counted.host_reads == 1
+
+
+def test_operators_benchmark_counts_both_models_each_step(tmp_path, capsys):
+    flags = "--hidden-size 32 --layers 2 --heads 4 --shapes 2x16 1x64 --training-shapes 2x16 --threads 1"
+    rows = operators.main([*flags.split(), "--output", str(tmp_path / "operators.json")])
+    record, csv_rows = read_record(tmp_path / "operators.json")
+    assert len(record["rows"]) == len(csv_rows) == len(rows) == 2 * 4  # models x (2 inference + 2 training) steps
+    assert all(row["operators"] > 0 for row in rows)
+    assert all(row["host_reads"] == 0 for row in rows if row["model"] == "Fastformer")  # no value read by default
+    fastformer = [row for row in rows if row["model"] == "Fastformer"]
+    assert all(row["vs_bert"] > 0 for row in fastformer)
+    assert "| BERT-SDPA | inference | 2 | 16 |" in capsys.readouterr().out
 
 
 def test_predict_extrapolates_the_measured_growth():
