@@ -95,9 +95,10 @@ class FastformerConfig(PreTrainedConfig):
             authors' code); False gives r_i alone, the attention output of a softmax Transformer, which is what
             models converted from BERT use (`fastformer.conversion`): there the residual adds a term the teacher
             does not have.
-        chunk_size_feed_forward (`int`, defaults to 256): without gradients (inference), every feed-forward block
-            runs on at most this many tokens at a time (0: all at once): the same result, without ever holding the
-            (tokens x intermediate_size) activations of a whole long batch (docs/PRETRAINED.md, memory).
+        chunk_size_feed_forward (`int`, defaults to 0): every feed-forward block runs on at most this many tokens
+            at a time (0, transformers' default: all at once): the same result; without gradients, a long batch's
+            (tokens x intermediate_size) activations are then never held at once (docs/PRETRAINED.md, memory), at
+            the cost of a kernel launch per chunk on a GPU.
         pooler_type (`str`, defaults to `"additive"`): how `FastformerModel` pools the last layer into
             `pooler_output` for classification: `"additive"` (the paper's: a tanh MLP gives one logit per token,
             masked softmax, weighted sum), `"cls"` (the first real token) or `"mean"` (mean of real tokens).
@@ -157,7 +158,7 @@ class FastformerConfig(PreTrainedConfig):
     share_heads: bool = False
     interaction: Literal[INTERACTIONS] = "product"  # the tuple of functional.py, the one list of interactions
     query_residual: bool = True
-    chunk_size_feed_forward: int = 256
+    chunk_size_feed_forward: int = 0
     pooler_type: Literal["additive", "cls", "mean"] = "additive"
     additive_attention_mode: Literal["auto", "plain", "collapsed"] = "auto"
     num_decoder_layers: int | None = _positive_int(None)

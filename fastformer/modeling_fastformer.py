@@ -294,10 +294,11 @@ class FastformerSublayerOutput(nn.Module):
 
 
 class FastformerFeedForward(nn.Module):
-    """intermediate -> activation -> dense -> add & LayerNorm, token by token. Without gradients, a batch of more
-    than `config.chunk_size_feed_forward` tokens (read at every call; 0: never) runs in chunks of that many, so
-    the (tokens x intermediate_size) activations are never held for all tokens at once (with gradients every
-    chunk's would be kept for the backward pass anyway)."""
+    """intermediate -> activation -> dense -> add & LayerNorm, token by token. A batch of more than
+    `config.chunk_size_feed_forward` tokens (read at every call; 0, the default: never) runs in chunks of that many
+    tokens, rows flattened (so any length takes any chunk size, unlike transformers' `apply_chunking_to_forward`,
+    which checkpoints saved with a chunk size of 256 would refuse most lengths with), with and without gradients:
+    without, the (tokens x intermediate_size) activations are never held for all tokens at once."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -311,7 +312,7 @@ class FastformerFeedForward(nn.Module):
         tokens = hidden_states.shape[0] * hidden_states.shape[1]
         # traced (compile, export): a symbolic length, which the comparison with the chunk would pin; no chunks
         traced = torch.compiler.is_compiling() or torch.compiler.is_exporting()
-        if chunk and not torch.is_grad_enabled() and not traced and tokens > chunk:
+        if chunk and not traced and tokens > chunk:
             flat = hidden_states.reshape(tokens, hidden_states.shape[-1])
             return torch.cat([self.chunk_forward(part) for part in flat.split(chunk)]).view_as(hidden_states)
         return self.chunk_forward(hidden_states)

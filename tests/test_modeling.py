@@ -133,9 +133,8 @@ def test_collapsed_attention_equals_the_plain_path_in_float64(tiny_config, varia
 
 @pytest.mark.parametrize("model_class", [FastformerModel, FastformerForConditionalGeneration])
 def test_feed_forward_in_chunks_gives_the_whole_batchs_result(build, model_class):
-    """Without gradients the feed-forward blocks run on `chunk_size_feed_forward` tokens at a time (a chunk may
-    straddle two rows, the last is shorter): the same outputs in float64, padding included; with gradients they
-    run whole (and the gradients are the model's)."""
+    """The feed-forward blocks run on `chunk_size_feed_forward` tokens at a time (a chunk may straddle two rows, the
+    last is shorter), with and without gradients: the same outputs and gradients in float64, padding included."""
     model = build(model_class, share_layers=False, chunk_size_feed_forward=0).double()
     ids = torch.randint(5, VOCAB, (3, 11))
     mask = torch.ones_like(ids)
@@ -163,9 +162,22 @@ def test_feed_forward_in_chunks_gives_the_whole_batchs_result(build, model_class
     with torch.no_grad():
         torch.testing.assert_close(output(), whole, rtol=1e-12, atol=1e-12)
     assert calls == [(4, HIDDEN)] * 8 + [(1, HIDDEN)]  # 33 tokens in chunks of 4
+    model.config.chunk_size_feed_forward = 0
+    output().sum().backward()
+
+    def gradients():  # the pooler's, which the hidden states do not reach, are None
+        return {name: parameter.grad for name, parameter in model.named_parameters() if parameter.grad is not None}
+
+    whole_gradients = gradients()
+    model.zero_grad(set_to_none=True)
+    model.config.chunk_size_feed_forward = 4
     calls.clear()
-    output().sum().backward()  # with gradients: one call on the whole batch
-    assert calls == [(3, 11, HIDDEN)]
+    output().sum().backward()  # with gradients: the same chunks
+    assert calls == [(4, HIDDEN)] * 8 + [(1, HIDDEN)]
+    chunked_gradients = gradients()
+    assert chunked_gradients.keys() == whole_gradients.keys()
+    for name, gradient in chunked_gradients.items():
+        torch.testing.assert_close(gradient, whole_gradients[name], rtol=1e-10, atol=1e-12, msg=name)
 
 
 @pytest.mark.parametrize("query_residual", [True, False])
