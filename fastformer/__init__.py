@@ -8,7 +8,7 @@ Importing the package registers Fastformer once, here, and nowhere else (buildin
   to shift a causal LM's labels (`AutoModelForCausalLM.register` leaves it alone);
 - in PEFT's tables of default target modules, where PEFT is installed (`peft_defaults`).
 A checkpoint loaded as Hub code without this package gets the Auto classes from transformers itself, but not the
-last two: pass `target_modules` to PEFT there.
+last two: pass `target_modules` to PEFT there, and Trainer's label smoothing does not shift its causal LM's labels.
 """
 
 import transformers
