@@ -15,14 +15,14 @@ import transformers
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 from . import modeling_fastformer
-from .checks import set_value_checks, value_checks
+from .checks import value_checks
 from .configuration_fastformer import AUTO_MAP, FastformerConfig
 from .copy_encoder_decoder import CopyEncoderDecoderConfig, CopyEncoderDecoderModel
 from .modeling_fastformer import *  # noqa: F403  (its __all__)
 from .peft_defaults import register_peft_defaults
 
 __version__ = "0.1.0"
-__all__ = ["FastformerConfig", *modeling_fastformer.__all__, "set_value_checks", "value_checks"]
+__all__ = ["FastformerConfig", *modeling_fastformer.__all__, "value_checks"]
 
 # each head and its Auto class, as the Hub code's `auto_map` names them
 AUTO_CLASSES = {

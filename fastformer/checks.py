@@ -4,8 +4,8 @@ Token ids in the vocabulary and of an integer dtype, embeddings of the model's w
 and range the loss reads, no second segment. The messages name the argument, the expected and the given value.
 
 Shapes and dtypes are always checked: they are known on the host, so checking them costs nothing. VALUES (an id
-outside the vocabulary, a class id >= num_labels, a non-zero token type) are checked only inside `value_checks()`
-(or after `set_value_checks(True)`), on every device alike: reading a tensor's values makes the host wait for the
+outside the vocabulary, a class id >= num_labels, a non-zero token type) are checked only inside `value_checks()`,
+on every device alike: reading a tensor's values makes the host wait for the
 device (a synchronization on every forward pass and decoding step of a GPU), so by default they are not read, as
 transformers' models do not read them, and a bad id fails inside torch (on CUDA: a device-side assert). Run the
 failing step again inside `value_checks()` for the message. They are skipped while torch.compile traces (a
@@ -22,13 +22,6 @@ IGNORE_INDEX = -100  # labels the losses skip, as in transformers
 
 # per thread and asyncio task, as a context variable: one request's `value_checks()` leaves the others' as they are
 _VALUE_CHECKS = contextvars.ContextVar("fastformer_value_checks", default=False)
-
-
-def set_value_checks(enabled: bool) -> bool:
-    """Turns the value checks on or off in this context (see the module docstring); returns the former setting."""
-    former = _VALUE_CHECKS.get()
-    _VALUE_CHECKS.set(bool(enabled))
-    return former
 
 
 @contextlib.contextmanager

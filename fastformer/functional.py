@@ -213,14 +213,12 @@ def segment_pooling(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`additive_pooling` of every sequence of packed rows on its own: each token gets its sequence's pooled vector.
 
-    x: (B, H, N, D); weight: (H, D), or (B, H, N, D) one per token; segment_ids: (B, N), the sequence of each
-    token, numbered from 0 in each row (transformers' `find_packed_sequence_indices`). Returns the pooled vectors
+    x: (B, H, N, D); weight: (H, D), the learned vector w; segment_ids: (B, N), the sequence of each token,
+    numbered from 0 in each row (transformers' `find_packed_sequence_indices`). Returns the pooled vectors
     (B, H, N, D) in x's dtype and the weights (B, H, N) in float32 or better, each sequence's summing to 1.
     """
     dim = x.shape[-1]
-    if weight.dim() == 2:
-        weight = weight.unsqueeze(-2)  # (H, 1, D): the same for every token
-    logits = (x * weight).sum(dim=-1)  # (B, H, N)
+    logits = (x @ weight.unsqueeze(-1)).squeeze(-1)  # (B, H, N): w_h . x_{i,h}
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / math.sqrt(dim)
     index = segment_ids[:, None, :].expand(logits.shape)  # (B, H, N): slot of each token's sequence
     maxima = torch.full_like(logits, float("-inf")).scatter_reduce(-1, index, logits, "amax")

@@ -288,6 +288,7 @@ def test_a_mask_of_zeros_and_twos_is_a_mask_of_zeros_and_ones(build, model_class
 # ---- packed rows (DataCollatorWithFlattening): the sequences stay apart, as in BERT -------------------------------
 
 LENGTHS = (5, 9, 3)
+MODES = ("auto", "plain", "collapsed")  # the encoder's additive_attention_mode
 
 
 def packed_batch():
@@ -296,15 +297,18 @@ def packed_batch():
     return features, DataCollatorWithFlattening(return_tensors="pt")(features)
 
 
-@pytest.mark.parametrize("model_class", [FastformerModel, FastformerForMaskedLM, BertModel, BertForMaskedLM])
-@pytest.mark.parametrize("mode", ["auto", "plain", "collapsed"])
+PACKED_MODELS = [
+    *((model_class, mode) for model_class in (FastformerModel, FastformerForMaskedLM) for mode in MODES),
+    (BertModel, None),
+    (BertForMaskedLM, None),
+]
+
+
+@pytest.mark.parametrize(
+    "model_class, mode", PACKED_MODELS, ids=[f"{cls.__name__}-{mode}" for cls, mode in PACKED_MODELS]
+)
 def test_packed_rows_give_each_sequence_alone(build, model_class, mode):
-    if model_class.__module__.startswith("transformers"):
-        if mode != "auto":
-            pytest.skip("one run of the peer")
-        model = bert(model_class)
-    else:
-        model = build(model_class, additive_attention_mode=mode)
+    model = bert(model_class) if mode is None else build(model_class, additive_attention_mode=mode)
     features, packed = packed_batch()
     assert packed["input_ids"].shape == (1, sum(LENGTHS))
     together = model(input_ids=packed["input_ids"], position_ids=packed["position_ids"])[0][0]
