@@ -56,25 +56,14 @@ print(json.dumps(results))
 
 
 @pytest.fixture(scope="module")
-def run_commands(repo_root):
+def run_commands(fresh_python):
     def run(commands, *args, cwd, hidden=EXTRA_MODULES):
-        """Each of `commands` with `args` in `cwd`, as installed, in one fresh interpreter with the modules of
-        `hidden` unimportable, offline: {command: [exit status or message, stdout, stderr]}."""
+        """Each of `commands` with `args` in `cwd`, as installed, in one fresh interpreter (conftest's
+        `fresh_python`: offline) with the modules of `hidden` unimportable: {command: [exit status or message,
+        stdout, stderr]}."""
         targets = {command: COMMANDS[command][0] for command in commands}
         script = COMMANDS_SCRIPT.format(hidden=tuple(hidden), targets=targets, args=[str(arg) for arg in args])
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))
-        process = subprocess.run(
-            [sys.executable, "-c", script],
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert process.returncode == 0, process.stderr
-        return json.loads(process.stdout.strip().splitlines()[-1])
+        return json.loads(fresh_python(script, cwd).strip().splitlines()[-1])
 
     return run
 
@@ -122,7 +111,7 @@ def test_a_run_without_its_extra_stops_at_once_with_one_line(run_commands, tmp_p
     results = run_commands(needing, "--model_name_or_path", "model", "--output_dir", "out", cwd=tmp_path)
     for command, (code, out, _) in results.items():
         assert (code, out) == (missing_extra_message(command, COMMANDS[command][1]), "")  # exit status 1
-    assert list(tmp_path.iterdir()) == []  # stopped before writing anything
+    assert not (tmp_path / "out").exists()  # stopped before writing anything
 
 
 @pytest.mark.slow
