@@ -16,6 +16,12 @@ from torch.nn import functional as nn_functional
 INTERACTIONS = ("product", "add", "concat")
 
 
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 or better: the dtype softmaxes and pooled states are computed in (as torch.promote_types(dtype,
+    torch.float32), without an operator call)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def masked_softmax(logits: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Softmax over the last axis (tokens) that gives padding exactly zero weight.
 
@@ -23,7 +29,7 @@ def masked_softmax(logits: torch.Tensor, attention_mask: torch.Tensor | None = N
     attention_mask: broadcastable to logits, True/1 for tokens and False/0 for padding.
     A row with no token at all gets all-zero weights (so it pools to zeros) instead of NaN.
     """
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    logits = logits.to(accumulation_dtype(logits.dtype))
     if attention_mask is None:
         return logits.softmax(dim=-1)
     attention_mask = attention_mask.to(torch.bool)
@@ -32,18 +38,65 @@ def masked_softmax(logits: torch.Tensor, attention_mask: torch.Tensor | None = N
     return logits.softmax(dim=-1) * attention_mask
 
 
+class PoolingMask(NamedTuple):
+    """An attention mask in the form the poolings take it, made once for all of a forward's layers (`pooling_mask`)."""
+
+    bias: torch.Tensor  # (B, 1, 1, N) additive, `scaled_dot_product_attention`'s: 0 for a token, the lowest for padding
+    has_tokens: torch.Tensor  # (B, 1, 1): 1 for a row with a token, 0 for a row of padding only
+
+
+def pooling_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> PoolingMask:
+    """The `PoolingMask` of an attention mask (B, N) (non-zero for tokens, 0 for padding), in `dtype`: the dtype the
+    poolings compute in (under autocast, autocast's)."""
+    mask = attention_mask.to(torch.bool).to(dtype)
+    bias = (mask - 1) * torch.finfo(dtype).max  # exactly 0 for a token, the dtype's lowest value for padding
+    return PoolingMask(bias[:, None, None, :], mask.amax(dim=-1)[:, None, None])
+
+
+def as_pooling_mask(attention_mask, dtype) -> PoolingMask | None:
+    """`attention_mask` as a `PoolingMask` in `dtype` (None for None; a `PoolingMask` as it is)."""
+    if attention_mask is None or isinstance(attention_mask, PoolingMask):
+        return attention_mask
+    return pooling_mask(attention_mask, dtype)
+
+
+def _as_bool_mask(attention_mask) -> torch.Tensor | None:
+    """(B, N) True for tokens, from a (B, N) mask or a `PoolingMask`."""
+    if isinstance(attention_mask, PoolingMask):
+        return attention_mask.bias[:, 0, 0] == 0
+    return attention_mask
+
+
+def attention_pooling(
+    x: torch.Tensor, vectors: torch.Tensor, mask: PoolingMask | None = None, scale: float | None = None
+) -> torch.Tensor:
+    """sum_i softmax_i(v . x_i * scale) x_i per head, through `scaled_dot_product_attention` (one query per head, the
+    learned vector v): one fused kernel, the weights never stored. x: (B, H, N, E); vectors: (H, E) or (B, H, E);
+    scale: 1 / sqrt(E) by default. Returns (B, H, E); a row of padding only pools over its padding (finite; the
+    callers zero it with `mask.has_tokens`)."""
+    query = vectors.unsqueeze(-2).expand(*x.shape[:2], 1, vectors.shape[-1])  # a view: one query per (B, H)
+    bias = None if mask is None else mask.bias
+    return nn_functional.scaled_dot_product_attention(query, x, x, attn_mask=bias, scale=scale).squeeze(-2)
+
+
 def additive_pooling(
-    x: torch.Tensor, weight: torch.Tensor, attention_mask: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
+    x: torch.Tensor, weight: torch.Tensor, attention_mask=None, *, return_weights: bool = True
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One additive-attention pooling: softmax_i(w . x_i / sqrt(D)) weighted sum of x_i (Eqs. 3-4 and 5-6).
 
     x: (B, H, N, D); weight: (H, D), the learned vector w, or (B, H, D), one per sequence;
-    attention_mask: (B, N). Returns the pooled vector (B, H, D) in x's dtype and the weights (B, H, N) in
-    float32 or better.
+    attention_mask: (B, N), or a `PoolingMask`. Returns the pooled vector (B, H, D) in x's dtype (zeros for a row
+    without tokens) and the weights (B, H, N) in float32 or better, or None without `return_weights`: then the
+    pooling is one `scaled_dot_product_attention` (`attention_pooling`).
 
-    Both products run over all heads at once on the tokens as (B, N, H*D): a free view of x when x is the
-    usual head split of a (B, N, H*D) projection (a transposed view), so no head transpose is ever copied.
+    With the weights, both products run over all heads at once on the tokens as (B, N, H*D): a free view of x when
+    x is the usual head split of a (B, N, H*D) projection (a transposed view), so no head transpose is copied.
     """
+    if not return_weights:
+        mask = as_pooling_mask(attention_mask, x.dtype)
+        pooled = attention_pooling(x, weight, mask)
+        return (pooled if mask is None else pooled * mask.has_tokens), None
+    attention_mask = _as_bool_mask(attention_mask)
     batch, heads, length, dim = x.shape
     tokens = x.transpose(1, 2).reshape(batch, length, heads * dim)  # (B, N, H*D), a view for a head split
     logits = (tokens @ _block_diagonal(weight)).transpose(1, 2)  # (B, H, N): w_h . x_{i,h}
@@ -59,19 +112,31 @@ def pool_projections(
     weight: torch.Tensor,
     bias: torch.Tensor,
     vectors: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    attention_mask=None,
+    *,
+    return_weights: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`additive_pooling` of the heads of the projections y_i = W x_i + b, without forming the y_i.
 
-    x: (B, N, C); weight: (H*D, C) and bias: (H*D,), a Linear layer's; vectors: (H, D) or (B, H, D), the w.
-    Per head h, with W_h the head's D rows of W:
+    x: (B, N, C); weight: (H*D, C) and bias: (H*D,), a Linear layer's; vectors: (H, D) or (B, H, D), the w;
+    attention_mask: (B, N) or a `PoolingMask`. Per head h, with W_h the head's D rows of W:
         w_h . y_{i,h} = (W_h^T w_h) . x_i + w_h . b_h,     sum_i a_i y_{i,h} = W_h (sum_i a_i x_i) + b_h sum_i a_i
     so the pooling costs two (N x C) by (C x H) products instead of the (N x C) by (C x H*D) projection.
-    Returns the pooled (B, H, D) and the weights (B, H, N), as `additive_pooling` on the y's heads.
+    Returns the pooled (B, H, D) and the weights (B, H, N), as `additive_pooling` on the y's heads (None without
+    `return_weights`: then the pooling of the x_i is one `scaled_dot_product_attention`).
     """
     heads, dim = vectors.shape[-2:]
     per_head = weight.view(heads, dim, -1)  # (H, D, C)
     effective = torch.einsum("...hd,hdc->...hc", vectors, per_head)  # (H, C) or (B, H, C): W_h^T w_h
+    if not return_weights:  # the shift w_h . b_h leaves the softmax unchanged
+        mask = as_pooling_mask(attention_mask, x.dtype)
+        batch, length, channels = x.shape
+        pooled_x = attention_pooling(x[:, None].expand(batch, heads, length, channels), effective, mask, dim**-0.5)
+        # W_h (sum_i a_i x_i) + b_h for every head pair, then the pairs of a head with itself: (B, H, H, D) -> (B, H, D)
+        every_pair = nn_functional.linear(pooled_x, weight, bias).view(batch, heads, heads, dim)
+        pooled = every_pair.diagonal(dim1=1, dim2=2).transpose(1, 2)
+        return (pooled if mask is None else pooled * mask.has_tokens), None
+    attention_mask = _as_bool_mask(attention_mask)
     shift = (vectors * bias.view(heads, dim)).sum(dim=-1)[..., None]  # (H, 1) or (B, H, 1): w_h . b_h
     logits = effective @ x.transpose(1, 2) + shift  # (B, H, N)
     probs = _pooling_weights(logits, dim, attention_mask)
@@ -84,7 +149,7 @@ def pool_projections(
 def _pooling_weights(logits: torch.Tensor, dim: int, attention_mask: torch.Tensor | None) -> torch.Tensor:
     """softmax_i(logit_i / sqrt(dim)) over the tokens of logits (B, H, N), in float32 or better, padding
     (attention_mask (B, N) == 0) excluded."""
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / math.sqrt(dim)
+    logits = logits.to(accumulation_dtype(logits.dtype)) / math.sqrt(dim)
     return masked_softmax(logits, None if attention_mask is None else attention_mask[:, None, :])
 
 
@@ -99,10 +164,12 @@ def pool_interactions(
     global_vector: torch.Tensor,
     tokens: torch.Tensor,
     weight: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
+    attention_mask=None,
     interaction: str = "product",
     projection: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    *,
+    return_weights: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`additive_pooling(interact(g, tokens), weight, mask)` without forming the (B, H, N, D) interactions.
 
     global_vector: (B, H, D); tokens: (B, H, N, D); weight: (H, D). With p_i = interact(g, x_i) and
@@ -112,21 +179,32 @@ def pool_interactions(
         "concat":  w . (g P1 + x_i P2) = (P2 w) . x_i + const, sum_i beta_i p_i = (g P1) sum_i beta_i
                                                                                  + (sum_i beta_i x_i) P2
     (a constant shift leaves a softmax unchanged; sum_i beta_i is 1, or 0 for a row of padding only).
-    Returns the pooled vector (B, H, D) and beta (B, H, N), as `additive_pooling`.
+    Returns the pooled vector (B, H, D) and beta (B, H, N) (None without `return_weights`), as `additive_pooling`.
     """
     _check_interaction(interaction, projection)
+    if not return_weights:
+        attention_mask = as_pooling_mask(attention_mask, tokens.dtype)
     if interaction == "product":
-        pooled, beta = additive_pooling(tokens, weight * global_vector, attention_mask)
+        pooled, beta = additive_pooling(tokens, weight * global_vector, attention_mask, return_weights=return_weights)
         return global_vector * pooled, beta
     if interaction == "add":
-        pooled, beta = additive_pooling(tokens, weight, attention_mask)
-        return global_vector * beta.sum(dim=-1, keepdim=True).to(tokens.dtype) + pooled, beta
+        pooled, beta = additive_pooling(tokens, weight, attention_mask, return_weights=return_weights)
+        return global_vector * _weight_sum(beta, attention_mask, tokens.dtype) + pooled, beta
     dim = tokens.shape[-1]  # concat
     own, other = projection[:, :dim], projection[:, dim:]  # P1 for g, P2 for the tokens
-    pooled, beta = additive_pooling(tokens, (other @ weight.unsqueeze(-1)).squeeze(-1), attention_mask)
+    pooled, beta = additive_pooling(
+        tokens, (other @ weight.unsqueeze(-1)).squeeze(-1), attention_mask, return_weights=return_weights
+    )
     pooled = (pooled.unsqueeze(-2) @ other).squeeze(-2)  # (B, H, D)
     own_part = (global_vector.unsqueeze(-2) @ own).squeeze(-2)
-    return own_part * beta.sum(dim=-1, keepdim=True).to(tokens.dtype) + pooled, beta
+    return own_part * _weight_sum(beta, attention_mask, tokens.dtype) + pooled, beta
+
+
+def _weight_sum(weights, mask, dtype):
+    """sum_i of a pooling's weights, (B, H, 1): 1, or 0 for a row of padding only."""
+    if weights is not None:
+        return weights.sum(dim=-1, keepdim=True).to(dtype)
+    return 1.0 if mask is None else mask.has_tokens
 
 
 def _check_interaction(interaction: str, projection: torch.Tensor | None):
@@ -184,8 +262,8 @@ def additive_attention(
     """Fastformer additive attention, Eqs. 3-6, before the output transform W_r and the query residual.
 
     query, key, value: (B, H, N, D); query_weight, key_weight: (H, D), the learned vectors w_q and w_k;
-    attention_mask: (B, N), 1 for tokens and 0 for padding (bool or int). Padding takes no part in
-    either pooling; an all-padding row gives finite values.
+    attention_mask: (B, N), 1 for tokens and 0 for padding (bool or int), or its `PoolingMask` (which a model makes
+    once for all its layers). Padding takes no part in either pooling; a row of padding only pools to zeros.
 
         alpha = softmax(w_q . q_i / sqrt(D)),  global query q = sum_i alpha_i q_i
         p_i   = q * k_i
@@ -196,13 +274,22 @@ def additive_attention(
     per interaction. Returns `AdditiveAttentionOutput(output=u, weights)`: u is (B, H, N, D); `weights` is None,
     or with `return_weights` the two pooling distributions stacked as (B, H, 2, N): index 0 is alpha (global
     query), index 1 is beta (global key).
-    The p_i are never formed (`pool_interactions`). With inputs that are head splits of (B, N, H*D)
-    projections (transposed views), "product" and "add" give u back the same way, so
+    The p_i are never formed (`pool_interactions`); without `return_weights` each pooling is one
+    `scaled_dot_product_attention` (`attention_pooling`), which never stores the weights. With inputs that are head
+    splits of (B, N, H*D) projections (transposed views), "product" and "add" give u back the same way, so
     `u.transpose(1, 2).reshape(B, N, H*D)` is free as well.
     """
-    global_query, alpha = additive_pooling(query, query_weight, attention_mask)
+    if not return_weights:  # one mask for both poolings
+        attention_mask = as_pooling_mask(attention_mask, query.dtype)
+    if not return_weights and interaction == "product":  # the default, in the fewest operators
+        global_query = attention_pooling(query, query_weight, attention_mask)
+        if attention_mask is not None:
+            global_query = global_query * attention_mask.has_tokens  # 0 for a row without tokens: so is its key
+        global_key = global_query * attention_pooling(key, key_weight * global_query, attention_mask)
+        return AdditiveAttentionOutput(value * global_key.unsqueeze(-2), None)  # value first: u takes its layout
+    global_query, alpha = additive_pooling(query, query_weight, attention_mask, return_weights=return_weights)
     global_key, beta = pool_interactions(
-        global_query, key, key_weight, attention_mask, interaction, query_key_projection
+        global_query, key, key_weight, attention_mask, interaction, query_key_projection, return_weights=return_weights
     )
     u = interact(global_key.unsqueeze(-2), value, interaction, key_value_projection)  # (B, H, N, D)
     return AdditiveAttentionOutput(u, torch.stack((alpha, beta), dim=-2) if return_weights else None)
@@ -219,7 +306,7 @@ def segment_pooling(
     """
     dim = x.shape[-1]
     logits = (x @ weight.unsqueeze(-1)).squeeze(-1)  # (B, H, N): w_h . x_{i,h}
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / math.sqrt(dim)
+    logits = logits.to(accumulation_dtype(logits.dtype)) / math.sqrt(dim)
     index = segment_ids[:, None, :].expand(logits.shape)  # (B, H, N): slot of each token's sequence
     maxima = torch.full_like(logits, float("-inf")).scatter_reduce(-1, index, logits, "amax")
     exp = (logits - maxima.gather(-1, index)).exp()
@@ -357,7 +444,7 @@ def causal_additive_pooling(
     """
     batch, heads, length, dim = x.shape
     if state is None:
-        state = initial_pooling_state(batch, heads, dim, torch.promote_types(x.dtype, torch.float32), x.device)
+        state = initial_pooling_state(batch, heads, dim, accumulation_dtype(x.dtype), x.device)
     if length == 1:  # one decoding step: update the streaming softmax directly
         return _pooling_step(x, weight, None if attention_mask is None else attention_mask[:, 0], state)
     acc = state.pooled.dtype
@@ -496,7 +583,7 @@ def copy_attention(
     # scaled before the product and normalized in float32 at least, as masked_softmax: half-precision scores
     # overflow, and their weights would not sum to 1
     scores = torch.matmul(query * query.shape[-1] ** -0.5, source.transpose(-1, -2))
-    scores = scores.to(torch.promote_types(scores.dtype, torch.float32))
+    scores = scores.to(accumulation_dtype(scores.dtype))
     if source_mask is not None:
         mask = source_mask.to(torch.bool)
         mask = mask | ~mask.any(dim=-1, keepdim=True)
@@ -514,7 +601,7 @@ def pointer_generator(
     logits: (B, T, V) the LM head's; copy_weights: (B, T, M) `copy_attention`'s; source_ids: (B, M) the source's
     token ids (< V); gate_logits: (B, T). Returns log P (B, T, V), in float32 (float64 for float64 logits): a word
     neither side gives any probability gets log of the smallest normal float, finite, with no gradient through it."""
-    dtype = torch.promote_types(logits.dtype, torch.float32)
+    dtype = accumulation_dtype(logits.dtype)
     gate_logits = gate_logits.to(dtype).unsqueeze(-1)
     generated = torch.log_softmax(logits.to(dtype), dim=-1) + nn_functional.logsigmoid(gate_logits)
     index = source_ids[:, None, :].expand(-1, copy_weights.shape[1], -1)

@@ -11,6 +11,7 @@ only relatively, so a saved checkpoint carries it as Hub code.
 """
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import nn
@@ -51,19 +52,29 @@ from .copy_head import CopyHeadSourceMixin, FastformerCopyHead
 from .functional import (
     CausalAttentionState,
     PackedRows,
+    PoolingMask,
     PoolingState,
     additive_attention,
     additive_pooling,
+    as_pooling_mask,
     causal_additive_attention,
-    masked_softmax,
     packed_additive_attention,
     packed_rows,
     pool_projections,
+    pooling_mask,
     repack,
     unpack,
 )
 
 logger = logging.get_logger(__name__)
+
+
+def compute_dtype(hidden_states: torch.Tensor) -> torch.dtype:
+    """The dtype the attention computes in: autocast's where it is on, else the hidden states'."""
+    device = hidden_states.device.type
+    if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):  # "meta" has no autocast
+        return torch.get_autocast_dtype(device)
+    return hidden_states.dtype
 
 
 class FastformerEmbeddings(nn.Module):
@@ -148,15 +159,21 @@ class FastformerAttention(nn.Module):
         u = u.transpose(1, 2).reshape(query.shape)  # (B, N, H*D)
         return self.transform(u) + query if self.query_residual else self.transform(u)
 
-    def forward(self, hidden_states, attention_mask=None, segment_ids=None):
-        """The attention's output and its two pooling distributions, (B, H, 2, N). With `segment_ids` (B, N), the
-        rows are packed: each sequence of a row attends to itself alone (`functional.packed_additive_attention`)."""
+    def forward(self, hidden_states, attention_mask=None, segment_ids=None, output_attentions=False):
+        """The attention's output and, with `output_attentions`, its two pooling distributions (B, H, 2, N), else
+        None. attention_mask: (B, N), or its `functional.PoolingMask` (made once per forward by the model). With
+        `segment_ids` (B, N), the rows are packed: each sequence of a row attends to itself alone
+        (`functional.packed_additive_attention`)."""
         query, q, k, v = self._project(hidden_states)
         vectors, settings = self._attention_arguments()
         if segment_ids is None:
-            u, weights = additive_attention(q, k, v, *vectors, attention_mask, return_weights=True, **settings)
+            u, weights = additive_attention(
+                q, k, v, *vectors, attention_mask, return_weights=output_attentions, **settings
+            )
         else:
-            u, weights = packed_additive_attention(q, k, v, *vectors, segment_ids, return_weights=True, **settings)
+            u, weights = packed_additive_attention(
+                q, k, v, *vectors, segment_ids, return_weights=output_attentions, **settings
+            )
         return self._output(u, query), weights
 
 
@@ -249,8 +266,8 @@ class FastformerCrossAttention(nn.Module):
     def encode(self, encoder_hidden_states, encoder_attention_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
         value = self._split_heads(self.value(encoder_hidden_states))  # (B, H, M, D)
         if self.cross_attention_type == "additive":
-            context, _ = additive_pooling(value, self.context_weight, encoder_attention_mask)  # (B, H, D)
-            context = context.unsqueeze(-2)  # (B, H, 1, D)
+            context, _ = additive_pooling(value, self.context_weight, encoder_attention_mask, return_weights=False)
+            context = context.unsqueeze(-2)  # (B, H, D) -> (B, H, 1, D)
             return context, context
         return self._split_heads(self.key(encoder_hidden_states)), value
 
@@ -329,10 +346,14 @@ class FastformerLayer(GradientCheckpointingLayer):
     - "plain": the paper's steps (`FastformerAttention`, then `attention_output.dense`);
     - "collapsed": the same function with the Linear layers folded into one matrix per sequence
       (`collapsed_attention`; "product" interaction only);
-    - "auto" (default): "collapsed" where it applies and repays building its matrix (a sequence of at least
-      hidden_size / 2 tokens), "plain" otherwise.
+    - "auto" (default): "collapsed" where it applies and repays building its matrix, "plain" otherwise
+      (`uses_collapsed_attention`).
     The layer owns the choice because the folding reads weights of both `attention` and `attention_output`.
     """
+
+    # "auto" folds only batches of at least this many tokens per hidden unit: below, a GPU's time goes to launching
+    # kernels (the plain path launches fewer) more than to the GEMMs that folding saves
+    collapse_min_tokens_per_unit = 16
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -349,11 +370,19 @@ class FastformerLayer(GradientCheckpointingLayer):
         return all(type(linear) is nn.Linear for linear in maps if linear is not None)
 
     def uses_collapsed_attention(self, hidden_states) -> bool:
+        """ "auto": the collapsed path where it applies ("product" interaction, plain Linear layers) and repays what it
+        costs. Per sequence of N tokens (hidden size C) it builds a (C x C) matrix, 2 C^3 multiply-adds, and saves
+        three of the plain path's four (N x C) by (C x C) products, 6 N C^2: it repays from N = C / 2 on, and
+        with gradients, whose backward builds the matrix's gradient as well, from N = C. And only for batches of at
+        least `collapse_min_tokens_per_unit` * C tokens, where the GEMMs, not the kernel launches, set the time."""
         mode = self.config.additive_attention_mode
         if mode == "auto":
+            batch, length, hidden_size = hidden_states.shape
+            min_length = hidden_size if torch.is_grad_enabled() else hidden_size / 2
             return (
                 self.config.interaction == "product"
-                and 2 * hidden_states.shape[1] >= hidden_states.shape[2]
+                and length >= min_length
+                and batch * length >= self.collapse_min_tokens_per_unit * hidden_size
                 and self.folds_plain_linears()
             )
         if mode == "collapsed" and self.config.interaction != "product":
@@ -368,25 +397,26 @@ class FastformerLayer(GradientCheckpointingLayer):
             )
         return mode == "collapsed"
 
-    def forward(self, hidden_states, attention_mask=None, segment_ids=None):
-        """Returns the new hidden states and the attention's two pooling distributions, (B, H, 2, N) (what
-        `capture_outputs` records as `attentions`; tiny beside the layer's activations). `segment_ids`: packed
-        rows' sequences (`FastformerAttention`)."""
-        hidden_states, weights = self.attention_sublayer(hidden_states, attention_mask, segment_ids)
+    def forward(self, hidden_states, attention_mask=None, segment_ids=None, output_attentions=False):
+        """Returns the new hidden states and, with `output_attentions`, the attention's two pooling distributions
+        (B, H, 2, N), else None (what `capture_outputs` records as `attentions`). attention_mask: (B, N) or its
+        `functional.PoolingMask`; `segment_ids`: packed rows' sequences (`FastformerAttention`)."""
+        hidden_states, weights = self.attention_sublayer(hidden_states, attention_mask, segment_ids, output_attentions)
         return self.feed_forward(hidden_states), weights
 
-    def attention_sublayer(self, hidden_states, attention_mask=None, segment_ids=None):
+    def attention_sublayer(self, hidden_states, attention_mask=None, segment_ids=None, output_attentions=False):
         """The first half of the layer: attention -> dense -> dropout -> add & LayerNorm (what a BERT layer's
-        `attention` module computes; `fastformer.distillation` matches the two). Returns it and the weights.
-        Packed rows take the plain path: the collapsed one folds the maps into one matrix per row."""
+        `attention` module computes; `fastformer.distillation` matches the two). Returns it and the weights (None
+        unless `output_attentions`). Packed rows take the plain path: the collapsed one folds the maps into one
+        matrix per row."""
         if segment_ids is None and self.uses_collapsed_attention(hidden_states):
-            projected, weights = self.collapsed_attention(hidden_states, attention_mask)
+            projected, weights = self.collapsed_attention(hidden_states, attention_mask, output_attentions)
         else:
-            attention, weights = self.attention(hidden_states, attention_mask, segment_ids)
+            attention, weights = self.attention(hidden_states, attention_mask, segment_ids, output_attentions)
             projected = self.attention_output.dense(attention)
         return self.attention_output.add_and_norm(projected, hidden_states), weights
 
-    def collapsed_attention(self, hidden_states, attention_mask=None):
+    def collapsed_attention(self, hidden_states, attention_mask=None, output_attentions=False):
         """`attention_output.dense(attention(...))` for the "product" interaction, with the Linear layers folded.
 
         The global query and key come from `pool_projections` (so q_i, k_i and p_i are never formed), and then
@@ -396,15 +426,21 @@ class FastformerLayer(GradientCheckpointingLayer):
         (without the query residual, `config.query_residual=False`, the W_q x_i + b_q terms drop out)
         so the sub-layer costs one (N x C) by (C x C) product per sequence instead of five, and stores no
         (N x C) activation besides x. M depends on the sequence (through k): a (C x C) product per sequence.
+        Returns it and, with `output_attentions`, the pooling weights (B, H, 2, N), else None.
         """
         attention, dense = self.attention, self.attention_output.dense
         batch, _, hidden_size = hidden_states.shape
         query, key = attention.query, attention.key
         value = query if attention.value is None else attention.value
         (query_weight, key_weight), _ = attention._attention_arguments()
-        global_query, alpha = pool_projections(hidden_states, query.weight, query.bias, query_weight, attention_mask)
+        if not output_attentions:  # one mask for both poolings
+            attention_mask = as_pooling_mask(attention_mask, compute_dtype(hidden_states))
+        pooled = partial(
+            pool_projections, hidden_states, attention_mask=attention_mask, return_weights=output_attentions
+        )
+        global_query, alpha = pooled(query.weight, query.bias, query_weight)
         key_weight = key_weight * global_query  # w_k . (q * k_i) = (w_k * q) . k_i
-        pooled_key, beta = pool_projections(hidden_states, key.weight, key.bias, key_weight, attention_mask)
+        pooled_key, beta = pooled(key.weight, key.bias, key_weight)
         global_key = (global_query * pooled_key).reshape(batch, 1, hidden_size)  # sum_i beta_i (q * k_i)
 
         out_transform = dense.weight @ attention.transform.weight  # W_o W_r
@@ -415,7 +451,7 @@ class FastformerLayer(GradientCheckpointingLayer):
             inner_bias = inner_bias + query.bias
         bias = inner_bias @ dense.weight.T + dense.bias  # (B, 1, C)
         out = torch.baddbmm(bias, hidden_states, matrix.transpose(1, 2))
-        return out, torch.stack((alpha, beta), dim=-2)
+        return out, torch.stack((alpha, beta), dim=-2) if output_attentions else None
 
 
 class FastformerDecoderLayer(GradientCheckpointingLayer):
@@ -471,18 +507,26 @@ class FastformerPooler(nn.Module):
             # no bias: a softmax ignores a shift, so its gradient is 0 and Adam would only move it by rounding noise
             self.score = nn.Linear(config.hidden_size, 1, bias=False)
 
-    def forward(self, hidden_states, attention_mask=None) -> torch.Tensor:
+    def forward(self, hidden_states, attention_mask=None, mask: PoolingMask | None = None) -> torch.Tensor:
+        """attention_mask: (B, N), True for tokens; `mask`: its `functional.PoolingMask` where the caller has made
+        one (the additive pooler takes it, else makes it). A row without tokens pools to zeros."""
+        if self.pooler_type == "additive":
+            # softmax_i(s . tanh(dense(h_i))) weighted sum of the h_i: attention with the score vector s as the one
+            # query, one fused kernel
+            mask = as_pooling_mask(attention_mask, compute_dtype(hidden_states)) if mask is None else mask
+            keys = torch.tanh(self.dense(hidden_states)).unsqueeze(1)  # (B, 1, N, C)
+            query = self.score.weight.view(1, 1, 1, -1).expand(keys.shape[0], 1, 1, -1)
+            pooled = nn.functional.scaled_dot_product_attention(
+                query, keys, hidden_states.unsqueeze(1), attn_mask=None if mask is None else mask.bias, scale=1.0
+            ).view(keys.shape[0], -1)
+            return pooled if mask is None else pooled * mask.has_tokens.view(-1, 1)
         if attention_mask is None:
             attention_mask = torch.ones(hidden_states.shape[:2], dtype=torch.bool, device=hidden_states.device)
         attention_mask = attention_mask.to(torch.bool)
         if self.pooler_type == "cls":
             first_token = attention_mask.int().argmax(dim=-1)  # left padding puts the first token later
             return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), first_token]
-        if self.pooler_type == "mean":
-            weights = attention_mask / attention_mask.sum(dim=-1, keepdim=True).clamp(min=1)
-        else:
-            logits = self.score(torch.tanh(self.dense(hidden_states))).squeeze(-1)  # (B, N)
-            weights = masked_softmax(logits, attention_mask)
+        weights = attention_mask / attention_mask.sum(dim=-1, keepdim=True).clamp(min=1)  # "mean"
         return (weights.to(hidden_states.dtype).unsqueeze(1) @ hidden_states).squeeze(1)  # (B, hidden)
 
 
@@ -573,7 +617,7 @@ class FastformerStack(FastformerPreTrainedModel):
             device = (input_ids if input_ids is not None else inputs_embeds).device
             position_ids = torch.arange(length, device=device).expand(batch_size, -1)
         else:
-            position_ids = (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+            position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)  # a bool mask's cumsum counts in int64
         if past_positions is not None:
             position_ids = position_ids + past_positions[:, None]
         # every column counts against the table, padding too: whether a row's real tokens fit would take its values
@@ -644,9 +688,14 @@ class FastformerModel(FastformerStack):
         hidden_states, attention_mask = self.embed(input_ids, attention_mask, position_ids, inputs_embeds)
         check_single_segment(token_type_ids, hidden_states.shape[:2])
         segment_ids = self.packed_sequences(position_ids, attention_mask, hidden_states.shape[0])
+        output_attentions = kwargs.get("output_attentions", self.config.output_attentions)
+        # the mask as the poolings take it, made once for every layer
+        mask = None if attention_mask is None else pooling_mask(attention_mask, compute_dtype(hidden_states))
         for _, layer in self.applied_layers():
-            hidden_states, _ = layer(hidden_states, attention_mask, segment_ids)
-        pooled = None if self.pooler is None or segment_ids is not None else self.pooler(hidden_states, attention_mask)
+            hidden_states, _ = layer(hidden_states, mask, segment_ids, output_attentions)
+        pooled = None
+        if self.pooler is not None and segment_ids is None:
+            pooled = self.pooler(hidden_states, attention_mask, mask)
         return BaseModelOutputWithPooling(last_hidden_state=hidden_states, pooler_output=pooled)
 
 

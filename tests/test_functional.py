@@ -17,6 +17,7 @@ from fastformer.functional import (
     masked_softmax,
     packed_additive_attention,
     pool_interactions,
+    pooling_mask,
 )
 
 B, H, N, D = 3, 2, 6, 4
@@ -73,12 +74,16 @@ def call(tensors, mask, interaction, **kwargs):
 MASKS = ["none", "right", "left", "random", "all-padding-row"]
 
 
+@pytest.mark.parametrize("path", ["fused", "weights", "pooling-mask"])
 @pytest.mark.parametrize("mask_kind", MASKS)
 @pytest.mark.parametrize("interaction", INTERACTIONS)
-def test_matches_float64_reference(interaction, mask_kind):
+def test_matches_float64_reference(interaction, mask_kind, path):
+    """Every path: the fused poolings (`scaled_dot_product_attention`), the one that returns the weights, and the
+    fused one given the mask as a model makes it once per forward (`pooling_mask`)."""
     tensors, generator = make_inputs(interaction)
     mask = make_mask(mask_kind, generator)
-    u = call(tensors, mask, interaction).output
+    given = pooling_mask(mask, torch.float64) if path == "pooling-mask" and mask is not None else mask
+    u = call(tensors, given, interaction, return_weights=path == "weights").output
     q, k, v, w_q, w_k, *projections = tensors
     expected = naive.additive_attention(q, k, v, w_q, w_k, mask, interaction, *projections)
     assert u.shape == v.shape and u.dtype == torch.float64
@@ -153,18 +158,22 @@ def test_head_splits_of_projections_match_reference_and_come_back_as_views(inter
         assert u.transpose(1, 2).is_contiguous()
 
 
+@pytest.mark.parametrize("return_weights", [True, False], ids=["weights", "fused"])
 @pytest.mark.parametrize("mask_kind", MASKS)
 @pytest.mark.parametrize("interaction", INTERACTIONS)
-def test_pool_interactions_equals_pooling_the_formed_interactions(interaction, mask_kind):
+def test_pool_interactions_equals_pooling_the_formed_interactions(interaction, mask_kind, return_weights):
     tensors, generator = make_inputs(interaction)
     mask = make_mask(mask_kind, generator)
     q, k, _, _, w_k, *projections = tensors
     projection = projections[0] if projections else None
     g = torch.randn(B, H, D, generator=generator, dtype=torch.float64)
-    pooled, beta = pool_interactions(g, k, w_k, mask, interaction, projection)
+    pooled, beta = pool_interactions(g, k, w_k, mask, interaction, projection, return_weights=return_weights)
     expected, expected_beta = additive_pooling(interact(g.unsqueeze(-2), k, interaction, projection), w_k, mask)
     torch.testing.assert_close(pooled, expected, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(beta, expected_beta, rtol=1e-12, atol=1e-12)
+    if return_weights:
+        torch.testing.assert_close(beta, expected_beta, rtol=1e-12, atol=1e-12)
+    else:
+        assert beta is None
 
 
 def test_additive_pooling_takes_one_weight_per_sequence():
@@ -218,13 +227,14 @@ def test_all_padding_rows_are_finite_with_and_without_grad():
     assert all(torch.isfinite(t.grad).all() for t in tensors)
 
 
+@pytest.mark.parametrize("return_weights", [True, False], ids=["weights", "fused"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-def test_half_precision_inputs_softmax_in_float32(dtype):
+def test_half_precision_inputs_softmax_in_float32(dtype, return_weights):
     tensors, generator = make_inputs(dtype=torch.float32)
     mask = make_mask("left", generator)
     half = [t.to(dtype) for t in tensors]
-    u, weights = call(half, mask, "product", return_weights=True)
-    assert u.dtype == dtype and weights.dtype == torch.float32
+    u, weights = call(half, mask, "product", return_weights=return_weights)
+    assert u.dtype == dtype and (weights is None if not return_weights else weights.dtype == torch.float32)
     expected = naive.additive_attention(*half, mask)
     error = (u.double() - expected).norm() / expected.norm()
     assert error < 2e-2, f"relative error {error:.2e}"
