@@ -236,7 +236,8 @@ def interact(
     if interaction == "add":
         return g + tokens
     head_dim = tokens.shape[-1]  # concat
-    return tokens @ projection[:, head_dim:] + g @ projection[:, :head_dim]
+    # g may be a decoding step's pooled state, in float32 at least: a matmul takes one dtype
+    return tokens @ projection[:, head_dim:] + g.to(projection.dtype) @ projection[:, :head_dim]
 
 
 class AdditiveAttentionOutput(NamedTuple):
@@ -420,8 +421,9 @@ def causal_pooling_weights(
     length, dim = x.shape[-2:]
     logits = (x @ weight.unsqueeze(-1)).squeeze(-1) / math.sqrt(dim)  # (B, H, N)
     visible = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()  # (N, N): token i <= position t
-    if attention_mask is not None:
-        visible = visible & attention_mask.to(torch.bool)[:, None, None, :]  # (B, 1, N, N)
+    if attention_mask is not None:  # bool or int, non-zero for tokens; or float and additive, 0 for tokens
+        tokens = attention_mask == 0 if attention_mask.is_floating_point() else attention_mask.to(torch.bool)
+        visible = visible & tokens[:, None, None, :]  # (B, 1, N, N)
     return masked_softmax(logits.unsqueeze(-2).expand(*logits.shape[:2], length, length), visible)
 
 
@@ -431,12 +433,17 @@ def causal_additive_pooling(
     attention_mask: torch.Tensor | None = None,
     state: PoolingState | None = None,
     chunk_size: int = 64,
+    *,
+    in_place: bool = False,
 ) -> tuple[torch.Tensor, PoolingState]:
     """Prefix additive pooling: for every t, sum_{i<=t} softmax_{i<=t}(w . x_i / sqrt(D)) x_i.
 
-    x: (B, H, N, D); weight: (H, D); attention_mask: (B, N), padding takes no part; `state` continues an
-    earlier call. Returns the pooled vectors (B, H, N, D) in x's dtype (zeros where no token has been seen
-    yet) and the state after the last position.
+    x: (B, H, N, D); weight: (H, D); attention_mask: (B, N), padding takes no part (bool or int, or float and
+    additive as `causal_mask` makes it); `state` continues an earlier call, and with `in_place` the new state is
+    written into its tensors (which keep their addresses, as CUDA graphs and a compiled decoding step replay them;
+    no gradient goes through such a state). Returns the pooled vectors (B, H, N, D) in x's dtype (zeros where no
+    token has been seen yet; for one token, a decoding step, in the state's dtype: the caller's next product takes
+    it as it is, without a cast) and the state after the last position.
 
     A two-level scan, with no cumsum of exp(): within chunks of `chunk_size` tokens a masked (C x C) matrix of
     exp(logit_i - running max_t) weights; across chunks the same on the chunk summaries. Every exponent is
@@ -446,7 +453,7 @@ def causal_additive_pooling(
     if state is None:
         state = initial_pooling_state(batch, heads, dim, accumulation_dtype(x.dtype), x.device)
     if length == 1:  # one decoding step: update the streaming softmax directly
-        return _pooling_step(x, weight, None if attention_mask is None else attention_mask[:, 0], state)
+        return _pooling_step(x, weight, attention_mask, state, in_place)
     acc = state.pooled.dtype
     lowest = torch.finfo(acc).min
     # a head split (a transposed view) copied once, contiguous: the matmuls below would each copy it to merge its
@@ -456,9 +463,7 @@ def causal_additive_pooling(
     # the state as a softmax at the shift m = its log normalizer: sum exp(logit_i - m) = 1 (a phantom 1 before any
     # token, weighing nothing as soon as a token comes, exp(finfo.min - logit) = 0), sum exp(logit_i - m) x_i = pooled
     state_max, state_sum = state.log_normalizer, state.pooled
-    logits = (x @ weight.unsqueeze(-1)).squeeze(-1).to(acc) / math.sqrt(dim)  # (B, H, N)
-    if attention_mask is not None:
-        logits = logits.masked_fill(~attention_mask.to(torch.bool)[:, None, :], float("-inf"))
+    logits = _scaled_logits((x @ weight.unsqueeze(-1)).squeeze(-1), dim, attention_mask, acc)  # (B, H, N)
 
     # the chunks: the whole sequence as one up to chunk_size tokens (a graph compiled with a dynamic length then
     # covers all of those lengths under one guard, with plain sizes), else chunks of chunk_size, the last one padded.
@@ -502,28 +507,51 @@ def causal_additive_pooling(
     has_tokens = denominator > 0
     pooled = numerator / torch.where(has_tokens, denominator, 1.0)[..., None]  # (B, H, C#, C, D)
 
-    # after the last position (the chunk padding after it adds nothing); contiguous, as `_pooling_step` returns
-    # it: a compiled decoding step then sees one layout (no recompile)
+    # after the last position (the chunk padding after it adds nothing): copies of their own, contiguous, as
+    # `_pooling_step` keeps them (a compiled decoding step then sees one layout), holding on to nothing larger
     seen = has_tokens[..., -1, -1]
     log_normalizer = running[..., -1, -1] + torch.where(seen, denominator[..., -1, -1], 1.0).log()
-    new_state = PoolingState(
-        log_normalizer.masked_fill(~seen, lowest).contiguous(), pooled[..., -1, -1, :].contiguous()
-    )
+    new_state = PoolingState(log_normalizer.masked_fill(~seen, lowest), pooled[..., -1, -1, :].clone())
+    if in_place:
+        state.log_normalizer.copy_(new_state.log_normalizer)
+        state.pooled.copy_(new_state.pooled)
+        new_state = state
     return pooled.view(batch, heads, -1, dim)[:, :, :length].to(x.dtype), new_state
 
 
-def _pooling_step(x, weight, attention_mask, state):
-    """`causal_additive_pooling` for a single token: x (B, H, 1, D), attention_mask (B,) or None. In decoding, the
-    count of tensor operations is what a step costs on a CPU; the new token's share of the softmax so far is
-    exp(logit - log_normalizer), and the pooling moves towards it by that share (a lerp)."""
-    token = x[:, :, 0].to(state.pooled.dtype)  # (B, H, D)
-    logit = (token * weight).sum(dim=-1) / math.sqrt(x.shape[-1])  # (B, H); weight may be of lower precision
-    if attention_mask is not None:
-        logit = logit.masked_fill(~attention_mask.to(torch.bool)[:, None], float("-inf"))
-    log_normalizer = torch.logaddexp(state.log_normalizer, logit)
-    share = (logit - log_normalizer).exp()  # in [0, 1]; 0 for padding (logit -inf)
-    pooled = torch.lerp(state.pooled, token, share.unsqueeze(-1))
-    return pooled.unsqueeze(2).to(x.dtype), PoolingState(log_normalizer, pooled)
+def causal_mask(attention_mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """An attention mask (B, N) (non-zero for tokens) as the causal poolings add it to their logits: 0 for a token,
+    -inf for padding, in `dtype` (float32 or better). A model makes it once for all its layers."""
+    return attention_mask.to(torch.bool).to(dtype).log()
+
+
+def _scaled_logits(logits, dim, attention_mask, dtype):
+    """logits / sqrt(dim) in `dtype`, -inf for padding (attention_mask (B, N) over the last axis of logits (B, H, N)):
+    one operation with an additive (float) mask, whose sum promotes the logits to `dtype` without a cast."""
+    if attention_mask is not None and attention_mask.is_floating_point():
+        return torch.add(attention_mask[:, None, :].to(dtype), logits, alpha=dim**-0.5)
+    logits = logits.to(dtype) / math.sqrt(dim)
+    if attention_mask is None:
+        return logits
+    return logits.masked_fill(~attention_mask.to(torch.bool)[:, None, :], float("-inf"))
+
+
+def _pooling_step(x, weight, attention_mask, state, in_place):
+    """`causal_additive_pooling` for a single token: x (B, H, 1, D), attention_mask (B, 1) or None. In decoding, the
+    count of tensor operations is what a step costs (on a GPU, its kernel launches), so no cast: the products promote
+    x to the state's dtype. The new token's share of the softmax so far is exp(logit - log_normalizer), and the
+    pooling moves towards it by that share (a lerp)."""
+    token = x[:, :, 0]  # (B, H, D)
+    logit = _scaled_logits((token * weight).sum(dim=-1, keepdim=True), x.shape[-1], attention_mask, state.pooled.dtype)
+    logit = logit.squeeze(-1)  # (B, H)
+    log_normalizer = torch.logaddexp(state.log_normalizer, logit, out=state.log_normalizer if in_place else None)
+    share = (logit - log_normalizer).exp().unsqueeze(-1)  # in [0, 1]; 0 for padding (logit -inf)
+    out = state.pooled if in_place else None
+    if token.dtype == state.pooled.dtype:
+        pooled = torch.lerp(state.pooled, token, share, out=out)
+    else:
+        pooled = torch.addcmul(state.pooled, share, token - state.pooled, out=out)
+    return pooled.unsqueeze(2), PoolingState(log_normalizer, pooled)
 
 
 def causal_additive_attention(
@@ -540,6 +568,7 @@ def causal_additive_attention(
     key_value_projection: torch.Tensor | None = None,
     chunk_size: int = 64,
     return_weights: bool = False,
+    state_in_place: bool = False,
 ) -> CausalAttentionOutput:
     """Causal Fastformer attention: the paper's Eqs. 3-6 over prefixes, so position t sees tokens 1..t only.
 
@@ -548,9 +577,11 @@ def causal_additive_attention(
         p_t            = global query_t * k_t
         global key_t   = sum_{i<=t} softmax_{i<=t}(w_k . p_i / sqrt(D)) p_i
         u_t            = global key_t * v_t
-    Padding (attention_mask 0, e.g. left padding) takes no part in the prefix pools. `state` (returned by an
-    earlier call) continues a sequence: running it in two chunks, passing the state along, equals running it
-    whole. One token with a state costs O(D) per head, whatever the number of tokens before it.
+    Padding (attention_mask 0, e.g. left padding; or -inf in a float mask, `causal_mask`) takes no part in the
+    prefix pools. `state` (returned by an earlier call) continues a sequence: running it in two chunks, passing the
+    state along, equals running it whole; with `state_in_place`, the new state is written into the given one's
+    tensors (`causal_additive_pooling`'s `in_place`). One token with a state costs O(D) per head, whatever the
+    number of tokens before it.
     Returns `CausalAttentionOutput(output=u, state, weights)`: u is (B, H, N, D), the state the one after the last
     token; `weights` is None, or with `return_weights` the two poolings' weights (`causal_pooling_weights`) stacked
     as (B, H, 2, N, N): index 0 alpha (global queries), index 1 beta (global keys). They need the whole sequence
@@ -559,10 +590,16 @@ def causal_additive_attention(
     if return_weights and state is not None:
         raise ValueError("return_weights=True needs the whole sequence: a `state` does not keep the tokens before it")
     query_state, key_state = state if state is not None else (None, None)
-    global_query, query_state = causal_additive_pooling(query, query_weight, attention_mask, query_state, chunk_size)
+    in_place = state_in_place and state is not None
+    global_query, query_state = causal_additive_pooling(
+        query, query_weight, attention_mask, query_state, chunk_size, in_place=in_place
+    )
     p = interact(global_query, key, interaction, query_key_projection)  # (B, H, N, D)
-    global_key, key_state = causal_additive_pooling(p, key_weight, attention_mask, key_state, chunk_size)
-    u = interact(global_key, value, interaction, key_value_projection)
+    global_key, key_state = causal_additive_pooling(
+        p, key_weight, attention_mask, key_state, chunk_size, in_place=in_place
+    )
+    # a decoding step pools in the state's dtype: one cast back, at the end
+    u = interact(global_key, value, interaction, key_value_projection).to(value.dtype)
     weights = None
     if return_weights:
         alpha = causal_pooling_weights(query, query_weight, attention_mask)

@@ -36,7 +36,7 @@ from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, logging
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
-from transformers.utils.import_utils import is_tracing
+from transformers.utils.import_utils import is_torchdynamo_compiling, is_tracing
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .checks import (
@@ -54,10 +54,12 @@ from .functional import (
     PackedRows,
     PoolingMask,
     PoolingState,
+    accumulation_dtype,
     additive_attention,
     additive_pooling,
     as_pooling_mask,
     causal_additive_attention,
+    causal_mask,
     packed_additive_attention,
     packed_rows,
     pool_projections,
@@ -201,10 +203,20 @@ class FastformerCausalAttention(FastformerAttention):
                 "earlier tokens as a pooled state, without their weights: run without a cache (use_cache=False, as "
                 "in generate(..., use_cache=False))"
             )
+        # without gradients, a step writes the state into the cache's tensors: their addresses stay, for CUDA graphs
+        in_place = state is not None and not torch.is_grad_enabled()
         u, state, weights = causal_additive_attention(
-            q, k, v, *vectors, attention_mask, state, return_weights=output_attentions, **settings
+            q,
+            k,
+            v,
+            *vectors,
+            attention_mask,
+            state,
+            return_weights=output_attentions,
+            state_in_place=in_place,
+            **settings,
         )
-        if cache is not None:
+        if cache is not None and not in_place:
             cache.update_attention_state(state, layer_idx)
         if packed is not None:
             u = repack(u, packed)
@@ -540,6 +552,9 @@ class FastformerPreTrainedModel(PreTrainedModel):
     # refuses a name it cannot find), and no embeddings (its FSDP2 shards the input embeddings itself, a second
     # time if they were named); the generative heads name theirs
     _no_split_modules = ["FastformerLayer"]
+    # every forward (training, inference, a cached decoding step) compiles as one graph (tests/test_compile.py); with a
+    # FastformerCache, generate() on a GPU then compiles the decoding steps itself, whose state stays at its addresses
+    _can_compile_fullgraph = True
     # what `output_hidden_states` / `output_attentions` collect (transformers' `capture_outputs` hooks): every
     # layer application's output, and the encoder layers' pooling distributions (B, H, 2, N)
     _can_record_outputs = {
@@ -840,11 +855,13 @@ class FastformerCacheLayer(LinearAttentionLayer):
         super().__init__(number_of_states=4)
 
     def update_recurrent_state(self, recurrent_states: torch.Tensor, state_idx: int = 0, **kwargs) -> torch.Tensor:
-        # the new state is kept as it is, not copied into a buffer (transformers' layers copy, for CUDA graphs):
-        # a state read earlier stays what it was, autograd can go back through several steps, and a new batch
-        # size needs no new buffers
+        # a new state (a prompt's, or a step's with gradients, through which autograd may go back) is kept as it is,
+        # at a static address: the decoding steps without gradients then write into it (`FastformerCausalAttention`),
+        # as transformers' layers copy into theirs, so that CUDA graphs replay the same tensors
         if self.device is None:
             self.device, self.dtype = recurrent_states.device, recurrent_states.dtype
+        if not is_torchdynamo_compiling():
+            torch._dynamo.mark_static_address(recurrent_states)
         self.recurrent_states[state_idx] = recurrent_states
         self.is_recurrent_states_initialized[state_idx] = True
         # transformers' layers mark a previous state in `update_conv_state`; this layer has no convolution
@@ -904,8 +921,12 @@ class FastformerCache(DynamicCache):
         """Counts `length` more columns, and per row the real tokens among them (all, without a mask)."""
         self.seen_tokens += length
         consumed = length if attention_mask is None else attention_mask.sum(dim=-1)
-        start = torch.zeros(batch_size, dtype=torch.long, device=device) if self.positions is None else self.positions
-        self.positions = start + consumed
+        if self.positions is None:
+            self.positions = torch.zeros(batch_size, dtype=torch.long, device=device) + consumed
+            if not is_torchdynamo_compiling():
+                torch._dynamo.mark_static_address(self.positions)
+        else:  # in place, at its static address
+            self.positions.add_(consumed)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.seen_tokens
@@ -1055,11 +1076,15 @@ class FastformerDecoder(FastformerStack):
         cross_inputs = self.cross_attention_inputs(encoder_hidden_states, encoder_attention_mask, cache)
         source_mask = self.source_mask(hidden_states, encoder_hidden_states, encoder_attention_mask)
         output_attentions = kwargs.get("output_attentions", self.config.output_attentions)
+        # the mask as the causal poolings add it to their logits, made once for every layer
+        logits_mask = None
+        if attention_mask is not None:
+            logits_mask = causal_mask(attention_mask, accumulation_dtype(compute_dtype(hidden_states)))
         for index, layer in self.applied_layers():
             key, value = cross_inputs[index % len(self.layers)]
             hidden_states = layer(
                 hidden_states,
-                attention_mask,
+                logits_mask,
                 key,
                 value,
                 source_mask,
@@ -1161,7 +1186,7 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
             rows = states.positions.shape[0]
             if input_ids.shape[0] != rows and input_ids.shape[0] % rows == 0:  # beams or several samples per row
                 cache.batch_repeat_interleave(input_ids.shape[0] // rows)
-        return super().prepare_inputs_for_generation(
+        inputs = super().prepare_inputs_for_generation(
             input_ids,
             next_sequence_length=next_sequence_length,
             cache=cache,
@@ -1170,6 +1195,14 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
             is_first_iteration=is_first_iteration,
             **kwargs,
         )
+        # the causal LM's mask over the cached and the new tokens, as generate() widens it at every step: the new
+        # tokens' columns only (what the forward reads), so that every decoding step has the same shapes (a compiled
+        # step, CUDA graphs)
+        mask, ids = inputs.get("attention_mask"), inputs.get("input_ids")
+        if not self.config.is_encoder_decoder and isinstance(states, FastformerCache) and states.seen_tokens:
+            if mask is not None and ids is not None and mask.shape[-1] == states.seen_tokens + ids.shape[-1]:
+                inputs["attention_mask"] = mask[:, states.seen_tokens :]
+        return inputs
 
     def tokens_to_continue(self, states, input_ids, length, attention_mask, kwargs) -> int | None:
         """How many of the `length` input tokens generation continuing from `states` runs: the ones after the

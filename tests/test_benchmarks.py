@@ -8,7 +8,7 @@ from argparse import Namespace
 import pytest
 import torch
 
-from benchmarks import decoding, deploy, encoder, harness, operators, parity
+from benchmarks import decoding, deploy, encoder, gpu, harness, operators, parity
 from fastformer import FastformerForSequenceClassification
 
 TOY_ENCODER = "--hidden-size 32 --layers 1 --heads 4 --intermediate-size 64 --vocab-size 1100 --threads 1".split()
@@ -38,6 +38,27 @@ def test_operators_benchmark_counts_both_models_each_step(tmp_path, capsys):
     fastformer = [row for row in rows if row["model"] == "Fastformer"]
     assert all(row["vs_bert"] > 0 for row in fastformer)
     assert "| BERT-SDPA | inference | 2 | 16 |" in capsys.readouterr().out
+
+
+def test_gpu_benchmark_runs_every_measurement_at_toy_size_on_the_cpu(tmp_path, capsys):
+    """`python -m benchmarks.gpu` on the CPU: the correctness check (the fused poolings against the weights path and
+    a float64 copy), then every model at every shape, and the ratios the targets read."""
+    flags = "--device cpu --dtype bfloat16 --hidden-size 32 --layers 2 --heads 4 --vocab-size 1100 --repeats 1"
+    flags += " --forward-shapes 2x16 1x48 --training-shapes 2x16 --decoding-shapes 2x8 --new-tokens 3"
+    record = gpu.main([*flags.split(), "--output", str(tmp_path / "gpu.json")])
+    stored, csv_rows = read_record(tmp_path / "gpu.json")
+    assert stored["rows"] == record["rows"] and len(csv_rows) == len(record["rows"]) == 3 * 2 + 2 + 2
+    float32, bf16 = record["checks"]
+    assert float32["dtype"] == "float32" and float32["vs_weights_path"] < 1e-5 and float32["vs_float64_cpu"] < 1e-5
+    assert bf16["dtype"] == "bfloat16" and bf16["vs_float64_cpu"] < 0.1
+    for row in record["rows"]:
+        timed = {"encoder": ("forward_ms", "forward_backward_ms"), "training step": ("step_ms",)}
+        timed["decoding"] = ("prefill_ms", "ms_per_token")
+        assert all(row[column] > 0 for column in timed[row["what"]]), row
+    over = {(ratio["what"], ratio["column"], ratio["over"]) for ratio in record["ratios"]}
+    assert ("encoder", "forward_ms", "floor") in over and ("training step", "step_ms", "BERT-SDPA") in over
+    assert ("decoding", "ms_per_token", "GPT-2-SDPA") in over
+    assert "| decoding | GPT-2-SDPA | 2 |" in capsys.readouterr().out
 
 
 def test_predict_extrapolates_the_measured_growth():

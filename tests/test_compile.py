@@ -12,8 +12,14 @@ import functools
 
 import pytest
 import torch
+from transformers import CompileConfig
 
-from fastformer import FastformerForCausalLM, FastformerForConditionalGeneration, FastformerModel
+from fastformer import (
+    FastformerForCausalLM,
+    FastformerForConditionalGeneration,
+    FastformerForSequenceClassification,
+    FastformerModel,
+)
 from fastformer.export import state_tensors
 
 
@@ -46,6 +52,29 @@ def test_encoder_compiles_as_one_graph(build):
     result = compiled(ids, attention_mask=mask)
     torch.testing.assert_close(result.last_hidden_state, expected.last_hidden_state, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(result.pooler_output, expected.pooler_output, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bf16-autocast"])
+def test_training_forward_compiles_as_one_graph(build, dtype):
+    """A classifier's training step (train mode, labels, the mask made once, the fused poolings) captured whole: eager
+    mode's loss and gradients, float32 and under bf16 autocast."""
+    torch._dynamo.reset()
+    ids, mask = padded_batch()
+    labels = torch.tensor([0, 2])
+    results = []
+    for compile_it in (False, True):
+        model = build(FastformerForSequenceClassification).train()
+        forward = torch.compile(model, fullgraph=True, backend="aot_eager") if compile_it else model
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+            loss = forward(ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        results.append((loss.detach(), [parameter.grad for parameter in model.parameters()]))
+    (eager_loss, eager_grads), (loss, grads) = results
+    tolerance = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(loss, eager_loss, **tolerance)
+    for grad, eager_grad in zip(grads, eager_grads, strict=True):
+        torch.testing.assert_close(grad, eager_grad, **tolerance)
 
 
 @pytest.mark.slow
@@ -140,3 +169,34 @@ def test_cached_decoding_compiles_with_dynamic_shapes(build, model_class):
     for compiled_state, eager_state in zip(state_tensors(compiled_cache), state_tensors(eager_cache), strict=True):
         torch.testing.assert_close(compiled_state, eager_state, rtol=1e-5, atol=1e-5)
     assert compiled_cache.get_seq_length() == eager_cache.get_seq_length() == 8
+
+
+@pytest.mark.slow
+def test_generate_compiles_the_decoding_steps_once_given_the_models_cache(build):
+    """generate() compiles the decoding steps where the cache is compilable (on a GPU by default; here asked for with
+    `compile_config`): with `cache=model.new_cache()` it does, gives eager mode's tokens, and a longer generation
+    compiles nothing again (the steps' inputs keep their shapes: the mask is cut to the new token)."""
+    torch._dynamo.reset()
+    model = build(FastformerForCausalLM)
+    ids, mask = padded_batch()
+    eager = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False, disable_compile=True)
+    compile_config = CompileConfig(backend="aot_eager", mode=None, fullgraph=True)
+    compile_config._compile_all_devices = True  # transformers' switch for compiling on a CPU
+    generated = model.generate(
+        ids,
+        attention_mask=mask,
+        max_new_tokens=6,
+        do_sample=False,
+        compile_config=compile_config,
+        cache=model.new_cache(),
+    )
+    assert hasattr(model, "_compiled_call") and torch.equal(generated, eager)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        model.generate(
+            ids,
+            attention_mask=mask,
+            max_new_tokens=12,
+            do_sample=False,
+            compile_config=compile_config,
+            cache=model.new_cache(),
+        )

@@ -143,14 +143,19 @@ def test_generate_fills_a_cache_the_user_made_and_reset_empties_it(build, model_
     assert torch.equal(generate(model, inputs, max_new_tokens=10, cache=cache).sequences, expected)
 
 
-def test_a_reset_cache_takes_another_batch_size_and_states_read_earlier_stay_as_they_were(build):
+def test_decoding_steps_update_the_state_in_place_and_a_reset_cache_takes_another_batch_size(build):
+    """Steps without gradients write the new state into the cache's tensors, as transformers' linear-attention layers
+    copy into theirs: the addresses that CUDA graphs (a compiled step, mode="reduce-overhead") replay stay."""
     model = build(FastformerForCausalLM)
     cache = model.new_cache()
     logits(model, tokens(4, 5), cache=cache)
-    earlier = state_tensors(cache)
+    earlier = state_tensors(cache) + [cache.positions]
     copies = [tensor.clone() for tensor in earlier]
-    logits(model, tokens(4, 1, seed=2), cache=cache)  # one more step
-    assert all(torch.equal(tensor, copy) for tensor, copy in zip(earlier, copies))  # not overwritten in place
+    for step in range(2):
+        logits(model, tokens(4, 1, seed=2 + step), cache=cache)
+    now = state_tensors(cache) + [cache.positions]
+    assert all(tensor is kept for tensor, kept in zip(now, earlier, strict=True))
+    assert not any(torch.equal(tensor, copy) for tensor, copy in zip(now, copies))  # moved on
     cache.reset()
     assert cache.get_seq_length() == 0 and state_tensors(cache) == []
     one = tokens(1, 5, seed=3)
