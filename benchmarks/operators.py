@@ -4,7 +4,7 @@ Each aten operator that computes (views, `detach` and `alias` left out) is one k
 tracks a step's launch overhead where no GPU is at hand. Host reads (`item`, `nonzero`: a device-to-host
 synchronization each on a GPU) are counted apart. Rows: an inference forward (no gradients, eval mode) and a training
 step's forward and backward (float32 and bf16 autocast; dropout on) of the sequence classifier, for each model and
-shape.
+shape; and a decoding step (one token after a prompt, with the cache) of the causal LM beside GPT-2 with SDPA.
 
     python -m benchmarks.operators                     # BERT-base size, 2 x 512 and 1 x 8,192 tokens
     python -m benchmarks.operators --hidden-size 64 --layers 2 --heads 4 --shapes 2x32   # toy size (the tests)
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from transformers import BertConfig, BertForSequenceClassification
+from transformers import BertConfig, BertForSequenceClassification, GPT2Config, GPT2LMHeadModel
 
 from benchmarks.harness import DOCS, arguments, random_ids, rows_table, write_record
-from fastformer import FastformerConfig, FastformerForSequenceClassification
+from fastformer import FastformerConfig, FastformerForCausalLM, FastformerForSequenceClassification
 
 UNCOUNTED = {"aten::detach", "aten::alias", "aten::lift_fresh", "aten::_unsafe_view"}  # no work: the same data
 HOST_READS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::item"}
@@ -55,6 +55,33 @@ def models(args) -> dict:
     bert = BertForSequenceClassification(BertConfig(**size, attn_implementation="sdpa"))
     fastformer = FastformerForSequenceClassification(FastformerConfig(**size, share_layers=False))
     return {"BERT-SDPA": bert, "Fastformer": fastformer}
+
+
+def decoders(args) -> dict:
+    """GPT-2 with SDPA and Fastformer's causal LM (its default config but for the size, and no layer sharing), the
+    same size as `models`'."""
+    positions = max(args.decoding_prompts) + 2
+    gpt2 = GPT2Config(n_embd=args.hidden_size, n_layer=args.layers, n_head=args.heads, n_positions=positions)
+    gpt2._attn_implementation = "sdpa"  # what from_pretrained picks, set on a config built here
+    size = dict(hidden_size=args.hidden_size, num_hidden_layers=args.layers, num_attention_heads=args.heads)
+    fastformer = FastformerConfig(**size, intermediate_size=4 * args.hidden_size, max_position_embeddings=positions)
+    torch.manual_seed(0)
+    models = {"GPT-2-SDPA": GPT2LMHeadModel(gpt2), "Fastformer": FastformerForCausalLM(fastformer)}
+    return {name: model.eval() for name, model in models.items()}
+
+
+def decoding(model, ids):
+    """One greedy decoding step after the prompt `ids`, with the cache the prompt's forward returned (each call
+    continues the same cache by one token)."""
+    with torch.no_grad():
+        cache = model(ids, use_cache=True).cache
+    token = ids[:, -1:]
+
+    def step():
+        with torch.no_grad():
+            model(token, cache=cache, use_cache=True)
+
+    return step
 
 
 def count(step) -> OperatorCount:
@@ -95,6 +122,7 @@ def parse_args(argv=None):
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--shapes", nargs="+", default=["2x512", "1x8192"], help="batch x length, each")
     parser.add_argument("--training-shapes", nargs="+", default=["2x512"], help="batch x length of the steps")
+    parser.add_argument("--decoding-prompts", nargs="+", type=int, default=[512], help="tokens before a step")
     parser.add_argument("--output", type=Path, default=DOCS / "operators.json")
     args = parser.parse_args(argv)
     args.shapes = [tuple(map(int, shape.split("x"))) for shape in args.shapes]
@@ -108,11 +136,15 @@ def main(argv=None):
     rows = []
     steps = [("inference", shape, torch.float32) for shape in args.shapes]
     steps += [("training", shape, dtype) for shape in args.training_shapes for dtype in (torch.float32, torch.bfloat16)]
+    steps += [("decoding step", (1, length), torch.float32) for length in args.decoding_prompts]
     for kind, (batch, length), dtype in steps:
         ids, mask = random_ids(length).expand(batch, -1).contiguous(), torch.ones(batch, length, dtype=torch.long)
         counts = {}
-        for name, model in models(args).items():
-            step = inference(model, ids, mask) if kind == "inference" else training(model, ids, mask, dtype)
+        for name, model in (decoders(args) if kind == "decoding step" else models(args)).items():
+            if kind == "decoding step":
+                step = decoding(model, ids)
+            else:
+                step = inference(model, ids, mask) if kind == "inference" else training(model, ids, mask, dtype)
             counted = count(step)
             counts[name] = sum(counted.compute.values())
             rows.append(
@@ -127,7 +159,8 @@ def main(argv=None):
                     "top": dict(counted.compute.most_common(5)),
                 }
             )
-        rows[-1]["vs_bert"] = round(counts["Fastformer"] / counts["BERT-SDPA"], 2)
+        peer = "GPT-2-SDPA" if kind == "decoding step" else "BERT-SDPA"
+        rows[-1]["vs_peer"] = round(counts["Fastformer"] / counts[peer], 2)
     settings = {key: value for key, value in vars(args).items() if key != "output"}
     write_record(args.output, rows, settings)
     print(rows_table([{key: value for key, value in row.items() if key != "top"} for row in rows]))

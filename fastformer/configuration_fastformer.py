@@ -108,7 +108,9 @@ class FastformerConfig(PreTrainedConfig):
             sub-layer's output dense layer). `"collapsed"`: W_q, W_v, W_r and the output dense layer folded
             exactly into one (hidden x hidden) matrix per sequence, fewer operations; needs
             `interaction="product"`. `"auto"`: collapsed with the product interaction for sequences of at least
-            `hidden_size / 2` tokens, plain otherwise. The causal decoder always uses its own causal computation.
+            `hidden_size / 2` tokens (`hidden_size` with gradients) in batches of at least 16 * `hidden_size`
+            tokens, where the arithmetic it saves outweighs its extra kernel launches on a GPU; plain otherwise
+            (`FastformerLayer.uses_collapsed_attention`). The causal decoder always uses its own causal computation.
             Not to be confused with transformers' `attn_implementation` ("sdpa", "eager"), which selects the
             function of the softmax cross-attention of `FastformerForConditionalGeneration`. Configs saved with the
             former name of this field, `attention_implementation`, load with their value here.

@@ -6,9 +6,10 @@ ecosystem's exporter, does not install beside transformers 5 (its newest release
 transformers < 4.58), so an `OnnxConfig` for it could not be tested here.
 
 The encoder layers' attention sub-layer has two exact modes of computation (`config.additive_attention_mode`); a
-graph holds one. "auto" chooses by the sequence length at every call, which a graph with a dynamic length cannot
-do, so it is exported as the mode "auto" takes for all but the shortest inputs: "collapsed" for the
-"product" interaction (sequences of at least hidden_size / 2 tokens), "plain" otherwise.
+graph holds one. "auto" chooses by the batch's shape at every call, which a graph with dynamic axes cannot do, so
+it is exported as the mode that does the least arithmetic from sequences of hidden_size / 2 tokens on: "collapsed"
+for the "product" interaction (which "auto" runs for such sequences in large batches, where a GPU's time goes to
+the arithmetic), "plain" otherwise.
 """
 
 from contextlib import contextmanager

@@ -43,14 +43,16 @@ class PoolingMask(NamedTuple):
 
     bias: torch.Tensor  # (B, 1, 1, N) additive, `scaled_dot_product_attention`'s: 0 for a token, the lowest for padding
     has_tokens: torch.Tensor  # (B, 1, 1): 1 for a row with a token, 0 for a row of padding only
+    tokens: torch.Tensor  # (B, N) bool: True for a token (for the paths that return the weights)
 
 
 def pooling_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> PoolingMask:
     """The `PoolingMask` of an attention mask (B, N) (non-zero for tokens, 0 for padding), in `dtype`: the dtype the
     poolings compute in (under autocast, autocast's)."""
-    mask = attention_mask.to(torch.bool).to(dtype)
+    tokens = attention_mask.to(torch.bool)
+    mask = tokens.to(dtype)
     bias = (mask - 1) * torch.finfo(dtype).max  # exactly 0 for a token, the dtype's lowest value for padding
-    return PoolingMask(bias[:, None, None, :], mask.amax(dim=-1)[:, None, None])
+    return PoolingMask(bias[:, None, None, :], mask.amax(dim=-1)[:, None, None], tokens)
 
 
 def as_pooling_mask(attention_mask, dtype) -> PoolingMask | None:
@@ -62,9 +64,7 @@ def as_pooling_mask(attention_mask, dtype) -> PoolingMask | None:
 
 def _as_bool_mask(attention_mask) -> torch.Tensor | None:
     """(B, N) True for tokens, from a (B, N) mask or a `PoolingMask`."""
-    if isinstance(attention_mask, PoolingMask):
-        return attention_mask.bias[:, 0, 0] == 0
-    return attention_mask
+    return attention_mask.tokens if isinstance(attention_mask, PoolingMask) else attention_mask
 
 
 def attention_pooling(
@@ -123,19 +123,13 @@ def pool_projections(
         w_h . y_{i,h} = (W_h^T w_h) . x_i + w_h . b_h,     sum_i a_i y_{i,h} = W_h (sum_i a_i x_i) + b_h sum_i a_i
     so the pooling costs two (N x C) by (C x H) products instead of the (N x C) by (C x H*D) projection.
     Returns the pooled (B, H, D) and the weights (B, H, N), as `additive_pooling` on the y's heads (None without
-    `return_weights`: then the pooling of the x_i is one `scaled_dot_product_attention`).
+    `return_weights`). The products are small GEMMs on x itself, whatever `return_weights`: a fused attention
+    kernel would see x once per head, as keys of head size C (flash attention takes 256 at most), and its backward
+    would form a gradient of x per head.
     """
     heads, dim = vectors.shape[-2:]
     per_head = weight.view(heads, dim, -1)  # (H, D, C)
     effective = torch.einsum("...hd,hdc->...hc", vectors, per_head)  # (H, C) or (B, H, C): W_h^T w_h
-    if not return_weights:  # the shift w_h . b_h leaves the softmax unchanged
-        mask = as_pooling_mask(attention_mask, x.dtype)
-        batch, length, channels = x.shape
-        pooled_x = attention_pooling(x[:, None].expand(batch, heads, length, channels), effective, mask, dim**-0.5)
-        # W_h (sum_i a_i x_i) + b_h for every head pair, then the pairs of a head with itself: (B, H, H, D) -> (B, H, D)
-        every_pair = nn_functional.linear(pooled_x, weight, bias).view(batch, heads, heads, dim)
-        pooled = every_pair.diagonal(dim1=1, dim2=2).transpose(1, 2)
-        return (pooled if mask is None else pooled * mask.has_tokens), None
     attention_mask = _as_bool_mask(attention_mask)
     shift = (vectors * bias.view(heads, dim)).sum(dim=-1)[..., None]  # (H, 1) or (B, H, 1): w_h . b_h
     logits = effective @ x.transpose(1, 2) + shift  # (B, H, N)
@@ -143,7 +137,7 @@ def pool_projections(
     weights = probs.to(x.dtype)
     pooled_x = weights @ x  # (B, H, C)
     pooled = torch.einsum("bhc,hdc->bhd", pooled_x, per_head) + bias.view(heads, dim) * weights.sum(-1, keepdim=True)
-    return pooled, probs
+    return pooled, probs if return_weights else None
 
 
 def _pooling_weights(logits: torch.Tensor, dim: int, attention_mask: torch.Tensor | None) -> torch.Tensor:

@@ -445,8 +445,6 @@ class FastformerLayer(GradientCheckpointingLayer):
         query, key = attention.query, attention.key
         value = query if attention.value is None else attention.value
         (query_weight, key_weight), _ = attention._attention_arguments()
-        if not output_attentions:  # one mask for both poolings
-            attention_mask = as_pooling_mask(attention_mask, compute_dtype(hidden_states))
         pooled = partial(
             pool_projections, hidden_states, attention_mask=attention_mask, return_weights=output_attentions
         )

@@ -30,14 +30,16 @@ def test_operator_count_leaves_views_out_and_counts_host_reads():
 
 def test_operators_benchmark_counts_both_models_each_step(tmp_path, capsys):
     flags = "--hidden-size 32 --layers 2 --heads 4 --shapes 2x16 1x64 --training-shapes 2x16 --threads 1"
+    flags += " --decoding-prompts 8"
     rows = operators.main([*flags.split(), "--output", str(tmp_path / "operators.json")])
     record, csv_rows = read_record(tmp_path / "operators.json")
-    assert len(record["rows"]) == len(csv_rows) == len(rows) == 2 * 4  # models x (2 inference + 2 training) steps
+    assert len(record["rows"]) == len(csv_rows) == len(rows) == 2 * 5  # models x (2 inference, 2 training, 1 decoding)
     assert all(row["operators"] > 0 for row in rows)
     assert all(row["host_reads"] == 0 for row in rows if row["model"] == "Fastformer")  # no value read by default
     fastformer = [row for row in rows if row["model"] == "Fastformer"]
-    assert all(row["vs_bert"] > 0 for row in fastformer)
-    assert "| BERT-SDPA | inference | 2 | 16 |" in capsys.readouterr().out
+    assert all(row["vs_peer"] > 0 for row in fastformer)
+    output = capsys.readouterr().out
+    assert "| BERT-SDPA | inference | 2 | 16 |" in output and "| GPT-2-SDPA | decoding step | 1 | 8 |" in output
 
 
 def test_gpu_benchmark_runs_every_measurement_at_toy_size_on_the_cpu(tmp_path, capsys):
