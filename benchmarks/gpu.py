@@ -1,10 +1,11 @@
 """Fastformer on a GPU against its peers, in one run: the encoder's inference forward and forward+backward against
 BERT-SDPA and the GEMM-only floor, the classification training step against BERT-SDPA, and decoding against
-GPT-2-SDPA (prefill, ms per generated token, peak memory). Timed with CUDA events after warm-up; each time is the
-median of --repeats calls. A correctness check runs first, on the device: the fused poolings against the path that
-returns the weights, and against a float64 copy of the model on the CPU.
+GPT-2-SDPA (prefill, ms per generated token, peak memory; by the forward with the cache, and by generate(), eager
+and compiled). Timed with CUDA events after warm-up; each time is the median of --repeats calls. A correctness
+check runs first, on the device: the fused poolings against the path that returns the weights, and against a
+float64 copy of the model on the CPU.
 
-    python -m benchmarks.gpu                        # BERT-base / GPT-2-small size, bf16, the whole table (~5 min)
+    python -m benchmarks.gpu                        # BERT-base / GPT-2-small size, bf16, the whole table
     python -m benchmarks.gpu --device cpu --hidden-size 64 --layers 2 --heads 4 --forward-shapes 2x64 \\
         --training-shapes 2x64 --decoding-shapes 2x32 --new-tokens 4 --repeats 2     # toy size (the tests)
 
@@ -12,6 +13,7 @@ The GEMM-only floor (`GemmFloor`) is the embeddings and, per layer, one hidden x
 and the two LayerNorms: what no implementation of a collapsed Fastformer layer avoids.
 """
 
+import argparse
 import statistics
 import time
 from pathlib import Path
@@ -28,7 +30,7 @@ from fastformer.modeling_fastformer import FastformerEmbeddings, FastformerFeedF
 SIZE = {"hidden-size": 768, "layers": 12, "heads": 12, "vocab-size": 30522}
 FORWARD_SHAPES = ["128x512", "32x2048", "8x8192", "2x32768", "1x131072"]
 TRAINING_SHAPES = ["32x512", "4x4096"]
-DECODING_SHAPES = ["1x512", "64x512", "1x4096", "8x4096", "1x32768", "8x32768"]  # batch x prompt tokens
+DECODING_SHAPES = ["1x512", "64x512", "8x4096", "8x32768"]  # batch x prompt tokens
 
 
 class GemmFloor(nn.Module):
@@ -67,8 +69,12 @@ def parse_args(argv=None):
     parser.add_argument("--decoding-shapes", nargs="+", default=DECODING_SHAPES, help="batch x prompt tokens")
     parser.add_argument("--new-tokens", type=int, default=64, help="generated per decoding measurement")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per measurement, after one warm-up")
+    parser.add_argument(
+        "--compile", action=argparse.BooleanOptionalAction, default=None, help="generate() compiled too (GPU default)"
+    )
     parser.add_argument("--output", type=Path, default=DOCS / "gpu.json", help="the record (a CSV beside it)")
     args = parser.parse_args(argv)
+    args.compile = args.device.startswith("cuda") if args.compile is None else args.compile
     args.forward_shapes, args.training_shapes = shapes(args.forward_shapes), shapes(args.training_shapes)
     args.decoding_shapes = shapes(args.decoding_shapes)
     args.intermediate_size = 4 * args.hidden_size
@@ -282,15 +288,57 @@ def decoding_rows(args, device, dtype, timer) -> list[dict]:
     return rows
 
 
+def generate_rows(args, device, dtype, timer, prefill_ms) -> list[dict]:
+    """Greedy generate() of --new-tokens tokens per batch x prompt, as users call it: eager, and with each model's
+    compilable cache, with which generate() compiles the decoding step on a GPU (transformers' CompileConfig:
+    inductor, CUDA graphs): GPT-2 with cache_implementation="static", Fastformer with cache=model.new_cache(). ms
+    per token: the call's time less the prompt's forward (`prefill_ms`, from `decoding_rows`), per new token."""
+    fastformer, _, gpt2 = configs(args)
+    torch.manual_seed(0)
+    models = {"Fastformer": FastformerForCausalLM(fastformer), "GPT-2-SDPA": GPT2LMHeadModel(gpt2)}
+    variants = ["eager", "compiled"] if args.compile else ["eager"]
+    rows = []
+    for name, model in models.items():
+        model.to(device, dtype).eval()
+        for batch, length in args.decoding_shapes:
+            prompt = ids(batch, length, args, device)
+            for variant in variants:
+                options = dict(max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False)
+                if variant == "eager":
+                    options["disable_compile"] = True
+                elif name == "Fastformer":
+                    options["cache"] = None  # a new one per call, below
+                else:
+                    options["cache_implementation"] = "static"
+
+                def generate(model=model, prompt=prompt, options=options):
+                    if "cache" in options:
+                        options = {**options, "cache": model.new_cache()}
+                    with torch.no_grad():
+                        model.generate(prompt, attention_mask=torch.ones_like(prompt), **options)
+
+                row = {"what": f"generate, {variant}", "model": name, "batch": batch, "prompt": length}
+                total = timer.median(generate)
+                row["ms_per_token"] = round((total - prefill_ms[name, batch, length]) / args.new_tokens, 4)
+                rows.append(row)
+                print(row, flush=True)
+        model.to("cpu")
+    return rows
+
+
 def ratios(rows) -> list[dict]:
     """The targets' ratios: Fastformer over the peer (and over the floor) for every measured pair."""
     index = {(row["what"], row["model"], row["batch"], row.get("length", row.get("prompt"))): row for row in rows}
-    peers = {"encoder": ("BERT-SDPA", "floor"), "training step": ("BERT-SDPA",), "decoding": ("GPT-2-SDPA",)}
+    peers = {"encoder": ("BERT-SDPA", "floor"), "training step": ("BERT-SDPA",)}
     columns = {
         "encoder": ("forward_ms", "forward_backward_ms", "peak_gb"),
         "training step": ("step_ms", "peak_gb"),
         "decoding": ("prefill_ms", "ms_per_token", "peak_gb"),
     }
+    for variant in ("eager", "compiled"):
+        columns[f"generate, {variant}"] = ("ms_per_token",)
+    for what in columns:
+        peers.setdefault(what, ("GPT-2-SDPA",))
     out = []
     for (what, model, batch, length), row in index.items():
         if model != "Fastformer":
@@ -313,7 +361,9 @@ def main(argv=None):
     checks = correctness(args, device, dtype)
     print(rows_table(checks), flush=True)
     rows = encoder_rows(args, device, dtype, timer) + training_rows(args, device, dtype, timer)
-    rows += decoding_rows(args, device, dtype, timer)
+    decoding = decoding_rows(args, device, dtype, timer)
+    prefill_ms = {(row["model"], row["batch"], row["prompt"]): row["prefill_ms"] for row in decoding}
+    rows += decoding + generate_rows(args, device, dtype, timer, prefill_ms)
     settings = {key: value for key, value in vars(args).items() if key != "output"}
     record = write_record(args.output, rows, settings, checks=checks, ratios=ratios(rows))
     print(rows_table(rows))
