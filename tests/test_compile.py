@@ -182,21 +182,11 @@ def test_generate_compiles_the_decoding_steps_once_given_the_models_cache(build)
     eager = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False, disable_compile=True)
     compile_config = CompileConfig(backend="aot_eager", mode=None, fullgraph=True)
     compile_config._compile_all_devices = True  # transformers' switch for compiling on a CPU
-    generated = model.generate(
-        ids,
-        attention_mask=mask,
-        max_new_tokens=6,
-        do_sample=False,
-        compile_config=compile_config,
-        cache=model.new_cache(),
-    )
-    assert hasattr(model, "_compiled_call") and torch.equal(generated, eager)
+
+    def compiled(new_tokens):
+        options = dict(max_new_tokens=new_tokens, do_sample=False, compile_config=compile_config)
+        return model.generate(ids, attention_mask=mask, cache=model.new_cache(), **options)
+
+    assert torch.equal(compiled(6), eager) and hasattr(model, "_compiled_call")
     with torch._dynamo.config.patch(error_on_recompile=True):
-        model.generate(
-            ids,
-            attention_mask=mask,
-            max_new_tokens=12,
-            do_sample=False,
-            compile_config=compile_config,
-            cache=model.new_cache(),
-        )
+        compiled(12)
