@@ -465,7 +465,9 @@ def causal_additive_pooling(
     # takes the result as contiguous (and a matmul's view of it fails at run time)
     chunk, chunks = (length, 1) if length <= chunk_size else (chunk_size, -(-length // chunk_size))
     padded = chunks * chunk - length
-    s, xs = logits, x.to(acc)
+    # x stays in its dtype: the two products with it take the weights (in [0, 1]) in x's dtype, a half-precision
+    # GEMM on a GPU, and add up in `acc` after (the encoder's poolings do the same)
+    s, xs = logits, x
     if padded:
         s = torch.nn.functional.pad(s, (0, padded), value=float("-inf"))
         xs = torch.nn.functional.pad(xs, (0, 0, 0, padded))
@@ -482,12 +484,12 @@ def causal_additive_pooling(
     # inside a chunk: weight of token i at position t
     exponent = (s[..., None, :] - running[..., :, None]).masked_fill(~causal, float("-inf"))
     weights = exponent.exp()  # (B, H, C#, C, C)
-    numerator = weights @ xs  # (B, H, C#, C, D)
+    numerator = weights.to(xs.dtype) @ xs  # (B, H, C#, C, D)
     denominator = weights.sum(dim=-1)  # (B, H, C#, C)
 
     # across chunks: each chunk summarised at its own max, then pooled into the chunks after it
     summary = (s - chunk_max[..., None]).exp()  # (B, H, C#, C)
-    summary_sum = (summary.unsqueeze(-2) @ xs).squeeze(-2)  # (B, H, C#, D)
+    summary_sum = (summary.unsqueeze(-2).to(xs.dtype) @ xs).squeeze(-2).to(acc)  # (B, H, C#, D)
     earlier = torch.ones(chunks, chunks, dtype=torch.bool, device=x.device).tril(diagonal=-1)
     carry_weights = (chunk_max[..., None, :] - before[..., :, None]).masked_fill(~earlier, float("-inf")).exp()
     from_state = (state_max[..., None] - before).exp()  # (B, H, C#)
