@@ -282,33 +282,87 @@ def is_content_word(word: str) -> bool:
     return len(word) > 1 and word not in FUNCTION_WORDS
 
 
-def headline_quality(predictions: list[str], documents: list[str] | None = None) -> dict[str, float]:
+def lead_words(text: str, k: int) -> str:
+    """lead-k: the first k words of `text` as ROUGE reads them (`headline_words`), the unit a headline's length is
+    counted in."""
+    return " ".join(headline_words(text)[:k])
+
+
+def keyword_headline(text: str, k: int) -> str:
+    """The keyword baseline: the k most frequent content words of `text` (`is_content_word`, counted by stem as ROUGE
+    stems them; a tie goes to the word seen first), each as it first appears, in the order they first appear. A bag of
+    salient words in article order: what a summarizer that learned keyword extraction, not English, writes."""
+    counts, first = Counter(), {}
+    for position, word in enumerate(headline_words(text)):
+        if is_content_word(word):
+            stem = word_stem(word)
+            counts[stem] += 1
+            first.setdefault(stem, (position, word))
+    chosen = sorted(counts, key=lambda stem: (-counts[stem], first[stem][0]))[:k]
+    return " ".join(word for _, word in sorted(first[stem] for stem in chosen))
+
+
+def choose_k(baseline, documents: list[str], references: list[str], ks=range(1, 41)) -> tuple[int, dict]:
+    """The k of `baseline(text, k)` (`lead_words`, `keyword_headline`) with the best ROUGE-1 on `documents` against
+    `references` (a validation split), and every k's scores."""
+    grid = {k: rouge([baseline(text, k) for text in documents], references) for k in ks}
+    return max(grid, key=lambda k: grid[k]["rouge1"]), grid
+
+
+def text_tokens(text: str) -> list[str]:
+    """A text's words and punctuation marks, lowercased: the uncased tokenizer's "russia ' s" and a written "Russia's"
+    give the same three tokens."""
+    return re.findall(r"[a-z0-9]+|[^\sa-z0-9]", text.lower())
+
+
+def headline_quality(
+    predictions: list[str],
+    documents: list[str] | None = None,
+    *,
+    vocabulary: set[str] | None = None,
+    token_counts: list[int] | None = None,
+    min_tokens: int | None = None,
+) -> dict[str, float]:
     """What ROUGE does not show about generated headlines, counted on words stemmed as ROUGE stems them (Porter,
     words of 4 characters or more), so that "cut cuts" repeats a word. Shares x 100 of the headlines: `repeated` (a
     content word twice: a word of two characters or more outside FUNCTION_WORDS), `shared` (the same words as the
     headlines of 2 or more other articles), `empty` (no word), `degenerate` (any of the three). With the articles
     they summarize, `documents`, also `invented_per_headline` (content words not in the article, per headline) and
-    `words_not_in_article` (the share x 100 of all generated words that the article does not have)."""
+    `words_not_in_article` (the share x 100 of all generated words that the article does not have). Always `filler`:
+    the share x 100 of the headlines' tokens (`text_tokens`: words and punctuation) that are not content words
+    (punctuation, single characters, FUNCTION_WORDS). With the articles and `vocabulary` (the words of the training
+    text, as `headline_words` gives them), `non_word`: the share x 100 of headlines with a word in neither (word
+    pieces spliced into a word no text has). With `token_counts` (the generated tokens of each headline, special
+    tokens left out) and `min_tokens` (the forced minimum), `at_min_length`: the share x 100 at exactly that minimum:
+    where the length comes from the decoding settings, not the model."""
     if documents is not None and len(predictions) != len(documents):
         raise ValueError(f"{len(predictions)} predictions for {len(documents)} documents")
     words = [headline_words(text) for text in predictions]
     counts = Counter(" ".join(headline) for headline in words)
-    flags, invented, foreign = {"repeated": [], "shared": [], "empty": []}, 0, 0
+    flags, invented, foreign, non_words = {"repeated": [], "shared": [], "empty": []}, 0, 0, []
     for index, headline in enumerate(words):
         content = [word_stem(word) for word in headline if is_content_word(word)]
         flags["repeated"].append(len(content) != len(set(content)))
         flags["shared"].append(counts[" ".join(headline)] >= 3)
         flags["empty"].append(not headline)
         if documents is not None:
-            article = {word_stem(word) for word in headline_words(documents[index])}
+            article_words = set(headline_words(documents[index]))
+            article = {word_stem(word) for word in article_words}
             invented += sum(word not in article for word in content)
             foreign += sum(word_stem(word) not in article for word in headline)
+            if vocabulary is not None:
+                non_words.append(any(word not in article_words and word not in vocabulary for word in headline))
     flags["degenerate"] = [any(row) for row in zip(*flags.values())]
     shares = {name: 100 * float(np.mean(values)) for name, values in flags.items()}
+    tokens = [token for text in predictions for token in text_tokens(text)]
+    shares["filler"] = 100 * sum(not is_content_word(token) for token in tokens) / max(len(tokens), 1)
+    if token_counts is not None and min_tokens is not None:
+        shares["at_min_length"] = 100 * float(np.mean([count == min_tokens for count in token_counts]))
     if documents is None:
         return shares
     total = max(sum(map(len, words)), 1)
-    return {**shares, "invented_per_headline": invented / len(words), "words_not_in_article": 100 * foreign / total}
+    found = {**shares, "invented_per_headline": invented / len(words), "words_not_in_article": 100 * foreign / total}
+    return found | ({"non_word": 100 * float(np.mean(non_words))} if vocabulary is not None else {})
 
 
 class NoRepeatContentWordLogitsProcessor(LogitsProcessor):

@@ -312,7 +312,10 @@ def main():
         decoded = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
         references = [text.strip() for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
         lengths = [np.count_nonzero(row != tokenizer.pad_token_id) for row in predictions]
-        return {**rouge(decoded, references), **headline_quality(decoded), "gen_len": float(np.mean(lengths))}
+        special = np.array(sorted(set(tokenizer.all_special_ids)))
+        generated = [int(np.isin(row, special, invert=True).sum()) for row in predictions]  # the headline's tokens
+        quality = headline_quality(decoded, token_counts=generated, min_tokens=data_args.min_target_length)
+        return {**rouge(decoded, references), **quality, "gen_len": float(np.mean(lengths))}
 
     pad = label_pad_token_id(tokenizer, data_args)
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=pad)

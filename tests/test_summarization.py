@@ -24,10 +24,13 @@ from fastformer import FastformerForConditionalGeneration
 from fastformer.summarization import (
     CachedEncoderStates,
     NoRepeatContentWordLogitsProcessor,
+    choose_k,
     clean_source,
     freeze_encoder,
     headline_quality,
     headline_words,
+    keyword_headline,
+    lead_words,
     length_window,
     pseudo_summary,
     pseudo_summary_pairs,
@@ -364,9 +367,38 @@ def test_headline_quality_counts_what_rouge_does_not_see():
     # content words not in the article: brief three times and fall; words: those and the "s" of "russia ' s"
     assert quality["invented_per_headline"] == pytest.approx(4 / 7)
     assert quality["words_not_in_article"] == pytest.approx(100 * 5 / 19)  # of 5 + 4 + 2 + 2 + 2 + 4 words
-    assert headline_quality(predictions) == {key: quality[key] for key in ("repeated", "shared", "empty", "degenerate")}
+    # tokens that are no content words: "'" and "s"; "in"; "in" three times; ":" (7 of 6 + 4 + 6 + 0 + 5 tokens)
+    assert quality["filler"] == pytest.approx(100 * 7 / 21)
+    keys = ("repeated", "shared", "empty", "degenerate", "filler")
+    assert headline_quality(predictions) == {key: quality[key] for key in keys}
     with pytest.raises(ValueError, match="2 predictions for 1 documents"):
         headline_quality(["a", "b"], ["c"])
+
+
+def test_headline_quality_finds_non_words_and_headlines_at_the_forced_minimum_length():
+    """A non-word is in neither the article nor the training text (word pieces spliced together); the share at the
+    minimum length compares each headline's generated token count with the forced minimum."""
+    documents = ["Flynn met the Russian ambassador.", "Floods hit the coast.", "Markets rallied on Friday."]
+    predictions = ["flynnner met russia", "floods hit coast", "markets rally friday"]
+    vocabulary = {"russia", "rally"}  # the training text's words: "russia" and "rally" are words
+    quality = headline_quality(predictions, documents, vocabulary=vocabulary, token_counts=[7, 9, 7], min_tokens=7)
+    assert quality["non_word"] == pytest.approx(100 / 3)  # "flynnner" only
+    assert quality["at_min_length"] == pytest.approx(200 / 3)
+    assert "non_word" not in headline_quality(predictions, documents)
+    assert "at_min_length" not in headline_quality(predictions, token_counts=[7, 9, 7])
+
+
+def test_baselines_lead_k_and_keywords_in_article_order():
+    article = "Trump advisers met Russia's ambassador. The ambassador met Trump twice, advisers said; Russia denied it."
+    assert lead_words(article, 5) == "trump advisers met russia s"  # words as ROUGE reads them
+    # counts by stem: trump 2, advis(ers) 2, met 2, russia 2, ambassador 2, ...; ties go to the word seen first
+    assert keyword_headline(article, 3) == "trump advisers met"
+    assert keyword_headline(article, 5) == "trump advisers met russia ambassador"
+    assert keyword_headline("Cuts and more cuts: the cut deepens.", 2) == "cuts deepens"  # "cut" is the stem of "cuts"
+    references = ["trump advisers met", "floods hit the coast"]
+    documents = [article, "Floods hit the coast on Monday and closed roads."]
+    k, grid = choose_k(lead_words, documents, references, ks=range(1, 6))
+    assert set(grid) == {1, 2, 3, 4, 5} and k == max(grid, key=lambda k: grid[k]["rouge1"]) and k in (3, 4)
 
 
 @pytest.fixture(scope="module")

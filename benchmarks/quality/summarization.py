@@ -10,7 +10,6 @@ a choice made before).
 """
 
 import json
-import math
 import random
 import statistics
 import sys
@@ -24,9 +23,12 @@ from benchmarks.harness import DOCS, REPO, SCRIPTS, arguments, flags, machine, m
 from fastformer import FastformerForConditionalGeneration
 from fastformer.conversion import bert2bert_model, copy_bert_cross_attention
 from fastformer.summarization import (
+    choose_k,
     clean_source,
     headline_quality,
     headline_words,
+    keyword_headline,
+    lead_words,
     length_window,
     rouge,
     token_state_spread,
@@ -78,7 +80,15 @@ ROWS = {
 
 def parse_args(argv=None):
     parser = arguments(__doc__, threads=None)
-    parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
+    parser.add_argument("--rows", nargs="*", choices=list(ROWS), default=list(ROWS), help="none: the tables only")
+    parser.add_argument(
+        "--compare",
+        nargs="*",
+        default=[],
+        metavar="FILE[#KEY.KEY]",
+        help="other records' test predictions to tabulate beside the rows (a JSON file, the keys to the dict that "
+        "holds them), e.g. docs/results_summarization/issue34-copy-head.json#rows.fastformer",
+    )
     parser.add_argument("--recipe", type=Path, default=REPO / "configs" / "summarization" / "news_headlines.json")
     parser.add_argument("--converted", default="runs/minilm-fastformer-seq2seq", help="the Fastformer family's start")
     parser.add_argument("--source", default=None, help="the BERT checkpoint BERT2BERT starts from (default: MiniLM)")
@@ -230,14 +240,19 @@ def sources(args, split: str) -> list[str]:
 
 
 def lead(args) -> dict:
-    """lead-k: the article's first k words, k from 1 to 40 with the best validation ROUGE-1."""
+    """The untrained baselines, each with the k (1 to 40) of the best validation ROUGE-1: lead-k, the article's first k
+    words (as ROUGE reads them, `lead_words`), and the keywords, its k most frequent content words in article order
+    (`keyword_headline`): what a summarizer that learned keyword extraction and no English would score."""
     validation, test = sources(args, "validation"), sources(args, "test")
     references = [row["summary"] for row in args.splits["validation"]]
-    grid = {k: rouge([" ".join(text.split()[:k]) for text in validation], references) for k in range(1, 41)}
-    k = max(grid, key=lambda k: grid[k]["rouge1"])
-    predictions = [" ".join(text.split()[:k]) for text in test]
-    found = {"test": rouge(predictions, [row["summary"] for row in args.splits["test"]]), "predictions": predictions}
-    return {"validation_grid": {str(k): scores for k, scores in grid.items()}, "chosen": {"k": k}, **found}
+    test_references = [row["summary"] for row in args.splits["test"]]
+    found = {}
+    for name, baseline in (("lead", lead_words), ("keywords", keyword_headline)):
+        k, grid = choose_k(baseline, validation, references)
+        predictions = [baseline(text, k) for text in test]
+        scores = {"test": rouge(predictions, test_references), "predictions": predictions}
+        found[name] = {"validation_grid": {str(k): scores for k, scores in grid.items()}, "chosen": {"k": k}, **scores}
+    return {**found.pop("lead"), "keywords": {"label": "keywords (k most frequent content words)", **found["keywords"]}}
 
 
 def headlines(args, family: str, settings: dict) -> dict:
@@ -258,19 +273,26 @@ def headlines(args, family: str, settings: dict) -> dict:
 
 
 def tables(args, records: dict) -> list[str]:
-    """Each row's test scores (words per headline as ROUGE counts them; copied: the share that is a training
-    headline; `headline_quality`, the references' own last), each family's tuning, 20 test headlines side by side."""
+    """Each row's test scores (ROUGE-1, -2, -L; words per headline as ROUGE counts them; copied: the share that is a
+    training headline; `headline_quality` with the non-words against the training text; lead-k at the row's own
+    length), the baselines' rows (lead-k and the keywords at validation's best k) and the references' own last; each
+    family's tuning; 30 test headlines side by side."""
     training = {" ".join(headline_words(row["summary"])) for row in args.splits["train"]}
+    vocabulary = {word for row in args.splits["train"] for text in row.values() for word in headline_words(str(text))}
     references, documents = [row["summary"] for row in args.splits["test"]], sources(args, "test")
+    listed = dict(records)
+    if "keywords" in records.get("lead", {}):
+        listed["keywords"] = records["lead"]["keywords"]
     scores, tuned = [], {}
-    for key, found in {**records, "reference": {"label": "reference headlines", "predictions": references}}.items():
+    for key, found in {**listed, "reference": {"label": "reference headlines", "predictions": references}}.items():
         row = {"model": found["label"], **found.get("test", {})}
         row["words"] = statistics.fmean(len(headline_words(text)) for text in found["predictions"])
         row["copied"] = statistics.fmean(" ".join(headline_words(text)) in training for text in found["predictions"])
-        row |= headline_quality(found["predictions"], documents)
-        k = math.ceil(row["words"])  # lead-k at the row's own length: the trivial baseline at equal length
-        same = rouge([" ".join(text.split()[:k]) for text in documents], references)
-        row |= {f"lead-k at its length {name}": same[name] for name in ("rouge1", "rougeL")}
+        row |= headline_quality(found["predictions"], documents, vocabulary=vocabulary)
+        # lead-k at the row's own length: the trivial baseline at equal length
+        row["its length's lead-k"] = k = round(row["words"])
+        same = rouge([lead_words(text, k) for text in documents], references)
+        row |= {f"lead-k {name}": same[name] for name in ("rouge1", "rouge2", "rougeL")}
         row["training min"] = found["train_seconds"] / 60 if "train_seconds" in found else ""
         scores.append({**row, "ms per summary": found.get("decode_ms", ""), "chosen": found.get("chosen", "")})
         if "tuning" in found:  # a family's rows share its tuning
@@ -278,8 +300,8 @@ def tables(args, records: dict) -> list[str]:
     steps = []
     for family, tuning in tuned.items():
         steps += [{"family": family, **run} for run in tuning["levers"] + tuning["decoding"]]
-    samples = sorted(random.Random(0).sample(range(len(references)), min(20, len(references))))
-    rows = [{"reference": references[i], **{key: records[key]["predictions"][i] for key in records}} for i in samples]
+    samples = sorted(random.Random(0).sample(range(len(references)), min(30, len(references))))
+    rows = [{"reference": references[i], **{key: listed[key]["predictions"][i] for key in listed}} for i in samples]
     return [harness.rows_table(scores), harness.rows_table(steps), harness.rows_table(rows)]
 
 
@@ -290,7 +312,19 @@ def main(argv=None):
         found = lead(args) if family is None else headlines(args, family, settings)
         write_json(args.records / f"{key}.json", {"machine": machine(), "label": label, **found})
     records = {key: read_json(args.records / f"{key}.json") for key in ROWS if (args.records / f"{key}.json").exists()}
+    records |= {spec: compared(spec) for spec in args.compare}
     print("\n\n".join(tables(args, records)))
+
+
+def compared(spec: str) -> dict:
+    """A record given as FILE#KEY.KEY, as a row of the tables: its test scores and predictions, labelled by `spec`."""
+    path, _, keys = spec.partition("#")
+    found = read_json(REPO / path)
+    for key in filter(None, keys.split(".")):
+        found = found[key]
+    test = found.get("test_rouge", found.get("test", {}))
+    label = Path(path).stem + (f"#{keys}" if keys else "")
+    return {"label": label, "test": test, "predictions": found["predictions"]}
 
 
 if __name__ == "__main__":
