@@ -491,3 +491,12 @@ def test_rouge_is_deterministic_and_leaves_numpy_random_state_alone():
     assert rouge(predictions, references) == first
     # unigram F1: 2/3 for the first pair (precision 3/6, recall 3/3), 0.4 for the second ("dogs" stems to "dog")
     assert first["rouge1"] == pytest.approx(100 * (2 / 3 + 0.4) / 2)
+
+
+def test_compared_records_are_read_by_their_keys(tmp_path):
+    """--compare FILE#KEY.KEY: another record's test scores and predictions, as a row of the tables."""
+    record = {"rows": {"fastformer": {"test_rouge": {"rouge1": 26.0}, "predictions": ["a b", "c"]}}}
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(record))
+    row = summarization.compared(f"{path}#rows.fastformer")
+    assert row == {"label": "record#rows.fastformer", "test": {"rouge1": 26.0}, "predictions": ["a b", "c"]}

@@ -278,7 +278,8 @@ def tables(args, records: dict) -> list[str]:
     length), the baselines' rows (lead-k and the keywords at validation's best k) and the references' own last; each
     family's tuning; 30 test headlines side by side."""
     training = {" ".join(headline_words(row["summary"])) for row in args.splits["train"]}
-    vocabulary = {word for row in args.splits["train"] for text in row.values() for word in headline_words(str(text))}
+    texts = (f"{row['document']} {row['summary']}" for row in args.splits["train"])
+    vocabulary = {word for text in texts for word in headline_words(text)}  # the training text's words
     references, documents = [row["summary"] for row in args.splits["test"]], sources(args, "test")
     listed = dict(records)
     if "keywords" in records.get("lead", {}):
