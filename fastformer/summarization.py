@@ -411,3 +411,64 @@ class NoRepeatContentWordLogitsProcessor(LogitsProcessor):
             fitted[:known] = self.token_groups[:known]
             self.placed[size, device] = fitted.to(device)
         return self.placed[size, device]
+
+
+class WholeWordLogitsProcessor(LogitsProcessor):
+    """A generate() logits processor for WordPiece vocabularies: the pieces of every generated word spell a word of
+    `words` (e.g. the training text's and the articles' words, as `headline_words` gives them), so that no piece
+    splices onto a word into a non-word ("flynn ##ner"). After the pieces of a word, a continuation piece ("##ner")
+    is allowed only where the word so far stays a prefix of a known word, and anything else (a new word, punctuation,
+    the end) only once it is a known word. A word that no piece could finish is left free, as are the tokens that
+    start no word (punctuation, special tokens), after which no continuation piece comes.
+
+    Each step reads the generated ids on the host (a synchronization on a GPU) and walks each row's last word in
+    Python: for the CPU decoding of the recipes. `run_summarization.py --whole_words` passes it."""
+
+    def __init__(self, tokenizer, words):
+        tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        if not any(token.startswith("##") for token in tokens):
+            raise ValueError("WholeWordLogitsProcessor takes a WordPiece vocabulary (continuation pieces '##...')")
+        self.pieces = [token[2:] if token.startswith("##") else token for token in tokens]
+        self.continues = [token.startswith("##") for token in tokens]
+        special = set(tokenizer.all_special_ids)
+        # a token that starts a word: letters and digits only (WordPiece splits punctuation off), no special token
+        self.starts_word = [
+            not self.continues[index] and index not in special and re.fullmatch(r"[a-z0-9]+", token) is not None
+            for index, token in enumerate(tokens)
+        ]
+        self.words = set(words)
+        self.prefixes = {word[:end] for word in self.words for end in range(1, len(word) + 1)}
+        self.continuation_ids = torch.tensor([index for index, flag in enumerate(self.continues) if flag])
+        self.other_ids = torch.tensor([index for index, flag in enumerate(self.continues) if not flag])
+        self.allowed = {}  # word so far -> the continuation ids that keep it a known word's prefix
+
+    def last_word(self, ids: list[int]) -> str | None:
+        """The word the row's last tokens spell (its start token and the continuation pieces after it), or None
+        where the last token is no part of a word."""
+        end = len(ids)
+        while end > 0 and ids[end - 1] < len(self.continues) and self.continues[ids[end - 1]]:
+            end -= 1
+        if end == 0 or ids[end - 1] >= len(self.continues) or not self.starts_word[ids[end - 1]]:
+            return None
+        return "".join(self.pieces[index] for index in ids[end - 1 :])
+
+    def continuations(self, word: str) -> torch.Tensor:
+        if word not in self.allowed:
+            ids = [index for index in self.continuation_ids.tolist() if word + self.pieces[index] in self.prefixes]
+            self.allowed[word] = torch.tensor(ids, dtype=torch.long)
+        return self.allowed[word]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        banned = torch.zeros(scores.shape, dtype=torch.bool)
+        known = len(self.continues)
+        for row, ids in enumerate(input_ids.tolist()):
+            word = self.last_word(ids)
+            banned[row, self.continuation_ids] = True
+            if word is None:
+                continue
+            allowed = self.continuations(word)
+            banned[row, allowed] = False
+            if word not in self.words and len(allowed):  # unfinished: only a piece that keeps it a word's prefix
+                banned[row, self.other_ids] = True
+                banned[row, known:] = True
+        return scores.masked_fill(banned.to(scores.device), -float("inf"))

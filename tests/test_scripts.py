@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
 from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerForMaskedLM
-from fastformer.summarization import headline_quality
+from fastformer.summarization import headline_quality, headline_words
 from fastformer.training import (
     ModelArguments,
     load_model,
@@ -702,8 +702,8 @@ def test_evaluation_and_prediction_read_a_split_in_its_order(tmp_path, tokenizer
 @pytest.mark.slow
 def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path, headlines):
     """--num_beams reaches generate in evaluation and prediction (Seq2SeqTrainer reads it from the saved
-    generation_num_beams), as --val_max_target_length does generate's max_length and --no_repeat_content_words its
-    logits processor."""
+    generation_num_beams), as --val_max_target_length does generate's max_length, and --no_repeat_content_words and
+    --whole_words their logits processors."""
     validation = headlines[1]
     summarize(
         tmp_path / "out",
@@ -723,6 +723,7 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
         "--max_predict_samples",
         2,
         "--no_repeat_content_words",
+        "--whole_words",
     )
     args = torch.load(tmp_path / "out" / "training_args.bin", weights_only=False)
     assert args.generation_num_beams == 2 and args.generation_max_length == 10
@@ -732,6 +733,11 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
     predictions = (tmp_path / "out" / "generated_predictions.txt").read_text().splitlines()
     # --no_repeat_content_words reaches generate in evaluation and prediction
     assert len(predictions) == 2 and metrics["eval_repeated"] == 0 and headline_quality(predictions)["repeated"] == 0
+    # --whole_words: every generated word is a word of the training split or of the articles (a random model's pieces
+    # would splice into non-words)
+    rows = [json.loads(line) for path in headlines for line in path.read_text().splitlines()]
+    words = {word for row in rows for word in headline_words(row["document"] + " " + row["summary"])}
+    assert all(set(headline_words(text)) <= words for text in predictions)
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ from fastformer import FastformerForConditionalGeneration
 from fastformer.summarization import (
     CachedEncoderStates,
     NoRepeatContentWordLogitsProcessor,
+    WholeWordLogitsProcessor,
     choose_k,
     clean_source,
     freeze_encoder,
@@ -499,3 +500,26 @@ def test_pseudo_summary_pairs_never_take_a_held_out_article(tmp_path):
     )
     assert process.returncode == 0, process.stderr
     assert [json.loads(line) for line in output.read_text().splitlines()] == pairs
+
+
+def test_whole_words_lets_pieces_spell_known_words_only(tokenizer):
+    """After "flynn" (a known word) no piece splices on ("flynn ##ner"); after "ku" only the pieces towards "kushner"
+    come, and nothing else until the word is whole; after punctuation or the start, no continuation piece."""
+    processor = WholeWordLogitsProcessor(tokenizer, ["kushner", "flynn", "russia", "met"])
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in ("ku", "##sh", "##ner", "flynn", "met", "'")}
+    start = tokenizer.cls_token_id
+
+    def allowed(*tokens):
+        scores = processor(torch.tensor([[start, *(ids[token] for token in tokens)]]), torch.zeros(1, len(tokenizer)))
+        return torch.isfinite(scores[0])
+
+    after_flynn = allowed("flynn")
+    assert not after_flynn[ids["##ner"]] and after_flynn[ids["met"]] and after_flynn[tokenizer.sep_token_id]
+    after_ku = allowed("ku")
+    assert after_ku[ids["##sh"]] and not after_ku[ids["##ner"]]  # "kush..." is a prefix of kushner, "kuner" not
+    assert not after_ku[ids["met"]] and not after_ku[tokenizer.sep_token_id]  # "ku" is no word: it must go on
+    after_kush = allowed("ku", "##sh")
+    assert after_kush[ids["##ner"]] and not after_kush[ids["flynn"]]
+    assert allowed("ku", "##sh", "##ner")[ids["met"]]  # whole: anything may follow
+    for tokens in ((), ("'",)):  # no word to continue
+        assert not allowed(*tokens)[ids["##ner"]] and allowed(*tokens)[ids["flynn"]]
