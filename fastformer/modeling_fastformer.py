@@ -525,7 +525,9 @@ class FastformerPooler(nn.Module):
             # query, one fused kernel
             mask = as_pooling_mask(attention_mask, compute_dtype(hidden_states)) if mask is None else mask
             keys = torch.tanh(self.dense(hidden_states)).unsqueeze(1)  # (B, 1, N, C)
-            query = self.score.weight.view(1, 1, 1, -1).expand(keys.shape[0], 1, 1, -1)
+            # a copy of the score vector, at an aligned address: the CPU kernel sums in an order that follows the
+            # query's alignment, which a loaded (memory-mapped) weight does not have, so a reloaded model would differ
+            query = self.score.weight.clone().view(1, 1, 1, -1).expand(keys.shape[0], 1, 1, -1)
             pooled = nn.functional.scaled_dot_product_attention(
                 query, keys, hidden_states.unsqueeze(1), attn_mask=None if mask is None else mask.bias, scale=1.0
             ).view(keys.shape[0], -1)

@@ -133,11 +133,9 @@ def model_outputs(model, inputs, decoder_inputs):
 
 
 def assert_same_tensors(actual, expected):
-    """The same tensors to float32 rounding: a loaded model's weights are bit for bit the saved ones, but may sit at
-    other memory alignments, and the CPU's vectorized kernels sum in an order that follows the alignment."""
     assert actual.keys() == expected.keys()
     for name, tensor in expected.items():
-        torch.testing.assert_close(actual[name], tensor, rtol=1e-6, atol=1e-7, msg=name)
+        assert torch.equal(actual[name], tensor), name
 
 
 @dataclass
