@@ -134,6 +134,12 @@ class FastformerConfig(PreTrainedConfig):
             The source's ids are read at every step (`input_ids`, or `source_ids` beside `encoder_outputs`).
             Logits processors that scale logits act on log-probabilities then: `repetition_penalty` multiplies
             their (negative) values and barely moves a likely token; `no_repeat_ngram_size` blocks as before.
+        copy_spans (`bool`, defaults to False): with `copy_mechanism`, the copy head can continue a span of the
+            source: its attention adds a learned gate g_t = u . h_t + c to the score of every source position whose
+            previous token is the decoder's input token t (the token just written), so that copying it writes the
+            source's next token, in order. Additive attention has no token-to-token scores from which a decoder
+            could learn this (an induction head, in softmax attention). The decoder's input ids are read then
+            (`decoder_input_ids` or `labels`).
         bos_token_id, decoder_start_token_id (`int`, *optional*): special ids for generation.
         eos_token_id (`int` or `list[int]`, *optional*): the id, or ids, that end a generated sequence.
         use_cache (`bool`, defaults to True): return the decoder's generation state (`FastformerCache`).
@@ -167,6 +173,7 @@ class FastformerConfig(PreTrainedConfig):
     cross_attention_type: Literal["softmax", "additive"] = "softmax"
     tie_encoder_embeddings: bool = True
     copy_mechanism: bool = False
+    copy_spans: bool = False
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
     decoder_start_token_id: int | None = None
@@ -227,6 +234,8 @@ class FastformerConfig(PreTrainedConfig):
             raise ValueError(
                 f"`chunk_size_feed_forward` must be 0 (no chunks) or more, got {self.chunk_size_feed_forward}"
             )
+        if self.copy_spans and not self.copy_mechanism:
+            raise ValueError("`copy_spans` continues the copy head's spans and needs `copy_mechanism=True`")
         if self.additive_attention_mode == "collapsed" and self.interaction != "product":
             raise ValueError(
                 '`additive_attention_mode="collapsed"` folds the product interaction\'s linear maps and needs '

@@ -11,7 +11,7 @@ from transformers.loss.loss_utils import ForMaskedLMLoss
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 from transformers.models.encoder_decoder.modeling_encoder_decoder import shift_tokens_right
 
-from .copy_head import CopyHeadSourceMixin, FastformerCopyHead
+from .copy_head import CopyHeadSourceMixin, FastformerCopyHead, SpanGate
 
 
 class CopyEncoderDecoderConfig(EncoderDecoderConfig):
@@ -33,7 +33,10 @@ class CopyEncoderDecoderModel(CopyHeadSourceMixin, EncoderDecoderModel):
         super().__init__(config, encoder, decoder)
         self.copy_head = FastformerCopyHead(self.config.decoder)
         for module in self.copy_head.modules():
-            self.decoder._init_weights(module)
+            if isinstance(module, SpanGate):
+                module.init_weights()
+            else:
+                self.decoder._init_weights(module)
 
     def forward(
         self,
@@ -69,7 +72,9 @@ class CopyEncoderDecoderModel(CopyHeadSourceMixin, EncoderDecoderModel):
             source_ids = input_ids
         source_ids = self.checked_source_ids(source_ids, BaseModelOutput(last_hidden_state=encoder_states))
         hidden_states = outputs.decoder_hidden_states[-1]
-        outputs.logits = self.copy_head(hidden_states, outputs.logits, encoder_states, attention_mask, source_ids)
+        outputs.logits = self.copy_head(
+            hidden_states, outputs.logits, encoder_states, attention_mask, source_ids, decoder_input_ids
+        )
         if labels is not None:
             vocab_size = self.config.decoder.vocab_size
             outputs.loss = ForMaskedLMLoss(outputs.logits, labels, vocab_size, num_items_in_batch=num_items_in_batch)

@@ -4,25 +4,59 @@ keep the source's token ids for every decoding step. `FastformerForConditionalGe
 
 import torch
 from torch import nn
+from transformers import initialization as init
 
 from .checks import check_inputs
 from .configuration_fastformer import FastformerConfig
-from .functional import copy_attention, pointer_generator
+from .functional import accumulation_dtype, copy_attention, pointer_generator, span_continuations
+
+
+class SpanGate(nn.Linear):
+    """The copy head's span gate g_t = u . h_t + c (`config.copy_spans`), which starts at u = 0 and c = 4: a span's
+    continuation starts e^4 (about 55) times as likely to be copied as any other source token."""
+
+    initial_bias = 4.0
+
+    def __init__(self, hidden_size: int):
+        super().__init__(hidden_size, 1)
+
+    def init_weights(self):
+        """The initial weights, for the model's `_init_weights` (transformers' `init`: loaded weights stay)."""
+        init.zeros_(self.weight)
+        init.constant_(self.bias, self.initial_bias)
 
 
 class FastformerCopyHead(nn.Module):
     """The pointer-generator of See et al. (2017) (`config.copy_mechanism`): each decoder output h_t attends over
     the encoder output (`functional.copy_attention`, one head of its own: query W h_t), and a gate
     p_gen = sigmoid(w . [h_t ; context_t] + b) mixes the LM head's distribution (weight p_gen) with the attention
-    summed per source token id (1 - p_gen): `functional.pointer_generator`, log-probabilities (B, T, V)."""
+    summed per source token id (1 - p_gen): `functional.pointer_generator`, log-probabilities (B, T, V).
+
+    With `config.copy_spans` the attention also scores the source positions that continue a span (those whose
+    previous token is the decoder's input token t, `functional.span_continuations`), by a learned gate
+    g_t = u . h_t + c: the pointer can copy a span in order, as an induction head does in softmax attention (additive
+    attention has no token-to-token scores to form one)."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.gate = nn.Linear(2 * config.hidden_size, 1)
+        self.span_gate = SpanGate(config.hidden_size) if getattr(config, "copy_spans", False) else None
 
-    def forward(self, hidden_states, logits, encoder_hidden_states, encoder_attention_mask, source_ids):
-        weights, context = copy_attention(self.query(hidden_states), encoder_hidden_states, encoder_attention_mask)
+    def forward(self, hidden_states, logits, encoder_hidden_states, encoder_attention_mask, source_ids, input_ids=None):
+        """`input_ids` (B, T): the decoder's input tokens at the positions of `hidden_states`, read with
+        `config.copy_spans` only."""
+        bias = None
+        if self.span_gate is not None:
+            if input_ids is None:
+                raise ValueError(
+                    "config.copy_spans continues the source spans that the decoder's input tokens end: pass "
+                    "`decoder_input_ids` (or `labels`), not only `decoder_inputs_embeds`"
+                )
+            continuations = span_continuations(source_ids, input_ids)
+            bias = self.span_gate(hidden_states).to(accumulation_dtype(hidden_states.dtype)) * continuations
+        query = self.query(hidden_states)
+        weights, context = copy_attention(query, encoder_hidden_states, encoder_attention_mask, bias)
         gate = self.gate(torch.cat([hidden_states, context], dim=-1)).squeeze(-1)
         return pointer_generator(logits, weights, source_ids, gate)
 

@@ -161,7 +161,7 @@ class DecoderStepGraph(torch.nn.Module):
         cache = EncoderDecoderCache(states, cross_cache)
         hidden_states = self.model.decoder(input_ids, encoder_attention_mask=encoder_attention_mask, cache=cache)
         last = hidden_states.last_hidden_state[:, -1:]
-        logits = self.model.output_logits(last, encoded, encoder_attention_mask, source_ids)[:, -1]
+        logits = self.model.output_logits(last, encoded, encoder_attention_mask, source_ids, input_ids)[:, -1]
         return logits, states.positions, tuple(state_tensors(states))
 
 

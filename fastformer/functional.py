@@ -604,25 +604,42 @@ def causal_additive_attention(
 
 
 def copy_attention(
-    query: torch.Tensor, source: torch.Tensor, source_mask: torch.Tensor | None = None
+    query: torch.Tensor,
+    source: torch.Tensor,
+    source_mask: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One head of scaled dot-product attention of decoder tokens over source tokens, for copying them (See et al.,
     "Get To The Point", 2017: the attention distribution a_t and the context vector).
 
     query: (B, T, D), the decoder's projected states; source: (B, M, D), the encoder's output; source_mask: (B, M),
-    True/1 for tokens. Returns the weights a (B, T, M) in float32 at least, padding exactly 0, and the context
+    True/1 for tokens; bias: added to the scores, broadcastable to (B, T, M) (`span_continuations` weighted by the
+    span gate). Returns the weights a (B, T, M) in float32 at least, padding exactly 0, and the context
     sum_j a_tj source_j (B, T, D) in the source's dtype. A source that is all padding spreads its weights over every
     position (finite numbers, nothing to copy that means anything), as the softmax cross-attention does."""
     # scaled before the product and normalized in float32 at least, as masked_softmax: half-precision scores
     # overflow, and their weights would not sum to 1
     scores = torch.matmul(query * query.shape[-1] ** -0.5, source.transpose(-1, -2))
     scores = scores.to(accumulation_dtype(scores.dtype))
+    if bias is not None:
+        scores = scores + bias
     if source_mask is not None:
         mask = source_mask.to(torch.bool)
         mask = mask | ~mask.any(dim=-1, keepdim=True)
         scores = scores.masked_fill(~mask[:, None, :], torch.finfo(scores.dtype).min)
     weights = scores.softmax(dim=-1)
     return weights, torch.matmul(weights.to(source.dtype), source)
+
+
+def span_continuations(source_ids: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """Where a copy would continue a span of the source: (B, T, M), True at source position j for decoder position t
+    where the source token before j is the decoder's input token t (the token just written), so that copying j
+    writes the source's next token. source_ids: (B, M); input_ids: (B, T). The first source position continues
+    nothing."""
+    occurrences = source_ids[:, None, :] == input_ids[:, :, None]
+    # shifted by a roll, not a slice: an (M - 1)-long tensor would make an exported graph assume M - 1 != 1
+    not_first = torch.arange(source_ids.shape[1], device=source_ids.device) > 0
+    return occurrences.roll(1, dims=-1) & not_first
 
 
 def pointer_generator(

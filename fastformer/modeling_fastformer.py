@@ -48,7 +48,7 @@ from .checks import (
     checked_token_labels,
 )
 from .configuration_fastformer import FastformerConfig
-from .copy_head import CopyHeadSourceMixin, FastformerCopyHead
+from .copy_head import CopyHeadSourceMixin, FastformerCopyHead, SpanGate
 from .functional import (
     CausalAttentionState,
     PackedRows,
@@ -563,6 +563,9 @@ class FastformerPreTrainedModel(PreTrainedModel):
     }
 
     def _init_weights(self, module):
+        if isinstance(module, SpanGate):
+            module.init_weights()
+            return
         super()._init_weights(module)
         if isinstance(module, FastformerCrossAttention) and module.cross_attention_type == "additive":
             init.normal_(module.context_weight, mean=0.0, std=self.config.initializer_range)
@@ -1367,7 +1370,11 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
             **kwargs,
         )
         hidden_states = slice_logits_to_keep(decoder_outputs.last_hidden_state, logits_to_keep)
-        logits = self.output_logits(hidden_states, encoder_outputs.last_hidden_state, attention_mask, source_ids)
+        if decoder_input_ids is not None:
+            decoder_input_ids = slice_logits_to_keep(decoder_input_ids[..., None], logits_to_keep)[..., 0]
+        logits = self.output_logits(
+            hidden_states, encoder_outputs.last_hidden_state, attention_mask, source_ids, decoder_input_ids
+        )
         loss = None
         if labels is not None:
             # the labels are aligned with the logits already (no shift): the masked-LM loss is exactly that
@@ -1384,13 +1391,18 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
             encoder_attentions=encoder_outputs.attentions,
         )
 
-    def output_logits(self, hidden_states, encoder_hidden_states, encoder_attention_mask=None, source_ids=None):
+    def output_logits(
+        self, hidden_states, encoder_hidden_states, encoder_attention_mask=None, source_ids=None, input_ids=None
+    ):
         """The LM head's logits of the decoder's output; with the copy head, log-probabilities that also copy
-        `source_ids` (`FastformerCopyHead`)."""
+        `source_ids` (`FastformerCopyHead`; with `config.copy_spans` it reads the decoder's `input_ids` at the
+        positions of `hidden_states`)."""
         logits = self.lm_head(hidden_states)
         if self.copy_head is None:
             return logits
-        return self.copy_head(hidden_states, logits, encoder_hidden_states, encoder_attention_mask, source_ids)
+        return self.copy_head(
+            hidden_states, logits, encoder_hidden_states, encoder_attention_mask, source_ids, input_ids
+        )
 
     def new_cache(self) -> FastformerEncoderDecoderCache:
         """An empty generation cache: the decoder's recurrent state, and the cross-attention's keys and values."""

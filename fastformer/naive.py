@@ -113,11 +113,15 @@ def causal_pooling_weights(x, weight, attention_mask=None) -> torch.Tensor:
     return weights
 
 
-def pointer_generator(logits, query, source, source_mask, source_ids, gate_logits) -> torch.Tensor:
+def pointer_generator(
+    logits, query, source, source_mask, source_ids, gate_logits, input_ids=None, span_gate=None
+) -> torch.Tensor:
     """log P (B, T, V) of See et al.'s pointer-generator (2017, Eq. 9), one token at a time: a_j = softmax over the
     real source tokens j of (query_t . source_j / sqrt(D)), p = sigmoid(gate_t), and
     P(w) = p softmax(logits_t)_w + (1 - p) sum of a_j over the real j with source_ids_j = w. Shapes as
-    `functional.copy_attention` and `functional.pointer_generator`; a source without real tokens attends to all."""
+    `functional.copy_attention` and `functional.pointer_generator`; a source without real tokens attends to all.
+    With `input_ids` (B, T), the decoder's input tokens, and `span_gate` (B, T): the score of every j > 0 whose
+    source token before it is input token t gains span_gate_t (`config.copy_spans`)."""
     logits, query, source, gate_logits = (t.double() for t in (logits, query, source, gate_logits))
     batch, steps, vocab = logits.shape
     length, dim = source.shape[1:]
@@ -127,6 +131,9 @@ def pointer_generator(logits, query, source, source_mask, source_ids, gate_logit
         real = [j for j in range(length) if mask[b, j]] or list(range(length))
         for t in range(steps):
             scores = torch.stack([query[b, t] @ source[b, j] / math.sqrt(dim) for j in real])
+            if span_gate is not None:
+                continues = [j > 0 and source_ids[b, j - 1] == input_ids[b, t] for j in real]
+                scores = scores + span_gate[b, t].double() * torch.tensor(continues, dtype=torch.float64)
             attention = scores.softmax(0)
             p = 1 / (1 + math.exp(-gate_logits[b, t].item()))
             distribution = p * logits[b, t].softmax(0)

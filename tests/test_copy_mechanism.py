@@ -1,16 +1,18 @@
-"""The opt-in copy mechanism of FastformerForConditionalGeneration (See et al.'s pointer-generator), and the same
-head on BERT2BERT (`CopyEncoderDecoderModel`): the math against fastformer.naive's float64 loop, each model's
-logits against the same loop on its own states, and the recipes a seq2seq model serves (teacher forcing, greedy
-and beam search with the cache, save and reload)."""
+"""The opt-in copy mechanism of FastformerForConditionalGeneration (See et al.'s pointer-generator), with and
+without the span gate (`copy_spans`), and the same head on BERT2BERT (`CopyEncoderDecoderModel`): the math against
+fastformer.naive's float64 loop, each model's logits against the same loop on its own states, and the recipes a
+seq2seq model serves (teacher forcing, greedy and beam search with the cache, save and reload)."""
 
 import pytest
 import torch
+from huggingface_hub.errors import StrictDataclassClassValidationError
 from transformers import AutoModelForSeq2SeqLM, BertConfig, BertLMHeadModel, BertModel
 
 from fastformer import FastformerForConditionalGeneration, naive
 from fastformer.checks import value_checks
+from fastformer.conversion import bert2bert_model
 from fastformer.copy_encoder_decoder import CopyEncoderDecoderModel
-from fastformer.functional import copy_attention, pointer_generator
+from fastformer.functional import copy_attention, pointer_generator, span_continuations
 
 SPECIAL = dict(pad_token_id=0, decoder_start_token_id=1, bos_token_id=1, eos_token_id=2)
 
@@ -27,12 +29,13 @@ def fastformer_model(build):
     return build(FastformerForConditionalGeneration, copy_mechanism=True, initializer_range=0.3, **SPECIAL)
 
 
-def tiny_bert2bert():
+def tiny_bert2bert(copy_spans=False):
     """A tiny BERT2BERT with the copy head, sized and initialized as the tiny Fastformer."""
     torch.manual_seed(0)
     sizes = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
     config = BertConfig(**sizes, max_position_embeddings=64, initializer_range=0.3, pad_token_id=0)
     decoder_config = BertConfig(**config.to_dict() | dict(is_decoder=True, add_cross_attention=True))
+    decoder_config.copy_spans = copy_spans
     encoder, decoder = BertModel(config, add_pooling_layer=False), BertLMHeadModel(decoder_config)
     model = CopyEncoderDecoderModel(encoder=encoder, decoder=decoder)
     model.config.update(SPECIAL)
@@ -40,18 +43,60 @@ def tiny_bert2bert():
     return model.eval()
 
 
-@pytest.fixture(scope="module", params=["fastformer", "bert2bert"])
-def model(request, fastformer_model):
-    """Each model with the copy head: the recipes below are the same for both."""
-    return fastformer_model if request.param == "fastformer" else tiny_bert2bert()
+def with_random_span_gate(model):
+    """`model` after its span gate starts (u = 0, c = 4) are checked, given a gate that differs per token: every
+    logit then depends on it."""
+    gate = model.copy_head.span_gate
+    assert torch.equal(gate.weight, torch.zeros_like(gate.weight)) and gate.bias.item() == 4.0
+    with torch.no_grad():
+        gate.weight.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(0))
+        gate.bias.fill_(1.0)
+    return model
+
+
+def copy_model(name, build, fastformer_model):
+    if name == "fastformer":
+        return fastformer_model
+    if name == "bert2bert":
+        return tiny_bert2bert()
+    if name == "bert2bert-spans":
+        return with_random_span_gate(tiny_bert2bert(copy_spans=True))
+    overrides = dict(copy_mechanism=True, copy_spans=True, initializer_range=0.3, **SPECIAL)
+    return with_random_span_gate(build(FastformerForConditionalGeneration, **overrides))
+
+
+@pytest.fixture(scope="module", params=["fastformer", "bert2bert", "fastformer-spans", "bert2bert-spans"])
+def model(request, build, fastformer_model):
+    """Each model with the copy head, without and with the span gate: the recipes below are the same for all."""
+    return copy_model(request.param, build, fastformer_model)
+
+
+@pytest.fixture(scope="module", params=["fastformer-spans", "bert2bert-spans"])
+def span_model(request, build, fastformer_model):
+    """Each model with the span gate."""
+    return copy_model(request.param, build, fastformer_model)
 
 
 def lm_head(model):
     return model.lm_head if isinstance(model, FastformerForConditionalGeneration) else model.decoder.cls
 
 
+def test_span_continuations_are_the_positions_after_each_occurrence_of_the_input_token():
+    ids, _ = source_batch()  # [[5, 9, 5, 12, 30, 7], [8, 14, 3, 0, 0, 0]]
+    inputs = torch.tensor([[5, 7, 1], [14, 0, 8]])
+    continuations = span_continuations(ids, inputs)
+    assert continuations.shape == (2, 3, 6) and continuations.dtype == torch.bool
+    assert continuations[0, 0].nonzero().flatten().tolist() == [1, 3]  # 5 is followed by 9 and by 12
+    assert not continuations[0, 1].any()  # 7 ends the source
+    assert not continuations[0, 2].any()  # the start token is not in the source
+    assert continuations[1, 0].nonzero().flatten().tolist() == [2]
+    assert continuations[1, 1].nonzero().flatten().tolist() == [4, 5]  # after padding: masked by the attention
+    assert continuations[1, 2].nonzero().flatten().tolist() == [1]
+
+
+@pytest.mark.parametrize("spans", [False, True], ids=["", "spans"])
 @pytest.mark.parametrize("all_padding", [False, True])
-def test_pointer_generator_matches_the_float64_loop(all_padding):
+def test_pointer_generator_matches_the_float64_loop(all_padding, spans):
     generator = torch.Generator().manual_seed(0)
     ids, mask = source_batch()
     if all_padding:
@@ -60,9 +105,14 @@ def test_pointer_generator_matches_the_float64_loop(all_padding):
     query = torch.randn(2, 4, 8, generator=generator, dtype=torch.float64)
     source = torch.randn(2, 6, 8, generator=generator, dtype=torch.float64)
     gate = torch.randn(2, 4, generator=generator, dtype=torch.float64)
-    weights, context = copy_attention(query, source, mask)
+    inputs, span_gate, bias = torch.tensor([[1, 5, 9, 30], [8, 14, 3, 0]]), None, None
+    if spans:
+        span_gate = 3 * torch.randn(2, 4, generator=generator, dtype=torch.float64)
+        bias = span_gate[..., None] * span_continuations(ids, inputs)
+    weights, context = copy_attention(query, source, mask, bias)
     log_p = pointer_generator(logits, weights, ids, gate)
-    torch.testing.assert_close(log_p, naive.pointer_generator(logits, query, source, mask, ids, gate))
+    expected = naive.pointer_generator(logits, query, source, mask, ids, gate, inputs, span_gate)
+    torch.testing.assert_close(log_p, expected)
     torch.testing.assert_close(log_p.exp().sum(-1), torch.ones(2, 4, dtype=torch.float64))
     assert torch.isfinite(log_p).all() and torch.isfinite(context).all()
     if not all_padding:
@@ -92,8 +142,13 @@ def test_model_logits_are_the_pointer_generator_of_its_own_states(model):
     hidden, encoded = out.decoder_hidden_states[-1], out.encoder_last_hidden_state
     head = model.copy_head
     plain = lm_head(model)(hidden)
-    gate = head.gate(torch.cat([hidden, copy_attention(head.query(hidden), encoded, mask)[1]], -1)).squeeze(-1)
-    expected = naive.pointer_generator(plain, head.query(hidden), encoded, mask, ids, gate)
+    span_gate = bias = None
+    if head.span_gate is not None:
+        span_gate = head.span_gate(hidden).squeeze(-1)
+        bias = span_gate[..., None] * span_continuations(ids, targets)
+    context = copy_attention(head.query(hidden), encoded, mask, bias)[1]
+    gate = head.gate(torch.cat([hidden, context], -1)).squeeze(-1)
+    expected = naive.pointer_generator(plain, head.query(hidden), encoded, mask, ids, gate, targets, span_gate)
     torch.testing.assert_close(out.logits.double(), expected, rtol=1e-5, atol=1e-5)
     # the source's padding changes nothing for the real tokens
     short = model(input_ids=ids[1:, :3], attention_mask=mask[1:, :3], decoder_input_ids=targets[1:])
@@ -125,7 +180,45 @@ def test_training_loss_is_the_negative_log_likelihood_and_reaches_the_gate(model
     torch.testing.assert_close(out.loss, expected)
     out.loss.backward()
     assert model.copy_head.gate.weight.grad.abs().sum() > 0 and model.copy_head.query.weight.grad.abs().sum() > 0
+    if model.copy_head.span_gate is not None:  # labels 5 then 12: the second continues the source's 5 12
+        assert model.copy_head.span_gate.weight.grad.abs().sum() > 0
     model.zero_grad()
+
+
+def test_copy_spans_needs_the_copy_head_and_the_decoder_input_ids(tiny_config, span_model):
+    with pytest.raises(StrictDataclassClassValidationError, match="`copy_spans` .* needs `copy_mechanism=True`"):
+        tiny_config(copy_spans=True)
+    with pytest.raises(ValueError, match="`copy_spans` .* needs `copy_mechanism=True`"):
+        bert2bert_model("unused", copy_spans=True)
+    ids, mask = source_batch()
+    embeds = span_model.get_decoder().get_input_embeddings()(torch.tensor([[1, 5], [1, 8]]))
+    with pytest.raises(ValueError, match="config.copy_spans .* pass `decoder_input_ids`"):
+        span_model(input_ids=ids, attention_mask=mask, decoder_inputs_embeds=embeds)
+
+
+@torch.no_grad()
+def test_a_span_gate_that_always_continues_copies_the_source_in_order(span_model):
+    """With the gate always copying and the span gate large, every token after the first continues the span the
+    previous one ends (where the source goes on): the source is written in order."""
+    model = span_model
+    ids, mask = torch.tensor([[5, 9, 11, 12, 30, 7], [8, 14, 3, 0, 0, 0]]), source_batch()[1]
+    head = model.copy_head
+    saved = {name: tensor.clone() for name, tensor in head.state_dict().items()}
+    head.gate.bias.fill_(-30.0)
+    head.span_gate.weight.zero_()
+    head.span_gate.bias.fill_(40.0)
+    try:
+        generated = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5, min_new_tokens=5)
+    finally:
+        head.load_state_dict(saved)
+    continued = 0
+    for row, source in zip(generated[:, 1:].tolist(), ids.tolist()):
+        source = [token for token in source if token]
+        for previous, token in zip(row, row[1:]):
+            if source.index(previous) + 1 < len(source):
+                assert token == source[source.index(previous) + 1], (row, source)
+                continued += 1
+    assert continued >= 2
 
 
 def test_source_ids_are_needed_beside_encoder_outputs(model):

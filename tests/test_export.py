@@ -130,15 +130,16 @@ def test_export_refuses_what_it_cannot_export(build):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("cross_attention_type", "copy_mechanism"),
-    [("softmax", False), ("additive", True)],
-    ids=["softmax", "additive-copy"],
+    ("cross_attention_type", "copy_mechanism", "copy_spans"),
+    [("softmax", False, False), ("additive", True, False), ("softmax", True, True)],
+    ids=["softmax", "additive-copy", "softmax-copy-spans"],
 )
 def test_onnx_greedy_decoding_with_the_state_as_inputs_gives_the_tokens_of_generate(
-    build, cross_attention_type, copy_mechanism, tmp_path
+    build, cross_attention_type, copy_mechanism, copy_spans, tmp_path
 ):
     """Each cross-attention, the additive one with the copy head (which reads the encoder's output and the source's
-    ids at every step, whatever the cross-attention)."""
+    ids at every step, whatever the cross-attention), and the copy head with the span gate (which also reads the
+    step's input ids)."""
     special = dict(pad_token_id=0, decoder_start_token_id=1, bos_token_id=1, eos_token_id=2)
     # larger initial weights: a random model that does not repeat one token
     model = build(
@@ -146,8 +147,11 @@ def test_onnx_greedy_decoding_with_the_state_as_inputs_gives_the_tokens_of_gener
         initializer_range=0.5,
         cross_attention_type=cross_attention_type,
         copy_mechanism=copy_mechanism,
+        copy_spans=copy_spans,
         **special,
     )
+    if copy_spans:  # a gate that differs per token
+        torch.nn.init.normal_(model.copy_head.span_gate.weight, std=0.5)
     export_seq2seq_onnx(model, tmp_path)
     sessions = onnx_sessions(tmp_path)
     input_ids, attention_mask = padded_inputs(model.config.vocab_size, 4, 29)  # source length and batch not traced
