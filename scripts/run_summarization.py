@@ -331,11 +331,15 @@ def main():
     }
     prepared = tokenize_splits(raw, data_args, training_args, preprocess)
 
+    def texts(ids) -> list[str]:
+        """Token ids as text, -100 read as padding; "russia ' s" and "won ' t" joined as written ("russia's")."""
+        ids = np.where(ids != -100, ids, tokenizer.pad_token_id)
+        decoded = tokenizer.batch_decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=True)
+        return [text.strip() for text in decoded]
+
     def compute_metrics(prediction):
         predictions = np.where(prediction.predictions != -100, prediction.predictions, tokenizer.pad_token_id)
-        labels = np.where(prediction.label_ids != -100, prediction.label_ids, tokenizer.pad_token_id)
-        decoded = [text.strip() for text in tokenizer.batch_decode(predictions, skip_special_tokens=True)]
-        references = [text.strip() for text in tokenizer.batch_decode(labels, skip_special_tokens=True)]
+        decoded, references = texts(predictions), texts(prediction.label_ids)
         lengths = [np.count_nonzero(row != tokenizer.pad_token_id) for row in predictions]
         special = np.array(sorted(set(tokenizer.all_special_ids)))
         generated = [int(np.isin(row, special, invert=True).sum()) for row in predictions]  # the headline's tokens
@@ -369,10 +373,8 @@ def main():
         trainer.log_metrics("test", output.metrics)
         trainer.save_metrics("test", output.metrics)
         if trainer.is_world_process_zero() and training_args.predict_with_generate:
-            predictions = np.where(output.predictions != -100, output.predictions, tokenizer.pad_token_id)
-            texts = tokenizer.batch_decode(predictions, skip_special_tokens=True)
             with open(os.path.join(training_args.output_dir, "generated_predictions.txt"), "w") as file:
-                file.write("\n".join(text.strip() for text in texts) + "\n")
+                file.write("\n".join(texts(output.predictions)) + "\n")
 
     publish(
         trainer,

@@ -15,7 +15,7 @@ from benchmarks import harness
 from benchmarks.quality import summarization
 from fastformer.cli import convert_bert_to_fastformer
 from fastformer.conversion import bert2bert_model, convert_bert
-from fastformer.summarization import freeze_encoder, length_window, rouge
+from fastformer.summarization import freeze_encoder, rouge
 from fastformer.training import parse_args
 from scripts import make_pseudo_summaries, run_summarization
 from tests.in_process import run_in_process
@@ -24,7 +24,7 @@ RECIPE = Path("configs/summarization/news_headlines.json")
 PRETRAINING = Path("configs/summarization/pseudo_summaries.json")
 # the copy-head row chosen on the validation split, Fastformer's settings in rows.fastformer
 CHOICE = Path("docs/results_summarization/issue34-copy-head.json")
-MEASURED = Path("docs/results_summarization/recipe-whole-words.json")  # docs/TRAINING.md's minutes and scores
+MEASURED = Path("docs/results_summarization/recipe-copy-spans.json")  # docs/TRAINING.md's minutes and scores
 PATH_KEYS = ("model_name_or_path", "output_dir", "train_file", "validation_file", "test_file")
 
 
@@ -101,23 +101,24 @@ def test_readme_summarization_commands_are_the_ones_measured(repo_root):
 
 def test_pretraining_argument_file_is_the_benchmarks_stage(repo_root, monkeypatch):
     """configs/summarization/pseudo_summaries.json is the pretraining stage the summarization benchmark runs, with
-    the README's paths, and the copy head added (the benchmark's start has it already), and parses with the
-    script's parser."""
+    the README's paths, and the copy head and its span gate added (the benchmark's start has the head already), and
+    parses with the script's parser."""
     monkeypatch.chdir(repo_root)
     pretraining = json.loads((repo_root / PRETRAINING).read_text())
     args = summarization.parse_args([])
     paths = (pretraining["model_name_or_path"], pretraining["train_file"], pretraining["output_dir"])
     stage = summarization.pretraining(args.base, *paths)
-    stage["config_overrides"] = "copy_mechanism=true"
+    stage["config_overrides"] = "copy_mechanism=true,copy_spans=true"
     assert {key: value for key, value in stage.items() if value is not None} == pretraining
     model_args, data_args, training_args = parse_args(run_summarization.ARGUMENTS, [str(PRETRAINING)])
     assert model_args.freeze_encoder and not model_args.cache_encoder_states and not training_args.do_eval
 
 
-def test_argument_files_hold_what_was_chosen_on_validation(repo_root, recipe, tokenizer, tmp_path):
+def test_argument_files_hold_what_was_chosen_on_validation(repo_root, recipe, tmp_path):
     """The recipe is the copy-head row of docs/RESULTS.md's Fastformer at source 512, as chosen on the validation
-    split: the start, the pseudo-summaries and the copy head of its pretraining stage, label smoothing, the
-    decoding, no second stage, everything else as the runs had it."""
+    split: the start, the pseudo-summaries and the copy head of its pretraining stage, label smoothing, no second
+    stage, everything else as the runs had it; then the span gate, and the decoding chosen on the validation split
+    of the recipe's own run with it (docs/results_summarization/recipe-copy-spans.json)."""
     record = json.loads((repo_root / CHOICE).read_text())
     row = record["rows"]["fastformer"]
     settings, decoding = row["settings"], dict(row["chosen"])
@@ -137,18 +138,15 @@ def test_argument_files_hold_what_was_chosen_on_validation(repo_root, recipe, to
     written = [lines_of(tmp_path / name) for name in ("readme.jsonl", "benchmark.jsonl")]
     assert len(written[0]) > 30 and written[0] == written[1]
     pretraining = json.loads((repo_root / PRETRAINING).read_text())
-    assert settings["copy_mechanism"] and pretraining["config_overrides"] == "copy_mechanism=true"
+    assert settings["copy_mechanism"] and pretraining["config_overrides"] == "copy_mechanism=true,copy_spans=true"
     assert recipe["label_smoothing_factor"] == settings["label_smoothing_factor"]
-    if decoding.pop("length_window"):  # the training headlines' 5th to 95th percentile of lengths in tokens
-        headlines = [json.loads(line)["summary"] for line in lines_of(repo_root / recipe["train_file"])]
-        window = length_window(tokenizer, headlines)
-        assert {key: recipe[key] for key in window} == window
-    assert {key: recipe[key] for key in decoding} == decoding
+    assert recipe["num_beams"] == decoding["num_beams"]
     assert not row["unfreezing"]["kept"] and recipe["output_dir"] == "runs/headlines-minilm"  # the last stage
     assert {key: value for key, value in recipe.items() if key not in summarization.TUNED} == record["recipe"]
-    # whole words, chosen later on the validation split of the recipe's own run (docs/RESULTS.md)
+    # the decoding chosen on the validation split of the recipe's own run with the span gate: the model's own length
     measured = json.loads((repo_root / MEASURED).read_text())
-    assert recipe["whole_words"] == measured["chosen"]["whole_words"] is True
+    assert {key: recipe[key] for key in measured["chosen"]} == measured["chosen"]
+    assert recipe["whole_words"] and recipe["min_target_length"] == 1
 
 
 def test_argument_file_with_an_unknown_key_or_no_file_is_refused(tmp_path):
