@@ -139,7 +139,8 @@ class FastformerConfig(PreTrainedConfig):
             previous token is the decoder's input token t (the token just written), so that copying it writes the
             source's next token, in order. Additive attention has no token-to-token scores from which a decoder
             could learn this (an induction head, in softmax attention). The decoder's input ids are read then
-            (`decoder_input_ids` or `labels`).
+            (`decoder_input_ids` or `labels`). Where the decoder starts with the source's first token (BERT's [CLS]
+            for both), the first step scores the source's first word too: the gate starts a copy at the lead.
         bos_token_id, decoder_start_token_id (`int`, *optional*): special ids for generation.
         eos_token_id (`int` or `list[int]`, *optional*): the id, or ids, that end a generated sequence.
         use_cache (`bool`, defaults to True): return the decoder's generation state (`FastformerCache`).

@@ -368,8 +368,8 @@ def bert2bert_model(
     transformers' EncoderDecoderModel of two `source` BERTs (`kwargs` to both configs, e.g. their dropout), special
     tokens from the source's tokenizer; with "self_attention" each decoder layer's cross-attention a copy of its
     self-attention, as `copy_bert_cross_attention` gives a Fastformer's; with `copy_mechanism`, a
-    `CopyEncoderDecoderModel` (Fastformer's copy head on top; `copy_spans` as `FastformerConfig.copy_spans`).
-    Returns (model, tokenizer)."""
+    `CopyEncoderDecoderModel` (Fastformer's copy head on top; `copy_spans` as `FastformerConfig.copy_spans`, an
+    attribute of the decoder's config, `config.decoder.copy_spans`). Returns (model, tokenizer)."""
     if cross_attention_init not in CROSS_ATTENTION_INITS:
         raise ValueError(f"cross_attention_init must be one of {CROSS_ATTENTION_INITS}, got {cross_attention_init!r}")
     if copy_spans and not copy_mechanism:

@@ -33,10 +33,17 @@ class CopyEncoderDecoderModel(CopyHeadSourceMixin, EncoderDecoderModel):
         super().__init__(config, encoder, decoder)
         self.copy_head = FastformerCopyHead(self.config.decoder)
         for module in self.copy_head.modules():
-            if isinstance(module, SpanGate):
-                module.init_weights()
-            else:
-                self.decoder._init_weights(module)
+            self._init_weights(module)
+
+    def _init_weights(self, module):
+        """As EncoderDecoderModel's, and the copy head's modules as the decoder's (its span gate as
+        `SpanGate.init_weights`): at construction, and for weights a loaded checkpoint lacks."""
+        if isinstance(module, SpanGate):
+            module.init_weights()
+        elif getattr(self, "copy_head", None) is not None and module in self.copy_head.modules():
+            self.decoder._init_weights(module)
+        else:
+            super()._init_weights(module)
 
     def forward(
         self,
@@ -55,6 +62,7 @@ class CopyEncoderDecoderModel(CopyHeadSourceMixin, EncoderDecoderModel):
             decoder_input_ids = shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
             if kwargs.get("decoder_attention_mask") is None:
                 kwargs["decoder_attention_mask"] = (decoder_input_ids != self.config.pad_token_id).to(labels.dtype)
+        self.copy_head.check_decoder_input_ids(decoder_input_ids)
         # the head reads the decoder's last hidden state; the encoder's states only where asked for
         hidden_states_asked = kwargs.pop("output_hidden_states", False)
         kwargs["return_dict"] = True

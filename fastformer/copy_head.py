@@ -43,17 +43,24 @@ class FastformerCopyHead(nn.Module):
         self.gate = nn.Linear(2 * config.hidden_size, 1)
         self.span_gate = SpanGate(config.hidden_size) if getattr(config, "copy_spans", False) else None
 
-    def forward(self, hidden_states, logits, encoder_hidden_states, encoder_attention_mask, source_ids, input_ids=None):
-        """`input_ids` (B, T): the decoder's input tokens at the positions of `hidden_states`, read with
+    def check_decoder_input_ids(self, decoder_input_ids):
+        """Refuses a forward without the decoder's token ids where the span gate reads them (checked before the
+        decoder runs)."""
+        if self.span_gate is not None and decoder_input_ids is None:
+            raise ValueError(
+                "config.copy_spans reads the decoder's token ids: pass `decoder_input_ids`, or `labels` without "
+                "`decoder_inputs_embeds`"
+            )
+
+    def forward(
+        self, hidden_states, logits, encoder_hidden_states, encoder_attention_mask, source_ids, decoder_input_ids=None
+    ):
+        """`decoder_input_ids` (B, T): the decoder's input tokens at the positions of `hidden_states`, read with
         `config.copy_spans` only."""
         bias = None
         if self.span_gate is not None:
-            if input_ids is None:
-                raise ValueError(
-                    "config.copy_spans continues the source spans that the decoder's input tokens end: pass "
-                    "`decoder_input_ids` (or `labels`), not only `decoder_inputs_embeds`"
-                )
-            continuations = span_continuations(source_ids, input_ids)
+            self.check_decoder_input_ids(decoder_input_ids)
+            continuations = span_continuations(source_ids, decoder_input_ids)
             bias = self.span_gate(hidden_states).to(accumulation_dtype(hidden_states.dtype)) * continuations
         query = self.query(hidden_states)
         weights, context = copy_attention(query, encoder_hidden_states, encoder_attention_mask, bias)

@@ -1352,6 +1352,12 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
                 decoder_input_ids = self.shift_labels_right(labels)
         if self.copy_head is not None:
             source_ids = self.checked_source_ids(source_ids if source_ids is not None else input_ids, encoder_outputs)
+            self.copy_head.check_decoder_input_ids(decoder_input_ids)
+            if isinstance(logits_to_keep, torch.Tensor) and logits_to_keep.dtype == torch.bool:
+                raise ValueError(
+                    "config.copy_mechanism keeps the (batch, position) layout: pass `logits_to_keep` as a count or as "
+                    "positions, not as a boolean mask"
+                )
         if cache is not None and not isinstance(cache, EncoderDecoderCache):
             raise ValueError(
                 "The encoder-decoder continues from an EncoderDecoderCache(FastformerCache(config), DynamicCache()) "
@@ -1392,16 +1398,16 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
         )
 
     def output_logits(
-        self, hidden_states, encoder_hidden_states, encoder_attention_mask=None, source_ids=None, input_ids=None
+        self, hidden_states, encoder_hidden_states, encoder_attention_mask=None, source_ids=None, decoder_input_ids=None
     ):
         """The LM head's logits of the decoder's output; with the copy head, log-probabilities that also copy
-        `source_ids` (`FastformerCopyHead`; with `config.copy_spans` it reads the decoder's `input_ids` at the
-        positions of `hidden_states`)."""
+        `source_ids` (`FastformerCopyHead`; with `config.copy_spans` it reads `decoder_input_ids` at the positions
+        of `hidden_states`)."""
         logits = self.lm_head(hidden_states)
         if self.copy_head is None:
             return logits
         return self.copy_head(
-            hidden_states, logits, encoder_hidden_states, encoder_attention_mask, source_ids, input_ids
+            hidden_states, logits, encoder_hidden_states, encoder_attention_mask, source_ids, decoder_input_ids
         )
 
     def new_cache(self) -> FastformerEncoderDecoderCache:

@@ -338,8 +338,8 @@ def main():
         return [text.strip() for text in decoded]
 
     def compute_metrics(prediction):
+        decoded, references = texts(prediction.predictions), texts(prediction.label_ids)
         predictions = np.where(prediction.predictions != -100, prediction.predictions, tokenizer.pad_token_id)
-        decoded, references = texts(predictions), texts(prediction.label_ids)
         lengths = [np.count_nonzero(row != tokenizer.pad_token_id) for row in predictions]
         special = np.array(sorted(set(tokenizer.all_special_ids)))
         generated = [int(np.isin(row, special, invert=True).sum()) for row in predictions]  # the headline's tokens

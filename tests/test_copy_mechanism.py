@@ -6,7 +6,7 @@ seq2seq model serves (teacher forcing, greedy and beam search with the cache, sa
 import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassClassValidationError
-from transformers import AutoModelForSeq2SeqLM, BertConfig, BertLMHeadModel, BertModel
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, BertConfig, BertLMHeadModel, BertModel
 
 from fastformer import FastformerForConditionalGeneration, naive
 from fastformer.checks import value_checks
@@ -196,6 +196,31 @@ def test_copy_spans_needs_the_copy_head_and_the_decoder_input_ids(tiny_config, s
         span_model(input_ids=ids, attention_mask=mask, decoder_inputs_embeds=embeds)
 
 
+def test_a_span_gate_added_to_a_saved_copy_head_starts_as_a_new_one(build, fastformer_model, tmp_path):
+    """A checkpoint saved without the gate, loaded with `copy_spans`: the gate starts at u = 0, c = 4 (as the
+    model's `_init_weights` sets it, also on BERT2BERT) and every saved weight is kept."""
+    for name, model in (("fastformer", fastformer_model), ("bert2bert", tiny_bert2bert())):
+        model.save_pretrained(tmp_path / name)
+        config = AutoConfig.from_pretrained(tmp_path / name)
+        (config if name == "fastformer" else config.decoder).copy_spans = True
+        loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / name, config=config)
+        gate = loaded.copy_head.span_gate
+        assert torch.equal(gate.weight, torch.zeros_like(gate.weight)) and gate.bias.item() == 4.0, name
+        for key, tensor in model.state_dict().items():
+            assert torch.equal(loaded.state_dict()[key], tensor), (name, key)
+
+
+def test_copy_head_refuses_a_boolean_logits_to_keep(fastformer_model):
+    ids, mask = source_batch()
+    with pytest.raises(ValueError, match="pass `logits_to_keep` as a count or as positions"):
+        fastformer_model(
+            input_ids=ids,
+            attention_mask=mask,
+            decoder_input_ids=ids[:, :2],
+            logits_to_keep=torch.ones_like(ids[:, :2]).bool(),
+        )
+
+
 @torch.no_grad()
 def test_a_span_gate_that_always_continues_copies_the_source_in_order(span_model):
     """With the gate always copying and the span gate large, every token after the first continues the span the
@@ -264,6 +289,11 @@ def test_generation_with_the_cache_scores_as_one_pass(model, num_beams):
     one_pass = model(input_ids=ids, attention_mask=mask, decoder_input_ids=sequences).logits[:, :-1]
     if num_beams == 1:
         torch.testing.assert_close(torch.stack(out.logits, 1), one_pass, rtol=1e-4, atol=1e-4)
+        # without the cache every step runs the whole prefix: its last position's logits are the same
+        uncached = model.generate(
+            input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=6, use_cache=False
+        )
+        assert torch.equal(uncached, sequences)
     else:  # the score of a sequence: the sum of its tokens' log-probabilities (length_penalty 0)
         chosen = one_pass.log_softmax(-1).gather(-1, sequences[:, 1:, None]).squeeze(-1).sum(-1)
         torch.testing.assert_close(out.sequences_scores, chosen, rtol=1e-4, atol=1e-4)
@@ -296,11 +326,13 @@ def test_generation_from_encoder_outputs_needs_the_source_ids(model):
         model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :1], source_ids=torch.full_like(ids, 99))
 
 
+@pytest.mark.parametrize("spans", [False, True], ids=["", "spans"])
 @torch.no_grad()
-def test_half_precision_copy_attention_sums_to_one(fastformer_model):
+def test_half_precision_copy_attention_sums_to_one(build, fastformer_model, spans):
     ids, mask = source_batch()
-    half = FastformerForConditionalGeneration(fastformer_model.config).to(torch.bfloat16).eval()
-    half.load_state_dict(fastformer_model.state_dict())
+    full = copy_model("fastformer-spans" if spans else "fastformer", build, fastformer_model)
+    half = FastformerForConditionalGeneration(full.config).to(torch.bfloat16).eval()
+    half.load_state_dict(full.state_dict())
     log_p = half(input_ids=ids, attention_mask=mask, decoder_input_ids=torch.tensor([[1, 5], [1, 8]])).logits
     assert log_p.dtype == torch.float32 and torch.isfinite(log_p).all()
     torch.testing.assert_close(log_p.exp().sum(-1), torch.ones(2, 2), rtol=0, atol=1e-5)
