@@ -362,22 +362,31 @@ def copy_bert_cross_attention(bert: PreTrainedModel, decoder_layers) -> None:
 
 
 def bert2bert_model(
-    source: str, cross_attention_init: str = "random", copy_mechanism: bool = False, copy_spans: bool = False, **kwargs
+    source: str,
+    cross_attention_init: str = "random",
+    copy_mechanism: bool = False,
+    copy_spans: bool = False,
+    copy_context_window: int = 0,
+    **kwargs,
 ) -> tuple:
     """The softmax baseline of a converted encoder-decoder (Rothe et al.'s BERT2BERT, arXiv:1907.12461):
     transformers' EncoderDecoderModel of two `source` BERTs (`kwargs` to both configs, e.g. their dropout), special
     tokens from the source's tokenizer; with "self_attention" each decoder layer's cross-attention a copy of its
     self-attention, as `copy_bert_cross_attention` gives a Fastformer's; with `copy_mechanism`, a
-    `CopyEncoderDecoderModel` (Fastformer's copy head on top; `copy_spans` as `FastformerConfig.copy_spans`, an
-    attribute of the decoder's config, `config.decoder.copy_spans`). Returns (model, tokenizer)."""
+    `CopyEncoderDecoderModel` (Fastformer's copy head on top; `copy_spans` and `copy_context_window` as
+    `FastformerConfig`'s, attributes of the decoder's config, `config.decoder.copy_spans`). Returns (model,
+    tokenizer)."""
     if cross_attention_init not in CROSS_ATTENTION_INITS:
         raise ValueError(f"cross_attention_init must be one of {CROSS_ATTENTION_INITS}, got {cross_attention_init!r}")
     if copy_spans and not copy_mechanism:
         raise ValueError("`copy_spans` continues the copy head's spans and needs `copy_mechanism=True`")
+    if copy_context_window and not copy_mechanism:
+        raise ValueError("`copy_context_window` widens the copy head's keys and needs `copy_mechanism=True`")
     tokenizer = AutoTokenizer.from_pretrained(source)
     model = EncoderDecoderModel.from_encoder_decoder_pretrained(source, source, **kwargs)
     if copy_mechanism:
         model.decoder.config.copy_spans = copy_spans
+        model.decoder.config.copy_context_window = copy_context_window
         model = CopyEncoderDecoderModel(encoder=model.encoder, decoder=model.decoder)
     special = {"decoder_start_token_id": tokenizer.cls_token_id, "bos_token_id": tokenizer.cls_token_id}
     special |= {"eos_token_id": tokenizer.sep_token_id, "pad_token_id": tokenizer.pad_token_id}

@@ -11,7 +11,7 @@ from transformers.loss.loss_utils import ForMaskedLMLoss
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 from transformers.models.encoder_decoder.modeling_encoder_decoder import shift_tokens_right
 
-from .copy_head import CopyHeadSourceMixin, FastformerCopyHead, SpanGate
+from .copy_head import CopyHeadSourceMixin, FastformerCopyHead, SourceContext, SpanGate
 
 
 class CopyEncoderDecoderConfig(EncoderDecoderConfig):
@@ -36,9 +36,9 @@ class CopyEncoderDecoderModel(CopyHeadSourceMixin, EncoderDecoderModel):
             self._init_weights(module)
 
     def _init_weights(self, module):
-        """As EncoderDecoderModel's, and the copy head's modules as the decoder's (its span gate as
-        `SpanGate.init_weights`): at construction, and for weights a loaded checkpoint lacks."""
-        if isinstance(module, SpanGate):
+        """As EncoderDecoderModel's, and the copy head's modules as the decoder's (its span gate and
+        source context by their own `init_weights`): at construction, and for weights a loaded checkpoint lacks."""
+        if isinstance(module, (SpanGate, SourceContext)):
             module.init_weights()
         elif getattr(self, "copy_head", None) is not None and module in self.copy_head.modules():
             self.decoder._init_weights(module)

@@ -8,7 +8,7 @@ from transformers import initialization as init
 
 from .checks import check_inputs
 from .configuration_fastformer import FastformerConfig
-from .functional import accumulation_dtype, copy_attention, pointer_generator, span_continuations
+from .functional import accumulation_dtype, copy_attention, pointer_generator, source_context, span_continuations
 
 
 class SpanGate(nn.Linear):
@@ -26,6 +26,22 @@ class SpanGate(nn.Linear):
         init.constant_(self.bias, self.initial_bias)
 
 
+class SourceContext(nn.Conv1d):
+    """The copy head's keys with their neighbours (`config.copy_context_window`): every encoder output plus a learned
+    depthwise convolution of the window centred on it (`functional.source_context`), starting at zero (the keys are
+    the encoder's outputs, as without it)."""
+
+    def __init__(self, hidden_size: int, window: int):
+        super().__init__(hidden_size, hidden_size, window, padding=window // 2, groups=hidden_size, bias=False)
+
+    def init_weights(self):
+        """The initial weights, for the model's `_init_weights` (transformers' `init`: loaded weights stay)."""
+        init.zeros_(self.weight)
+
+    def forward(self, source, source_mask=None):  # (B, M, D), (B, M)
+        return source_context(source, self.weight, source_mask)
+
+
 class FastformerCopyHead(nn.Module):
     """The pointer-generator of See et al. (2017) (`config.copy_mechanism`): each decoder output h_t attends over
     the encoder output (`functional.copy_attention`, one head of its own: query W h_t), and a gate
@@ -35,13 +51,18 @@ class FastformerCopyHead(nn.Module):
     With `config.copy_spans` the attention also scores the source positions that continue a span (those whose
     previous token is the decoder's input token t, `functional.span_continuations`), by a learned gate
     g_t = u . h_t + c: the pointer can copy a span in order, as an induction head does in softmax attention (additive
-    attention has no token-to-token scores to form one)."""
+    attention has no token-to-token scores to form one).
+
+    With `config.copy_context_window` the attention reads each source position through `SourceContext`: its encoder
+    output and its neighbours', so that where a span may start or stop is scored from the words around it."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.gate = nn.Linear(2 * config.hidden_size, 1)
         self.span_gate = SpanGate(config.hidden_size) if getattr(config, "copy_spans", False) else None
+        window = getattr(config, "copy_context_window", 0)
+        self.source_context = SourceContext(config.hidden_size, window) if window else None
 
     def check_decoder_input_ids(self, decoder_input_ids):
         """Refuses a forward without the decoder's token ids where the span gate reads them (checked before the
@@ -62,6 +83,8 @@ class FastformerCopyHead(nn.Module):
             self.check_decoder_input_ids(decoder_input_ids)
             continuations = span_continuations(source_ids, decoder_input_ids)
             bias = self.span_gate(hidden_states).to(accumulation_dtype(hidden_states.dtype)) * continuations
+        if self.source_context is not None:
+            encoder_hidden_states = self.source_context(encoder_hidden_states, encoder_attention_mask)
         query = self.query(hidden_states)
         weights, context = copy_attention(query, encoder_hidden_states, encoder_attention_mask, bias)
         gate = self.gate(torch.cat([hidden_states, context], dim=-1)).squeeze(-1)

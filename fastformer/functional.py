@@ -642,6 +642,20 @@ def span_continuations(source_ids: torch.Tensor, input_ids: torch.Tensor) -> tor
     return occurrences.roll(1, dims=-1) & not_first
 
 
+def source_context(source: torch.Tensor, weight: torch.Tensor, source_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Every source state plus a depthwise convolution of the window of states centred on it:
+        out_j = source_j + sum_{o=-r..r} weight[:, 0, r + o] * source_{j+o}      (window W = 2r + 1)
+    so that a copy head's keys see their neighbours (`config.copy_context_window`). source: (B, M, D); weight:
+    (D, 1, W), as a depthwise `nn.Conv1d`'s; source_mask: (B, M), True/1 for tokens. Padding, and the window's
+    reach past either end, count as zero states: a padded source gives its real tokens what they have alone."""
+    if source_mask is not None:
+        source = source * source_mask[..., None].to(source.dtype)
+    mixed = nn_functional.conv1d(
+        source.transpose(1, 2), weight.to(source.dtype), padding=weight.shape[-1] // 2, groups=source.shape[-1]
+    )
+    return source + mixed.transpose(1, 2)
+
+
 def pointer_generator(
     logits: torch.Tensor, copy_weights: torch.Tensor, source_ids: torch.Tensor, gate_logits: torch.Tensor
 ) -> torch.Tensor:

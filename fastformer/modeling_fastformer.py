@@ -48,7 +48,7 @@ from .checks import (
     checked_token_labels,
 )
 from .configuration_fastformer import FastformerConfig
-from .copy_head import CopyHeadSourceMixin, FastformerCopyHead, SpanGate
+from .copy_head import CopyHeadSourceMixin, FastformerCopyHead, SourceContext, SpanGate
 from .functional import (
     CausalAttentionState,
     PackedRows,
@@ -563,7 +563,7 @@ class FastformerPreTrainedModel(PreTrainedModel):
     }
 
     def _init_weights(self, module):
-        if isinstance(module, SpanGate):
+        if isinstance(module, (SpanGate, SourceContext)):
             module.init_weights()
             return
         super()._init_weights(module)

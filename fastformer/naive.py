@@ -141,3 +141,20 @@ def pointer_generator(
                 distribution[source_ids[b, j]] += (1 - p) * weight
             log_p[b, t] = distribution.log()
     return log_p
+
+
+def source_context(source, weight, source_mask=None) -> torch.Tensor:
+    """(B, M, D): source_j plus, for every offset o of the odd window W = weight.shape[-1] (weight (D, 1, W)),
+    weight[:, 0, W // 2 + o] * source_{j+o} where j + o is a real source token (`functional.source_context`)."""
+    source, weight = source.double(), weight.double()
+    batch, length, _ = source.shape
+    mask = torch.ones(batch, length, dtype=torch.bool) if source_mask is None else source_mask.bool()
+    reach = weight.shape[-1] // 2
+    out = torch.zeros_like(source)
+    for b in range(batch):
+        for j in range(length):
+            out[b, j] = source[b, j] if mask[b, j] else 0
+            for o in range(-reach, reach + 1):
+                if 0 <= j + o < length and mask[b, j + o]:
+                    out[b, j] += weight[:, 0, reach + o] * source[b, j + o]
+    return out

@@ -1,7 +1,8 @@
 """The opt-in copy mechanism of FastformerForConditionalGeneration (See et al.'s pointer-generator), with and
-without the span gate (`copy_spans`), and the same head on BERT2BERT (`CopyEncoderDecoderModel`): the math against
-fastformer.naive's float64 loop, each model's logits against the same loop on its own states, and the recipes a
-seq2seq model serves (teacher forcing, greedy and beam search with the cache, save and reload)."""
+without the span gate (`copy_spans`) and the source context (`copy_context_window`), and the same head on BERT2BERT
+(`CopyEncoderDecoderModel`): the math against fastformer.naive's float64 loop, each model's logits against the same
+loop on its own states, and the recipes a seq2seq model serves (teacher forcing, greedy and beam search with the
+cache, save and reload)."""
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from fastformer import FastformerForConditionalGeneration, naive
 from fastformer.checks import value_checks
 from fastformer.conversion import bert2bert_model
 from fastformer.copy_encoder_decoder import CopyEncoderDecoderModel
-from fastformer.functional import copy_attention, pointer_generator, span_continuations
+from fastformer.functional import copy_attention, pointer_generator, source_context, span_continuations
 
 SPECIAL = dict(pad_token_id=0, decoder_start_token_id=1, bos_token_id=1, eos_token_id=2)
 
@@ -29,13 +30,14 @@ def fastformer_model(build):
     return build(FastformerForConditionalGeneration, copy_mechanism=True, initializer_range=0.3, **SPECIAL)
 
 
-def tiny_bert2bert(copy_spans=False):
+def tiny_bert2bert(copy_spans=False, copy_context_window=0):
     """A tiny BERT2BERT with the copy head, sized and initialized as the tiny Fastformer."""
     torch.manual_seed(0)
     sizes = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
     config = BertConfig(**sizes, max_position_embeddings=64, initializer_range=0.3, pad_token_id=0)
     decoder_config = BertConfig(**config.to_dict() | dict(is_decoder=True, add_cross_attention=True))
     decoder_config.copy_spans = copy_spans
+    decoder_config.copy_context_window = copy_context_window
     encoder, decoder = BertModel(config, add_pooling_layer=False), BertLMHeadModel(decoder_config)
     model = CopyEncoderDecoderModel(encoder=encoder, decoder=decoder)
     model.config.update(SPECIAL)
@@ -54,20 +56,41 @@ def with_random_span_gate(model):
     return model
 
 
+def with_random_source_context(model):
+    """`model` after its source context's start (zero: the keys are the encoder's outputs) is checked, given
+    weights that change every key."""
+    context = model.copy_head.source_context
+    assert torch.equal(context.weight, torch.zeros_like(context.weight))
+    with torch.no_grad():
+        context.weight.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(1))
+    return model
+
+
 def copy_model(name, build, fastformer_model):
+    """ "fastformer" or "bert2bert", then "-spans" with the span gate and "-context" with it and a source context
+    of 3 tokens."""
     if name == "fastformer":
         return fastformer_model
     if name == "bert2bert":
         return tiny_bert2bert()
-    if name == "bert2bert-spans":
-        return with_random_span_gate(tiny_bert2bert(copy_spans=True))
-    overrides = dict(copy_mechanism=True, copy_spans=True, initializer_range=0.3, **SPECIAL)
-    return with_random_span_gate(build(FastformerForConditionalGeneration, **overrides))
+    family, _, lever = name.partition("-")
+    window = 3 if lever == "context" else 0
+    if family == "bert2bert":
+        model = tiny_bert2bert(copy_spans=True, copy_context_window=window)
+    else:
+        overrides = dict(copy_mechanism=True, copy_spans=True, copy_context_window=window, initializer_range=0.3)
+        model = build(FastformerForConditionalGeneration, **overrides, **SPECIAL)
+    model = with_random_span_gate(model)
+    return with_random_source_context(model) if window else model
 
 
-@pytest.fixture(scope="module", params=["fastformer", "bert2bert", "fastformer-spans", "bert2bert-spans"])
+@pytest.fixture(
+    scope="module",
+    params=[f"{family}{lever}" for lever in ("", "-spans", "-context") for family in ("fastformer", "bert2bert")],
+)
 def model(request, build, fastformer_model):
-    """Each model with the copy head, without and with the span gate: the recipes below are the same for all."""
+    """Each model with the copy head, without and with the span gate, and with the gate and the source context: the
+    recipes below are the same for all."""
     return copy_model(request.param, build, fastformer_model)
 
 
@@ -119,6 +142,27 @@ def test_pointer_generator_matches_the_float64_loop(all_padding, spans):
         assert (weights[1, :, 3:] == 0).all()  # padding gets no weight
 
 
+@pytest.mark.parametrize("window", [1, 3, 5])
+@pytest.mark.parametrize("all_padding", [False, True])
+def test_source_context_matches_the_float64_loop_and_ignores_padding(all_padding, window):
+    generator = torch.Generator().manual_seed(0)
+    _, mask = source_batch()
+    if all_padding:
+        mask[1] = False
+    source = torch.randn(2, 6, 8, generator=generator)
+    weight = torch.randn(8, 1, window, generator=generator)
+    out = source_context(source, weight, mask)
+    torch.testing.assert_close(out.double(), naive.source_context(source, weight, mask), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(source_context(source, torch.zeros_like(weight), mask)[mask], source[mask])
+    # a real token's output is what it has without the padding, or with other padding values
+    noisy = source.masked_fill(~mask[..., None], 7.0)
+    torch.testing.assert_close(source_context(noisy, weight, mask)[mask], out[mask])
+    if not all_padding:
+        torch.testing.assert_close(source_context(source[1:, :3], weight)[0], out[1, :3])
+    gradients = torch.autograd.grad(source_context(source, weight.requires_grad_(), mask).sum(), weight)[0]
+    assert gradients.abs().sum() > 0
+
+
 def test_pointer_generator_gradients_gradcheck():
     generator = torch.Generator().manual_seed(1)
     ids, mask = source_batch()
@@ -146,6 +190,8 @@ def test_model_logits_are_the_pointer_generator_of_its_own_states(model):
     if head.span_gate is not None:
         span_gate = head.span_gate(hidden).squeeze(-1)
         bias = span_gate[..., None] * span_continuations(ids, targets)
+    if head.source_context is not None:
+        encoded = naive.source_context(encoded, head.source_context.weight, mask).float()
     context = copy_attention(head.query(hidden), encoded, mask, bias)[1]
     gate = head.gate(torch.cat([hidden, context], -1)).squeeze(-1)
     expected = naive.pointer_generator(plain, head.query(hidden), encoded, mask, ids, gate, targets, span_gate)
@@ -182,6 +228,8 @@ def test_training_loss_is_the_negative_log_likelihood_and_reaches_the_gate(model
     assert model.copy_head.gate.weight.grad.abs().sum() > 0 and model.copy_head.query.weight.grad.abs().sum() > 0
     if model.copy_head.span_gate is not None:  # labels 5 then 12: the second continues the source's 5 12
         assert model.copy_head.span_gate.weight.grad.abs().sum() > 0
+    if model.copy_head.source_context is not None:
+        assert model.copy_head.source_context.weight.grad.abs().sum() > 0
     model.zero_grad()
 
 
@@ -190,22 +238,31 @@ def test_copy_spans_needs_the_copy_head_and_the_decoder_input_ids(tiny_config, s
         tiny_config(copy_spans=True)
     with pytest.raises(ValueError, match="`copy_spans` .* needs `copy_mechanism=True`"):
         bert2bert_model("unused", copy_spans=True)
+    with pytest.raises(StrictDataclassClassValidationError, match="`copy_context_window` .* needs `copy_mechanism"):
+        tiny_config(copy_context_window=3)
+    with pytest.raises(StrictDataclassClassValidationError, match="`copy_context_window` must be 0 .* odd .* got 4"):
+        tiny_config(copy_mechanism=True, copy_context_window=4)
+    with pytest.raises(ValueError, match="`copy_context_window` .* needs `copy_mechanism=True`"):
+        bert2bert_model("unused", copy_context_window=3)
     ids, mask = source_batch()
     embeds = span_model.get_decoder().get_input_embeddings()(torch.tensor([[1, 5], [1, 8]]))
     with pytest.raises(ValueError, match="config.copy_spans .* pass `decoder_input_ids`"):
         span_model(input_ids=ids, attention_mask=mask, decoder_inputs_embeds=embeds)
 
 
-def test_a_span_gate_added_to_a_saved_copy_head_starts_as_a_new_one(build, fastformer_model, tmp_path):
-    """A checkpoint saved without the gate, loaded with `copy_spans`: the gate starts at u = 0, c = 4 (as the
-    model's `_init_weights` sets it, also on BERT2BERT) and every saved weight is kept."""
+def test_a_span_gate_and_source_context_added_to_a_saved_copy_head_start_as_new_ones(build, fastformer_model, tmp_path):
+    """A checkpoint saved without them, loaded with `copy_spans` and `copy_context_window`: the gate starts at u = 0,
+    c = 4 and the context at zero (as the model's `_init_weights` sets them, also on BERT2BERT) and every saved
+    weight is kept."""
     for name, model in (("fastformer", fastformer_model), ("bert2bert", tiny_bert2bert())):
         model.save_pretrained(tmp_path / name)
         config = AutoConfig.from_pretrained(tmp_path / name)
         (config if name == "fastformer" else config.decoder).copy_spans = True
+        (config if name == "fastformer" else config.decoder).copy_context_window = 3
         loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / name, config=config)
-        gate = loaded.copy_head.span_gate
+        gate, context = loaded.copy_head.span_gate, loaded.copy_head.source_context.weight
         assert torch.equal(gate.weight, torch.zeros_like(gate.weight)) and gate.bias.item() == 4.0, name
+        assert context.shape == (32, 1, 3) and torch.equal(context, torch.zeros_like(context)), name
         for key, tensor in model.state_dict().items():
             assert torch.equal(loaded.state_dict()[key], tensor), (name, key)
 
@@ -326,11 +383,11 @@ def test_generation_from_encoder_outputs_needs_the_source_ids(model):
         model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :1], source_ids=torch.full_like(ids, 99))
 
 
-@pytest.mark.parametrize("spans", [False, True], ids=["", "spans"])
+@pytest.mark.parametrize("name", ["fastformer", "fastformer-spans", "fastformer-context"])
 @torch.no_grad()
-def test_half_precision_copy_attention_sums_to_one(build, fastformer_model, spans):
+def test_half_precision_copy_attention_sums_to_one(build, fastformer_model, name):
     ids, mask = source_batch()
-    full = copy_model("fastformer-spans" if spans else "fastformer", build, fastformer_model)
+    full = copy_model(name, build, fastformer_model)
     half = FastformerForConditionalGeneration(full.config).to(torch.bfloat16).eval()
     half.load_state_dict(full.state_dict())
     log_p = half(input_ids=ids, attention_mask=mask, decoder_input_ids=torch.tensor([[1, 5], [1, 8]])).logits

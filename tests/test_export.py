@@ -132,14 +132,14 @@ def test_export_refuses_what_it_cannot_export(build):
 @pytest.mark.parametrize(
     ("cross_attention_type", "copy_mechanism", "copy_spans"),
     [("softmax", False, False), ("additive", True, False), ("softmax", True, True)],
-    ids=["softmax", "additive-copy", "softmax-copy-spans"],
+    ids=["softmax", "additive-copy", "softmax-copy-spans-context"],
 )
 def test_onnx_greedy_decoding_with_the_state_as_inputs_gives_the_tokens_of_generate(
     build, cross_attention_type, copy_mechanism, copy_spans, tmp_path
 ):
     """Each cross-attention, the additive one with the copy head (which reads the encoder's output and the source's
     ids at every step, whatever the cross-attention), and the copy head with the span gate (which also reads the
-    step's input ids)."""
+    step's input ids) and the source context (a convolution over the source, whose length is not traced)."""
     special = dict(pad_token_id=0, decoder_start_token_id=1, bos_token_id=1, eos_token_id=2)
     # larger initial weights: a random model that does not repeat one token
     model = build(
@@ -148,10 +148,12 @@ def test_onnx_greedy_decoding_with_the_state_as_inputs_gives_the_tokens_of_gener
         cross_attention_type=cross_attention_type,
         copy_mechanism=copy_mechanism,
         copy_spans=copy_spans,
+        copy_context_window=3 if copy_spans else 0,
         **special,
     )
-    if copy_spans:  # a gate that differs per token
+    if copy_spans:  # a gate that differs per token, and a source context that changes the keys
         torch.nn.init.normal_(model.copy_head.span_gate.weight, std=0.5)
+        torch.nn.init.normal_(model.copy_head.source_context.weight, std=0.5)
     export_seq2seq_onnx(model, tmp_path)
     sessions = onnx_sessions(tmp_path)
     input_ids, attention_mask = padded_inputs(model.config.vocab_size, 4, 29)  # source length and batch not traced
