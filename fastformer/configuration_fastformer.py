@@ -48,6 +48,18 @@ SUMMARIZATION_PIPELINE = {
 }
 
 
+def check_copy_context_window(window: int, copy_mechanism: bool = True):
+    """Refuses a `copy_context_window` (`FastformerConfig`'s, or a BERT2BERT decoder config's) without the copy head,
+    or that is no odd window of at least 3 tokens centred on each one (0: none)."""
+    if window and not copy_mechanism:
+        raise ValueError("`copy_context_window` widens the copy head's source states and needs `copy_mechanism=True`")
+    if window != 0 and (window < 3 or window % 2 == 0):
+        raise ValueError(
+            f"`copy_context_window` must be 0 (none) or an odd window of at least 3 tokens centred on each one, got "
+            f"{window}"
+        )
+
+
 @strict
 class FastformerConfig(PreTrainedConfig):
     r"""Configuration of a Fastformer encoder (Wu et al., 2021, arXiv:2108.09084).
@@ -141,11 +153,10 @@ class FastformerConfig(PreTrainedConfig):
             could learn this (an induction head, in softmax attention). The decoder's input ids are read then
             (`decoder_input_ids` or `labels`). Where the decoder starts with the source's first token (BERT's [CLS]
             for both), the first step scores the source's first word too: the gate starts a copy at the lead.
-        copy_context_window (`int`, defaults to 0): with `copy_mechanism`, an odd window W (0: none): the copy head
-            attends to every source position through its encoder output plus a learned depthwise convolution of
-            the W outputs centred on it (starting at zero), so that whether a copy may start or stop there is
-            scored from its neighbours. A Fastformer encoder's token states hold none of their own (additive
-            attention mixes each token with a global summary only), unlike a softmax encoder's.
+        copy_context_window (`int`, defaults to 0): with `copy_mechanism`, an odd window W of at least 3 (0: none):
+            the copy head reads every source position (its attention's key, and the context its gate reads) as its
+            encoder output plus a learned depthwise convolution of the W outputs centred on it (starting at zero),
+            so that whether a copy may start or stop there is scored from its neighbours.
         bos_token_id, decoder_start_token_id (`int`, *optional*): special ids for generation.
         eos_token_id (`int` or `list[int]`, *optional*): the id, or ids, that end a generated sequence.
         use_cache (`bool`, defaults to True): return the decoder's generation state (`FastformerCache`).
@@ -243,13 +254,7 @@ class FastformerConfig(PreTrainedConfig):
             )
         if self.copy_spans and not self.copy_mechanism:
             raise ValueError("`copy_spans` continues the copy head's spans and needs `copy_mechanism=True`")
-        if self.copy_context_window and not self.copy_mechanism:
-            raise ValueError("`copy_context_window` widens the copy head's keys and needs `copy_mechanism=True`")
-        if self.copy_context_window < 0 or (self.copy_context_window and self.copy_context_window % 2 == 0):
-            raise ValueError(
-                f"`copy_context_window` must be 0 (none) or an odd window centred on each token, got "
-                f"{self.copy_context_window}"
-            )
+        check_copy_context_window(self.copy_context_window, self.copy_mechanism)
         if self.additive_attention_mode == "collapsed" and self.interaction != "product":
             raise ValueError(
                 '`additive_attention_mode="collapsed"` folds the product interaction\'s linear maps and needs '

@@ -57,7 +57,7 @@ from transformers import (
 )
 from transformers.utils import cached_file
 
-from .configuration_fastformer import FastformerConfig
+from .configuration_fastformer import FastformerConfig, check_copy_context_window
 from .copy_encoder_decoder import CopyEncoderDecoderModel
 from .modeling_fastformer import FastformerForConditionalGeneration, FastformerModel
 
@@ -380,8 +380,7 @@ def bert2bert_model(
         raise ValueError(f"cross_attention_init must be one of {CROSS_ATTENTION_INITS}, got {cross_attention_init!r}")
     if copy_spans and not copy_mechanism:
         raise ValueError("`copy_spans` continues the copy head's spans and needs `copy_mechanism=True`")
-    if copy_context_window and not copy_mechanism:
-        raise ValueError("`copy_context_window` widens the copy head's keys and needs `copy_mechanism=True`")
+    check_copy_context_window(copy_context_window, copy_mechanism)
     tokenizer = AutoTokenizer.from_pretrained(source)
     model = EncoderDecoderModel.from_encoder_decoder_pretrained(source, source, **kwargs)
     if copy_mechanism:

@@ -7,7 +7,7 @@ from torch import nn
 from transformers import initialization as init
 
 from .checks import check_inputs
-from .configuration_fastformer import FastformerConfig
+from .configuration_fastformer import FastformerConfig, check_copy_context_window
 from .functional import accumulation_dtype, copy_attention, pointer_generator, source_context, span_continuations
 
 
@@ -26,13 +26,16 @@ class SpanGate(nn.Linear):
         init.constant_(self.bias, self.initial_bias)
 
 
-class SourceContext(nn.Conv1d):
-    """The copy head's keys with their neighbours (`config.copy_context_window`): every encoder output plus a learned
-    depthwise convolution of the window centred on it (`functional.source_context`), starting at zero (the keys are
-    the encoder's outputs, as without it)."""
+class SourceContext(nn.Module):
+    """The copy head's source states with their neighbours (`config.copy_context_window`): every encoder output plus
+    a learned depthwise convolution of the window centred on it (`functional.source_context`; `weight` (D, 1, W) as
+    a depthwise `nn.Conv1d`'s), starting at zero (the encoder's outputs, as without it). It runs at every decoding
+    step over the whole source: W x M x D multiply-adds for M source tokens, W times the copy attention's scores."""
 
     def __init__(self, hidden_size: int, window: int):
-        super().__init__(hidden_size, hidden_size, window, padding=window // 2, groups=hidden_size, bias=False)
+        super().__init__()
+        check_copy_context_window(window)
+        self.weight = nn.Parameter(torch.zeros(hidden_size, 1, window))
 
     def init_weights(self):
         """The initial weights, for the model's `_init_weights` (transformers' `init`: loaded weights stay)."""
@@ -54,7 +57,7 @@ class FastformerCopyHead(nn.Module):
     attention has no token-to-token scores to form one).
 
     With `config.copy_context_window` the attention reads each source position through `SourceContext`: its encoder
-    output and its neighbours', so that where a span may start or stop is scored from the words around it."""
+    output and its neighbours', so that where a span may start or stop is scored from the tokens around it."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()

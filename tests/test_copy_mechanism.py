@@ -67,21 +67,20 @@ def with_random_source_context(model):
 
 
 def copy_model(name, build, fastformer_model):
-    """ "fastformer" or "bert2bert", then "-spans" with the span gate and "-context" with it and a source context
-    of 3 tokens."""
+    """ "fastformer" or "bert2bert", then "-spans" with the span gate or "-context" with a source context of 3
+    tokens."""
     if name == "fastformer":
         return fastformer_model
     if name == "bert2bert":
         return tiny_bert2bert()
     family, _, lever = name.partition("-")
-    window = 3 if lever == "context" else 0
+    levers = dict(copy_spans=lever == "spans", copy_context_window=3 if lever == "context" else 0)
     if family == "bert2bert":
-        model = tiny_bert2bert(copy_spans=True, copy_context_window=window)
+        model = tiny_bert2bert(**levers)
     else:
-        overrides = dict(copy_mechanism=True, copy_spans=True, copy_context_window=window, initializer_range=0.3)
+        overrides = dict(copy_mechanism=True, initializer_range=0.3, **levers)
         model = build(FastformerForConditionalGeneration, **overrides, **SPECIAL)
-    model = with_random_span_gate(model)
-    return with_random_source_context(model) if window else model
+    return with_random_span_gate(model) if levers["copy_spans"] else with_random_source_context(model)
 
 
 @pytest.fixture(
@@ -89,8 +88,8 @@ def copy_model(name, build, fastformer_model):
     params=[f"{family}{lever}" for lever in ("", "-spans", "-context") for family in ("fastformer", "bert2bert")],
 )
 def model(request, build, fastformer_model):
-    """Each model with the copy head, without and with the span gate, and with the gate and the source context: the
-    recipes below are the same for all."""
+    """Each model with the copy head: alone, with the span gate, and with the source context. The recipes below are
+    the same for all."""
     return copy_model(request.param, build, fastformer_model)
 
 
@@ -238,16 +237,23 @@ def test_copy_spans_needs_the_copy_head_and_the_decoder_input_ids(tiny_config, s
         tiny_config(copy_spans=True)
     with pytest.raises(ValueError, match="`copy_spans` .* needs `copy_mechanism=True`"):
         bert2bert_model("unused", copy_spans=True)
-    with pytest.raises(StrictDataclassClassValidationError, match="`copy_context_window` .* needs `copy_mechanism"):
-        tiny_config(copy_context_window=3)
-    with pytest.raises(StrictDataclassClassValidationError, match="`copy_context_window` must be 0 .* odd .* got 4"):
-        tiny_config(copy_mechanism=True, copy_context_window=4)
-    with pytest.raises(ValueError, match="`copy_context_window` .* needs `copy_mechanism=True`"):
-        bert2bert_model("unused", copy_context_window=3)
     ids, mask = source_batch()
     embeds = span_model.get_decoder().get_input_embeddings()(torch.tensor([[1, 5], [1, 8]]))
     with pytest.raises(ValueError, match="config.copy_spans .* pass `decoder_input_ids`"):
         span_model(input_ids=ids, attention_mask=mask, decoder_inputs_embeds=embeds)
+
+
+def test_copy_context_window_needs_the_copy_head_and_an_odd_window_of_3_or_more(tiny_config):
+    with pytest.raises(StrictDataclassClassValidationError, match="`copy_context_window` .* needs `copy_mechanism"):
+        tiny_config(copy_context_window=3)
+    with pytest.raises(ValueError, match="`copy_context_window` .* needs `copy_mechanism=True`"):
+        bert2bert_model("unused", copy_context_window=3)
+    for window in (4, 1, -3):
+        error = f"`copy_context_window` must be 0 .* got {window}"
+        with pytest.raises(StrictDataclassClassValidationError, match=error):
+            tiny_config(copy_mechanism=True, copy_context_window=window)
+        with pytest.raises(ValueError, match=error):
+            tiny_bert2bert(copy_context_window=window)  # a decoder config's field, read by the copy head
 
 
 def test_a_span_gate_and_source_context_added_to_a_saved_copy_head_start_as_new_ones(build, fastformer_model, tmp_path):
