@@ -645,7 +645,7 @@ def span_continuations(source_ids: torch.Tensor, input_ids: torch.Tensor) -> tor
 def source_context(source: torch.Tensor, weight: torch.Tensor, source_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Every source state plus a depthwise convolution of the window of states centred on it:
         out_j = source_j + sum_{o=-r..r} weight[:, 0, r + o] * source_{j+o}      (window W = 2r + 1)
-    so that a copy head's keys see their neighbours (`config.copy_context_window`). source: (B, M, D); weight:
+    so that a copy head's source states see their neighbours (`config.copy_context_window`). source: (B, M, D); weight:
     (D, 1, W), as a depthwise `nn.Conv1d`'s; source_mask: (B, M), True/1 for tokens. Padding, and the window's
     reach past either end, count as zero states: a padded source gives its real tokens what they have alone."""
     if source_mask is not None:
