@@ -24,12 +24,13 @@ WINDOW = 16  # steps averaged per length
 
 
 def cache_nbytes(cache: Cache) -> int:
-    """Bytes held by a transformers generation cache: its layers' keys and values or recurrent states, a
+    """Bytes held by a transformers generation cache: its layers' keys and values or recurrent and convolution states, a
     `FastformerCache`'s positions, both parts of an `EncoderDecoderCache`."""
     if isinstance(cache, EncoderDecoderCache):
         return cache_nbytes(cache.self_attention_cache) + cache_nbytes(cache.cross_attention_cache)
     tensors = [getattr(layer, name, None) for layer in cache.layers for name in ("keys", "values")]
-    tensors += [t for layer in cache.layers for t in getattr(layer, "recurrent_states", {}).values()]
+    for name in ("recurrent_states", "conv_states"):
+        tensors += [t for layer in cache.layers for t in getattr(layer, name, {}).values()]
     if isinstance(cache, FastformerCache):
         tensors.append(cache.positions)
     return sum(t.numel() * t.element_size() for t in tensors if t is not None)

@@ -27,6 +27,7 @@ def _requires(requirement: str, holds):
 _positive_int = _requires("a positive integer", lambda value: value >= 1)
 _positive_number = _requires("a positive number", lambda value: value > 0)
 _probability = _requires("a number in [0, 1)", lambda value: 0 <= value < 1)
+_convolution_kernel = _requires("0 (none) or a kernel of at least 2 tokens", lambda value: value == 0 or value >= 2)
 _activation = _requires(f"one of {tuple(sorted(ACT2FN))}", lambda value: value in ACT2FN)
 
 
@@ -135,6 +136,11 @@ class FastformerConfig(PreTrainedConfig):
             encoder's keys and values) or `"additive"` (one context per head pooled from the encoder values,
             c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j, then c * q_t for each decoder token: O(source) once,
             O(1) per generated token, and a cache of one vector per head).
+        decoder_conv_kernel (`int`, defaults to 0): a kernel K of at least 2 (0: none): every decoder layer's causal
+            attention reads each token plus a learned depthwise convolution of it and the K - 1 tokens before it
+            (`functional.causal_convolution`), the short convolution that Mamba2 and Qwen3-Next run beside their
+            linear attention's state: a pooled prefix holds no order, and the convolution gives each token the
+            ones just before it, in order. The cache then also keeps each layer application's last K - 1 inputs.
         tie_encoder_embeddings (`bool`, defaults to True): the encoder-decoder's encoder reads the decoder's word
             embeddings (one matrix for the encoder, the decoder and the LM head); False gives the encoder its own,
             as `fastformer.summarization.freeze_encoder` does so that a frozen encoder stays fixed (the decoder and
@@ -188,6 +194,7 @@ class FastformerConfig(PreTrainedConfig):
     additive_attention_mode: Literal["auto", "plain", "collapsed"] = "auto"
     num_decoder_layers: int | None = _positive_int(None)
     cross_attention_type: Literal["softmax", "additive"] = "softmax"
+    decoder_conv_kernel: int = _convolution_kernel(0)
     tie_encoder_embeddings: bool = True
     copy_mechanism: bool = False
     copy_spans: bool = False

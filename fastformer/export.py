@@ -127,16 +127,25 @@ class Seq2SeqEncoderGraph(torch.nn.Module):
 
 
 def state_tensors(cache: FastformerCache) -> list[torch.Tensor]:
-    """Every layer application's recurrent states of `cache`, flat, in layer and slot order."""
-    return [state for layer in cache.layers for state in layer.recurrent_states.values() if state is not None]
+    """Every layer application's states of `cache`, flat, in layer order: its recurrent states in slot order, then
+    its short convolution's (with `config.decoder_conv_kernel`)."""
+    return [
+        state
+        for layer in cache.layers
+        for states in (layer.recurrent_states, layer.conv_states)
+        for state in states.values()
+        if state is not None
+    ]
 
 
-def load_state_tensors(cache: FastformerCache, tensors):
-    """Sets the recurrent states of `cache` from `state_tensors`' list of another cache of its config."""
+def load_state_tensors(cache: FastformerCache, tensors, config):
+    """Sets the states of `cache` from `state_tensors`' list of another cache of `config`."""
     tensors = iter(tensors)
     for layer_idx, layer in enumerate(cache.layers):
         for slot in range(layer.number_of_states):
             cache.update_recurrent_state(next(tensors), layer_idx, slot)
+        if config.decoder_conv_kernel:
+            cache.update_conv_state(next(tensors), layer_idx)
 
 
 class DecoderStepGraph(torch.nn.Module):
@@ -152,7 +161,7 @@ class DecoderStepGraph(torch.nn.Module):
 
     def forward(self, input_ids, positions, encoder_attention_mask, cross, state, source_ids=None):
         states = FastformerCache(self.model.config)
-        load_state_tensors(states, state)
+        load_state_tensors(states, state, self.model.config)
         states.positions = positions
         cross_cache = DynamicCache()
         encoded = cross[-1] if self.model.copy_head is not None else None  # the encoder's output, for copying
@@ -167,13 +176,16 @@ class DecoderStepGraph(torch.nn.Module):
 
 def initial_state(config, batch_size: int) -> list[torch.Tensor]:
     """The decoding state before the first token, as `DecoderStepGraph` takes it (`state_tensors`
-    of a cache whose every pooling is `initial_pooling_state`)."""
+    of a cache whose every pooling is `initial_pooling_state`, and whose short convolutions have zero inputs)."""
     heads, dim = config.num_attention_heads, config.hidden_size // config.num_attention_heads
     cache = FastformerCache(config)
     for layer_idx in range(config.num_decoder_layers):
         # new tensors for every slot: the same tensor twice would be traced as one input
         state = CausalAttentionState(*(initial_pooling_state(batch_size, heads, dim) for _ in range(2)))
         cache.update_attention_state(state, layer_idx)
+        if config.decoder_conv_kernel:
+            inputs = torch.zeros(batch_size, config.hidden_size, config.decoder_conv_kernel - 1)
+            cache.update_conv_state(inputs, layer_idx)
     return state_tensors(cache)
 
 

@@ -603,6 +603,32 @@ def causal_additive_attention(
     return CausalAttentionOutput(u, CausalAttentionState(query_state, key_state), weights)
 
 
+def causal_convolution(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    state: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every token plus a depthwise convolution of it and the K - 1 tokens before it:
+        out_t = x_t + sum_{j=0..K-1} weight[:, 0, K - 1 - j] * x_{t-j}
+    the short causal convolution that Mamba2's and Qwen3-Next's linear attention run beside their state, so that a
+    decoder's pooled attention reads each token with the ones just before it, in order (`config.decoder_conv_kernel`).
+
+    x: (B, T, D); weight: (D, 1, K), as a depthwise `nn.Conv1d`'s; attention_mask: (B, T), non-zero for tokens:
+    padding counts as a zero input, so a left-padded sequence gets what it has alone; state: (B, D, K - 1), the
+    (masked) inputs before x, None for zeros (the start of a sequence). Returns out (B, T, D) and the state after x:
+    its last K - 1 inputs, a view of a new tensor."""
+    inputs = x if attention_mask is None else x * attention_mask[..., None].to(x.dtype)
+    columns = inputs.transpose(1, 2)  # (B, D, T)
+    width = weight.shape[-1] - 1
+    if state is None:
+        history = nn_functional.pad(columns, (width, 0))
+    else:
+        history = torch.cat((state.to(columns.dtype), columns), dim=-1)
+    mixed = nn_functional.conv1d(history, weight.to(x.dtype), groups=x.shape[-1])  # (B, D, T)
+    return x + mixed.transpose(1, 2), history[..., -width:]
+
+
 def copy_attention(
     query: torch.Tensor,
     source: torch.Tensor,

@@ -59,6 +59,7 @@ from .functional import (
     additive_pooling,
     as_pooling_mask,
     causal_additive_attention,
+    causal_convolution,
     causal_mask,
     packed_additive_attention,
     packed_rows,
@@ -179,6 +180,29 @@ class FastformerAttention(nn.Module):
         return self._output(u, query), weights
 
 
+class FastformerShortConvolution(nn.Module):
+    """The decoder attention's input with its recent past (`config.decoder_conv_kernel`): every token plus a learned
+    depthwise convolution of it and the K - 1 tokens before it (`functional.causal_convolution`; `weight` (D, 1, K)
+    as a depthwise `nn.Conv1d`'s). With a cache it continues from the layer application's last K - 1 inputs, and
+    packed rows convolve each sequence alone."""
+
+    def __init__(self, config: FastformerConfig):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(config.hidden_size, 1, config.decoder_conv_kernel))
+
+    def forward(self, hidden_states, token_mask=None, cache=None, layer_idx=None, packed=None):
+        if packed is not None:  # a sequence a row, zeros after its end
+            rows = unpack(hidden_states[:, None], packed)
+            return repack(causal_convolution(rows[:, 0], self.weight)[0][:, None], packed)[:, 0]
+        state = None if cache is None else cache.conv_state(layer_idx)
+        out, new_state = causal_convolution(hidden_states, self.weight, token_mask, state)
+        if state is not None and not torch.is_grad_enabled():
+            state.copy_(new_state)  # in place, as the attention's state: its address stays, for CUDA graphs
+        elif cache is not None:
+            cache.update_conv_state(new_state, layer_idx)
+        return out
+
+
 class FastformerCausalAttention(FastformerAttention):
     """The decoder's attention: every position pools its prefix only. With a `cache` (a `FastformerCache`), the
     state of layer application `layer_idx` continues a sequence and is updated. With `packed` (`PackedRows`), the
@@ -186,11 +210,27 @@ class FastformerCausalAttention(FastformerAttention):
 
     Returns the output and, with `output_attentions`, the two poolings' weights (B, H, 2, N, N) (row t: the
     weights of tokens 1..t; `functional.causal_pooling_weights`), else None. They need the whole sequence in one
-    call: a cache that holds earlier tokens keeps their pooled state, not the tokens."""
+    call: a cache that holds earlier tokens keeps their pooled state, not the tokens.
+
+    With `config.decoder_conv_kernel`, the queries, keys and values are projected from `FastformerShortConvolution`'s
+    output; `token_mask` (B, T): 1 for tokens, 0 for padding, in the hidden states' dtype (None: no padding)."""
+
+    def __init__(self, config: FastformerConfig):
+        super().__init__(config)
+        self.convolution = FastformerShortConvolution(config) if config.decoder_conv_kernel else None
 
     def forward(
-        self, hidden_states, attention_mask=None, cache=None, layer_idx=None, output_attentions=False, packed=None
+        self,
+        hidden_states,
+        attention_mask=None,
+        cache=None,
+        layer_idx=None,
+        output_attentions=False,
+        packed=None,
+        token_mask=None,
     ):
+        if self.convolution is not None:
+            hidden_states = self.convolution(hidden_states, token_mask, cache, layer_idx, packed)
         query, q, k, v = self._project(hidden_states)
         vectors, settings = self._attention_arguments()
         if packed is not None:  # a sequence a row (S, H, L, D), the rows' mask; back to packed rows after
@@ -469,7 +509,8 @@ class FastformerDecoderLayer(GradientCheckpointingLayer):
 
     `cross_key`, `cross_value`: `cross_attention.encode(...)` of the encoder output, computed once per distinct
     layer by the caller (positional, so that reentrant gradient checkpointing sends their gradients back once);
-    `cache` and `layer_idx`: the generation state of this layer application.
+    `cache` and `layer_idx`: the generation state of this layer application; `token_mask`: the attention mask as
+    the short convolution reads it (`FastformerCausalAttention`).
     """
 
     def __init__(self, config: FastformerConfig, cross_attention: bool):
@@ -494,8 +535,11 @@ class FastformerDecoderLayer(GradientCheckpointingLayer):
         layer_idx=None,
         output_attentions=False,
         packed: PackedRows | None = None,
+        token_mask=None,
     ):
-        attention, _ = self.attention(hidden_states, attention_mask, cache, layer_idx, output_attentions, packed)
+        attention, _ = self.attention(
+            hidden_states, attention_mask, cache, layer_idx, output_attentions, packed, token_mask
+        )
         hidden_states = self.attention_output(attention, hidden_states)
         if self.cross_attention is not None:
             cross, _ = self.cross_attention(
@@ -569,6 +613,8 @@ class FastformerPreTrainedModel(PreTrainedModel):
         super()._init_weights(module)
         if isinstance(module, FastformerCrossAttention) and module.cross_attention_type == "additive":
             init.normal_(module.context_weight, mean=0.0, std=self.config.initializer_range)
+        if isinstance(module, FastformerShortConvolution):
+            init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
         if isinstance(module, FastformerAttention):
             for parameter in (
                 module.query_weight,
@@ -849,7 +895,9 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
 class FastformerCacheLayer(LinearAttentionLayer):
     """The generation state of one decoder layer application, as transformers' linear-attention cache layer: the
     causal attention's `CausalAttentionState` in four recurrent-state slots (the query's pooling, then the key's:
-    a (B, H) log normalizer and a (B, H, D) pooled vector each). No state before the first token."""
+    a (B, H) log normalizer and a (B, H, D) pooled vector each) and, with `config.decoder_conv_kernel` K, the short
+    convolution's last K - 1 inputs (B, D, K - 1) in the first convolution-state slot. No state before the first
+    token."""
 
     # a pooled state cannot be rolled back (transformers' linear-attention layers can, from a history they record)
     is_croppable = False
@@ -867,21 +915,38 @@ class FastformerCacheLayer(LinearAttentionLayer):
             torch._dynamo.mark_static_address(recurrent_states)
         self.recurrent_states[state_idx] = recurrent_states
         self.is_recurrent_states_initialized[state_idx] = True
-        # transformers' layers mark a previous state in `update_conv_state`; this layer has no convolution
         self.has_previous_state[state_idx] = True
         return recurrent_states
+
+    def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, **kwargs) -> torch.Tensor:
+        """Keeps a new convolution state (a prompt's, or a step's with gradients) as `update_recurrent_state` does:
+        on its own, at a static address (a slice of a longer tensor would keep all of it), which the steps without
+        gradients then write into (`FastformerShortConvolution`). Leaves `has_previous_state` to the attention."""
+        if self.device is None:
+            self.device, self.dtype = conv_states.device, conv_states.dtype
+        conv_states = conv_states.contiguous()
+        if not is_torchdynamo_compiling():
+            torch._dynamo.mark_static_address(conv_states)
+        self.conv_states[state_idx] = conv_states
+        self.conv_kernel_size[state_idx] = conv_states.shape[-1] + 1
+        self.is_conv_states_initialized[state_idx] = True
+        return conv_states
 
     def reset(self) -> None:
         """Empty, as a new layer: the next sequence may have another batch size."""
         for index in range(self.number_of_states):
-            self.recurrent_states[index] = None
-            self.is_recurrent_states_initialized[index] = False
+            self.recurrent_states[index] = self.conv_states[index] = None
+            self.is_recurrent_states_initialized[index] = self.is_conv_states_initialized[index] = False
             self.has_previous_state[index] = False
 
     def _map_rows(self, rows):
-        for index, initialized in self.is_recurrent_states_initialized.items():
-            if initialized:
-                self.recurrent_states[index] = rows(self.recurrent_states[index])
+        for states, initialized in (
+            (self.recurrent_states, self.is_recurrent_states_initialized),
+            (self.conv_states, self.is_conv_states_initialized),
+        ):
+            for index, held in initialized.items():
+                if held:
+                    states[index] = rows(states[index])
 
     def batch_select_indices(self, indices: torch.Tensor):
         self._map_rows(lambda tensor: tensor[indices])
@@ -892,10 +957,11 @@ class FastformerCacheLayer(LinearAttentionLayer):
 
 class FastformerCache(DynamicCache):
     """What a Fastformer decoder needs to continue generating, of a size that does not grow with the number of
-    generated tokens: per decoder layer application a `FastformerCacheLayer` (the recurrent state), and per row
-    the count of real tokens so far (the next position id). An encoder-decoder keeps it as the self-attention part
-    of an `EncoderDecoderCache`, whose cross-attention part (a `DynamicCache`) holds the source's keys and values
-    once per distinct decoder layer (one with `share_layers`).
+    generated tokens: per decoder layer application a `FastformerCacheLayer` (the recurrent state, and with
+    `config.decoder_conv_kernel` the short convolution's last inputs), and per row the count of real tokens so far
+    (the next position id). An encoder-decoder keeps it as the self-attention part of an `EncoderDecoderCache`,
+    whose cross-attention part (a `DynamicCache`) holds the source's keys and values once per distinct decoder
+    layer (one with `share_layers`).
 
     Beam search reorders it. A recurrent state cannot be rolled back (`crop`): the cache is not `is_croppable`,
     so transformers refuses assisted decoding.
@@ -919,6 +985,11 @@ class FastformerCache(DynamicCache):
     def update_attention_state(self, state: CausalAttentionState, layer_idx: int):
         for index, tensor in enumerate(tensor for pooling in state for tensor in pooling):
             self.update_recurrent_state(tensor, layer_idx, index)
+
+    def conv_state(self, layer_idx: int) -> torch.Tensor | None:
+        """Layer application `layer_idx`'s short convolution state (B, D, K - 1), None before the first token."""
+        layer = self.layers[layer_idx]
+        return layer.conv_states[0] if layer.is_conv_states_initialized[0] else None
 
     def advance(self, attention_mask: torch.Tensor | None, batch_size: int, length: int, device):
         """Counts `length` more columns, and per row the real tokens among them (all, without a mask)."""
@@ -1080,9 +1151,11 @@ class FastformerDecoder(FastformerStack):
         source_mask = self.source_mask(hidden_states, encoder_hidden_states, encoder_attention_mask)
         output_attentions = kwargs.get("output_attentions", self.config.output_attentions)
         # the mask as the causal poolings add it to their logits, made once for every layer
-        logits_mask = None
+        logits_mask = token_mask = None
         if attention_mask is not None:
             logits_mask = causal_mask(attention_mask, accumulation_dtype(compute_dtype(hidden_states)))
+            if self.config.decoder_conv_kernel:
+                token_mask = attention_mask.to(hidden_states.dtype)
         for index, layer in self.applied_layers():
             key, value = cross_inputs[index % len(self.layers)]
             hidden_states = layer(
@@ -1095,6 +1168,7 @@ class FastformerDecoder(FastformerStack):
                 layer_idx=index,
                 output_attentions=output_attentions,
                 packed=packed,
+                token_mask=token_mask,
             )
         if states is not None:
             states.advance(attention_mask, *hidden_states.shape[:2], hidden_states.device)

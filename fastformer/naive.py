@@ -158,3 +158,19 @@ def source_context(source, weight, source_mask=None) -> torch.Tensor:
                 if 0 <= j + o < length and mask[b, j + o]:
                     out[b, j] += weight[:, 0, reach + o] * source[b, j + o]
     return out
+
+
+def causal_convolution(x, weight, attention_mask=None) -> torch.Tensor:
+    """(B, T, D): x_t plus, for every offset j in 0..K-1 (weight (D, 1, K)), weight[:, 0, K - 1 - j] * x_{t-j} where
+    t - j is a token (`functional.causal_convolution`, from the start of the sequence)."""
+    x, weight = x.double(), weight.double()
+    batch, length, _ = x.shape
+    mask = torch.ones(batch, length, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    kernel = weight.shape[-1]
+    out = x.clone()
+    for b in range(batch):
+        for t in range(length):
+            for j in range(kernel):
+                if t - j >= 0 and mask[b, t - j]:
+                    out[b, t] += weight[:, 0, kernel - 1 - j] * x[b, t - j]
+    return out

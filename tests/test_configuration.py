@@ -85,6 +85,11 @@ def test_defaults_are_the_papers_final_model():
         ({"share_query_value": 1}, FIELD, r"field 'share_query_value':\n.* expected bool, got int \(value: 1\)$"),
         ({"cross_attention_type": "linear"}, FIELD, r"field 'cross_attention_type':\n.* \('softmax', 'additive'\)"),
         ({"num_decoder_layers": 0}, FIELD, r"field 'num_decoder_layers':\n.* must be a positive integer, got 0$"),
+        (
+            {"decoder_conv_kernel": 1},
+            FIELD,
+            r"field 'decoder_conv_kernel':\n.* must be 0 \(none\) or a kernel of at least 2 tokens, got 1$",
+        ),
         ({"use_cache": None}, FIELD, r"field 'use_cache':\n.* expected bool, got NoneType \(value: None\)$"),
         (
             {"additive_attention_mode": "fast"},

@@ -130,16 +130,22 @@ def test_export_refuses_what_it_cannot_export(build):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("cross_attention_type", "copy_mechanism", "copy_spans"),
-    [("softmax", False, False), ("additive", True, False), ("softmax", True, True)],
-    ids=["softmax", "additive-copy", "softmax-copy-spans-context"],
+    ("cross_attention_type", "copy_mechanism", "copy_spans", "kernel"),
+    [
+        ("softmax", False, False, 0),
+        ("additive", True, False, 0),
+        ("softmax", True, True, 0),
+        ("softmax", False, False, 3),
+    ],
+    ids=["softmax", "additive-copy", "softmax-copy-spans-context", "softmax-short-convolution"],
 )
 def test_onnx_greedy_decoding_with_the_state_as_inputs_gives_the_tokens_of_generate(
-    build, cross_attention_type, copy_mechanism, copy_spans, tmp_path
+    build, cross_attention_type, copy_mechanism, copy_spans, kernel, tmp_path
 ):
     """Each cross-attention, the additive one with the copy head (which reads the encoder's output and the source's
-    ids at every step, whatever the cross-attention), and the copy head with the span gate (which also reads the
-    step's input ids) and the source context (a convolution over the source, whose length is not traced)."""
+    ids at every step, whatever the cross-attention), the copy head with the span gate (which also reads the
+    step's input ids) and the source context (a convolution over the source, whose length is not traced), and the
+    decoder's short convolution (whose last inputs are state tensors too)."""
     special = dict(pad_token_id=0, decoder_start_token_id=1, bos_token_id=1, eos_token_id=2)
     # larger initial weights: a random model that does not repeat one token
     model = build(
@@ -149,6 +155,7 @@ def test_onnx_greedy_decoding_with_the_state_as_inputs_gives_the_tokens_of_gener
         copy_mechanism=copy_mechanism,
         copy_spans=copy_spans,
         copy_context_window=3 if copy_spans else 0,
+        decoder_conv_kernel=kernel,
         **special,
     )
     if copy_spans:  # a gate that differs per token, and a source context that changes the keys

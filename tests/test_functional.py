@@ -13,6 +13,7 @@ from fastformer.functional import (
     additive_attention,
     additive_pooling,
     causal_additive_attention,
+    causal_convolution,
     interact,
     masked_softmax,
     packed_additive_attention,
@@ -431,3 +432,37 @@ def test_causal_token_by_token_stays_accurate_over_long_float32_decoding():
     torch.testing.assert_close(torch.cat(steps, dim=2), whole, rtol=1e-4, atol=1e-5)
     for got, expected in zip(leaves(state), leaves(final)):
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", [2, 4])
+@pytest.mark.parametrize("mask_kind", ["none", "left", "right", "all-padding-row"])
+def test_causal_convolution_matches_the_float64_loop_and_continues_from_its_state(mask_kind, kernel):
+    """`causal_convolution` against `naive.causal_convolution`; padding reads as zero (a left-padded row gets what its
+    tokens have alone); in pieces, each from the state the last one left, it equals one pass; a zero weight is the
+    identity; the loss reaches the weight."""
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 7, 6, generator=generator, dtype=torch.float64)
+    weight = torch.randn(6, 1, kernel, generator=generator, dtype=torch.float64)
+    mask = None if mask_kind == "none" else torch.ones(3, 7, dtype=torch.bool)
+    if mask_kind == "left":
+        mask[1, :3] = False
+    elif mask_kind == "right":
+        mask[1, 4:] = False
+    elif mask_kind == "all-padding-row":
+        mask[2] = False
+    out, state = causal_convolution(x, weight, mask)
+    assert state.shape == (3, 6, kernel - 1)
+    torch.testing.assert_close(out, naive.causal_convolution(x, weight, mask), rtol=1e-12, atol=1e-12)
+    if mask_kind == "left":
+        torch.testing.assert_close(out[1, 3:], causal_convolution(x[1:2, 3:], weight)[0][0], rtol=1e-12, atol=1e-12)
+    pieces, carried = [], None
+    for start, stop in ((0, 1), (1, 4), (4, 5), (5, 7)):
+        piece, carried = causal_convolution(
+            x[:, start:stop], weight, None if mask is None else mask[:, start:stop], carried
+        )
+        pieces.append(piece)
+    torch.testing.assert_close(torch.cat(pieces, dim=1), out, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(carried, state, rtol=0, atol=0)
+    torch.testing.assert_close(causal_convolution(x, torch.zeros_like(weight), mask)[0], x, rtol=0, atol=0)
+    gradient = torch.autograd.grad(causal_convolution(x, weight.requires_grad_(), mask)[0].sum(), weight)[0]
+    assert gradient.abs().sum() > 0

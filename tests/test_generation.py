@@ -18,6 +18,7 @@ VARIANTS = {
     "paper": {},
     "unshared-softmax-cross": dict(share_layers=False, share_query_value=False),
     "additive-cross-concat": dict(share_layers=False, cross_attention_type="additive", interaction="concat"),
+    "short-convolution": dict(share_layers=False, decoder_conv_kernel=3),
 }
 
 
@@ -321,6 +322,25 @@ def test_a_config_serves_both_generation_classes_unchanged(tiny_config):
     assert FastformerForConditionalGeneration(config).config.is_encoder_decoder
     assert not FastformerForCausalLM(config).config.is_encoder_decoder
     assert not config.is_encoder_decoder
+
+
+@pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
+def test_a_short_convolution_added_to_a_saved_decoder_starts_new_and_keeps_every_saved_weight(
+    build, model_class, tmp_path
+):
+    """A checkpoint saved without it (a converted BERT-family model, the recipe's start), loaded with
+    `decoder_conv_kernel`: each layer's convolution is initialized as the model's `_init_weights` does it, and the
+    loaded model generates with and without its cache alike."""
+    model = build(model_class)
+    model.save_pretrained(tmp_path)
+    loaded = model_class.from_pretrained(tmp_path, decoder_conv_kernel=4).eval()
+    weights = [layer.attention.convolution.weight for layer in loaded.get_decoder().layers]
+    assert all(weight.shape == (32, 1, 4) and 0.1 < weight.std() < 0.3 for weight in weights)  # initializer_range 0.2
+    for key, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], tensor), key
+    inputs = tokens(2, 3)
+    cached, uncached = (generate(loaded, inputs, max_new_tokens=8, use_cache=cache) for cache in (True, False))
+    assert torch.equal(cached.sequences, uncached.sequences)
 
 
 def test_a_seq2seq_checkpoint_does_not_load_as_a_causal_lm(build, tmp_path):
