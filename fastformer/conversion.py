@@ -344,6 +344,8 @@ def copy_bert_weights(bert: PreTrainedModel, embeddings, layers) -> None:
         attention.transform.bias.zero_()
         attention.query_weight.zero_()
         attention.key_weight.zero_()
+        if getattr(attention, "convolution", None) is not None:  # a decoder's short convolution: the identity
+            attention.convolution.weight.zero_()
         _copy_sublayer_output(bert_layer.attention.output, layer.attention_output)
         layer.feed_forward.intermediate.load_state_dict(bert_layer.intermediate.dense.state_dict())
         _copy_sublayer_output(bert_layer.output, layer.feed_forward.output)
@@ -442,11 +444,15 @@ def convert_bert(
 
 def copy_encoder_layers(encoder: FastformerModel, decoder_layers) -> None:
     """After the encoder's attention transfer: the decoder's self-attention and feed-forward take the trained
-    encoder layers' weights (the causal attention has the same parameters). Cross-attention stays as it is."""
+    encoder layers' weights (the causal attention has the same parameters, and with `decoder_conv_kernel` a short
+    convolution the encoder lacks, which stays as it is). Cross-attention stays as it is."""
     with torch.no_grad():
         for layer, decoder_layer in zip(encoder.layers, decoder_layers):
             for name in ("attention", "attention_output", "feed_forward"):
-                getattr(decoder_layer, name).load_state_dict(getattr(layer, name).state_dict())
+                source = getattr(layer, name).state_dict()
+                keys = getattr(decoder_layer, name).load_state_dict(source, strict=False)
+                if set(keys.missing_keys) - {"convolution.weight"} or keys.unexpected_keys:
+                    raise ValueError(f"The decoder's {name} and the encoder's do not match: {keys}")
 
 
 __all__ = [

@@ -615,7 +615,8 @@ def causal_convolution(
     decoder's pooled attention reads each token with the ones just before it, in order (`config.decoder_conv_kernel`).
 
     x: (B, T, D); weight: (D, 1, K), as a depthwise `nn.Conv1d`'s; attention_mask: (B, T), non-zero for tokens:
-    padding counts as a zero input, so a left-padded sequence gets what it has alone; state: (B, D, K - 1), the
+    padding counts as a zero input, so a left- or right-padded sequence gets what it has alone (padding between
+    tokens stays in the window, as zeros, unlike the additive poolings, which skip it); state: (B, D, K - 1), the
     (masked) inputs before x, None for zeros (the start of a sequence). Returns out (B, T, D) and the state after x:
     its last K - 1 inputs, a view of a new tensor."""
     inputs = x if attention_mask is None else x * attention_mask[..., None].to(x.dtype)

@@ -183,12 +183,18 @@ class FastformerAttention(nn.Module):
 class FastformerShortConvolution(nn.Module):
     """The decoder attention's input with its recent past (`config.decoder_conv_kernel`): every token plus a learned
     depthwise convolution of it and the K - 1 tokens before it (`functional.causal_convolution`; `weight` (D, 1, K)
-    as a depthwise `nn.Conv1d`'s). With a cache it continues from the layer application's last K - 1 inputs, and
-    packed rows convolve each sequence alone."""
+    as a depthwise `nn.Conv1d`'s), starting at zero: the identity, so that a checkpoint given one starts as it was.
+    With a cache it continues from the layer application's last K - 1 inputs, and packed rows convolve each
+    sequence alone. Padding reads as zero inputs: at the start of a prompt or the end of a training row, where the
+    padding is, a sequence gets what it has alone."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(config.hidden_size, 1, config.decoder_conv_kernel))
+        self.weight = nn.Parameter(torch.zeros(config.hidden_size, 1, config.decoder_conv_kernel))
+
+    def init_weights(self):
+        """The initial weights, for the model's `_init_weights` (transformers' `init`: loaded weights stay)."""
+        init.zeros_(self.weight)
 
     def forward(self, hidden_states, token_mask=None, cache=None, layer_idx=None, packed=None):
         if packed is not None:  # a sequence a row, zeros after its end
@@ -229,6 +235,13 @@ class FastformerCausalAttention(FastformerAttention):
         packed=None,
         token_mask=None,
     ):
+        if output_attentions and cache is not None and cache.attention_state(layer_idx) is not None:
+            # refused before the convolution moves its state on: the cache stays as it was
+            raise ValueError(
+                "`output_attentions=True` needs the decoder's whole sequence in one forward pass, but the cache holds "
+                "earlier tokens as a pooled state, without their weights: run without a cache (use_cache=False, as "
+                "in generate(..., use_cache=False))"
+            )
         if self.convolution is not None:
             hidden_states = self.convolution(hidden_states, token_mask, cache, layer_idx, packed)
         query, q, k, v = self._project(hidden_states)
@@ -237,12 +250,6 @@ class FastformerCausalAttention(FastformerAttention):
             q, k, v = (unpack(x, packed) for x in (q, k, v))
             attention_mask = packed.mask
         state = None if cache is None else cache.attention_state(layer_idx)
-        if output_attentions and state is not None:
-            raise ValueError(
-                "`output_attentions=True` needs the decoder's whole sequence in one forward pass, but the cache holds "
-                "earlier tokens as a pooled state, without their weights: run without a cache (use_cache=False, as "
-                "in generate(..., use_cache=False))"
-            )
         # without gradients, a step writes the state into the cache's tensors: their addresses stay, for CUDA graphs
         in_place = state is not None and not torch.is_grad_enabled()
         u, state, weights = causal_additive_attention(
@@ -607,14 +614,12 @@ class FastformerPreTrainedModel(PreTrainedModel):
     }
 
     def _init_weights(self, module):
-        if isinstance(module, (SpanGate, SourceContext)):
+        if isinstance(module, (SpanGate, SourceContext, FastformerShortConvolution)):
             module.init_weights()
             return
         super()._init_weights(module)
         if isinstance(module, FastformerCrossAttention) and module.cross_attention_type == "additive":
             init.normal_(module.context_weight, mean=0.0, std=self.config.initializer_range)
-        if isinstance(module, FastformerShortConvolution):
-            init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
         if isinstance(module, FastformerAttention):
             for parameter in (
                 module.query_weight,
@@ -919,16 +924,18 @@ class FastformerCacheLayer(LinearAttentionLayer):
         return recurrent_states
 
     def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, **kwargs) -> torch.Tensor:
-        """Keeps a new convolution state (a prompt's, or a step's with gradients) as `update_recurrent_state` does:
-        on its own, at a static address (a slice of a longer tensor would keep all of it), which the steps without
-        gradients then write into (`FastformerShortConvolution`). Leaves `has_previous_state` to the attention."""
+        """Keeps a new convolution state, the last K - 1 inputs `functional.causal_convolution` returns (a prompt's,
+        or a step's with gradients; transformers' layers take the new inputs and join them to the state here), as
+        `update_recurrent_state` does: on its own, at a static address (a slice of a longer tensor would keep all of
+        it), which the steps without gradients then write into (`FastformerShortConvolution`). Leaves
+        `has_previous_state` to the attention."""
         if self.device is None:
             self.device, self.dtype = conv_states.device, conv_states.dtype
         conv_states = conv_states.contiguous()
         if not is_torchdynamo_compiling():
             torch._dynamo.mark_static_address(conv_states)
         self.conv_states[state_idx] = conv_states
-        self.conv_kernel_size[state_idx] = conv_states.shape[-1] + 1
+        self.conv_kernel_size[state_idx] = conv_states.shape[-1]  # the inputs kept, as transformers counts them
         self.is_conv_states_initialized[state_idx] = True
         return conv_states
 

@@ -32,7 +32,7 @@ from transformers import (
 
 from fastformer import FastformerForConditionalGeneration, FastformerModel
 from fastformer.cli import convert_bert_to_fastformer
-from fastformer.conversion import convert_bert, extend_positions, load_bert_source
+from fastformer.conversion import convert_bert, copy_encoder_layers, extend_positions, load_bert_source
 from fastformer.distillation import (
     AttentionTransfer,
     embedding_cosine,
@@ -278,9 +278,18 @@ def test_electra_with_narrower_embeddings_converts_to_an_encoder_only(tokenizer)
         convert_bert(electra, task="seq2seq")
 
 
-def test_seq2seq_conversion_starts_encoder_and_decoder_from_bert(bert, tokenizer):
-    model = convert_bert(bert, task="seq2seq")
+@pytest.mark.parametrize("kernel", [0, 3], ids=["plain", "short-convolution"])
+def test_seq2seq_conversion_starts_encoder_and_decoder_from_bert(bert, tokenizer, kernel):
+    """Both sides from BERT's layers; a decoder's short convolution (which BERT lacks) starts as the identity, and
+    stays so when the decoder takes the distilled encoder's layers (`copy_encoder_layers`)."""
+    model = convert_bert(bert, task="seq2seq", decoder_conv_kernel=kernel)
     assert isinstance(model, FastformerForConditionalGeneration)
+    if kernel:
+        weights = [layer.attention.convolution.weight for layer in model.decoder.layers]
+        assert all(torch.equal(weight, torch.zeros_like(weight)) for weight in weights)
+        trained = [torch.nn.init.normal_(weight.detach()).clone() for weight in weights]
+        copy_encoder_layers(model.fastformer, model.decoder.layers)
+        assert all(torch.equal(weight, kept) for weight, kept in zip(weights, trained, strict=True))
     encoder = convert_bert(bert)
     for part in (model.fastformer, model.decoder):
         for name, tensor in encoder.embeddings.state_dict().items():

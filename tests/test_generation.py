@@ -38,6 +38,12 @@ def tiny_config(tiny_config):
     )
 
 
+@pytest.fixture(scope="module")
+def build(build, random_convolutions):
+    """As the shared one, with the short convolutions of the "short-convolution" variant random."""
+    return lambda *args, **kwargs: random_convolutions(build(*args, **kwargs))
+
+
 def tokens(*shape, seed=1):
     return torch.randint(3, VOCAB, shape, generator=torch.Generator().manual_seed(seed))
 
@@ -144,10 +150,12 @@ def test_generate_fills_a_cache_the_user_made_and_reset_empties_it(build, model_
     assert torch.equal(generate(model, inputs, max_new_tokens=10, cache=cache).sequences, expected)
 
 
-def test_decoding_steps_update_the_state_in_place_and_a_reset_cache_takes_another_batch_size(build):
-    """Steps without gradients write the new state into the cache's tensors, as transformers' linear-attention layers
-    copy into theirs: the addresses that CUDA graphs (a compiled step, mode="reduce-overhead") replay stay."""
-    model = build(FastformerForCausalLM)
+@pytest.mark.parametrize("kernel", [0, 3], ids=["plain", "short-convolution"])
+def test_decoding_steps_update_the_state_in_place_and_a_reset_cache_takes_another_batch_size(build, kernel):
+    """Steps without gradients write the new state into the cache's tensors (with the short convolution, its last
+    inputs too), as transformers' linear-attention layers copy into theirs: the addresses that CUDA graphs (a
+    compiled step, mode="reduce-overhead") replay stay."""
+    model = build(FastformerForCausalLM, decoder_conv_kernel=kernel)
     cache = model.new_cache()
     logits(model, tokens(4, 5), cache=cache)
     earlier = state_tensors(cache) + [cache.positions]
@@ -325,22 +333,27 @@ def test_a_config_serves_both_generation_classes_unchanged(tiny_config):
 
 
 @pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
-def test_a_short_convolution_added_to_a_saved_decoder_starts_new_and_keeps_every_saved_weight(
-    build, model_class, tmp_path
+def test_a_short_convolution_added_to_a_saved_decoder_starts_as_the_identity_and_keeps_every_saved_weight(
+    build, random_convolutions, model_class, tmp_path
 ):
     """A checkpoint saved without it (a converted BERT-family model, the recipe's start), loaded with
-    `decoder_conv_kernel`: each layer's convolution is initialized as the model's `_init_weights` does it, and the
-    loaded model generates with and without its cache alike."""
+    `decoder_conv_kernel`: every saved weight is kept, and each layer's convolution starts at zero, the identity (as
+    the model's `_init_weights` sets it), so the loaded model's logits are the saved model's. Trained (here: drawn at
+    random), the convolution changes them, and the loss reaches every layer's."""
     model = build(model_class)
     model.save_pretrained(tmp_path)
     loaded = model_class.from_pretrained(tmp_path, decoder_conv_kernel=4).eval()
     weights = [layer.attention.convolution.weight for layer in loaded.get_decoder().layers]
-    assert all(weight.shape == (32, 1, 4) and 0.1 < weight.std() < 0.3 for weight in weights)  # initializer_range 0.2
+    assert all(weight.shape == (32, 1, 4) and torch.equal(weight, torch.zeros_like(weight)) for weight in weights)
     for key, tensor in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[key], tensor), key
-    inputs = tokens(2, 3)
-    cached, uncached = (generate(loaded, inputs, max_new_tokens=8, use_cache=cache) for cache in (True, False))
-    assert torch.equal(cached.sequences, uncached.sequences)
+    inputs = tokens(2, 6)
+    torch.testing.assert_close(logits(loaded, inputs), logits(model, inputs), rtol=0, atol=0)
+    random_convolutions(loaded)
+    assert not torch.allclose(logits(loaded, inputs), logits(model, inputs))
+    source = inputs if model_class is FastformerForCausalLM else tokens(2, 9, seed=7)  # the seq2seq model's article
+    loaded(input_ids=source, labels=inputs).loss.backward()
+    assert all(weight.grad is not None and weight.grad.abs().sum() > 0 for weight in weights)
 
 
 def test_a_seq2seq_checkpoint_does_not_load_as_a_causal_lm(build, tmp_path):
@@ -359,14 +372,22 @@ def test_assisted_and_contrastive_decoding_are_refused(build, settings):
         model.generate(tokens(1, 5), max_new_tokens=3, trust_remote_code=True, **settings)
 
 
-def test_cache_rows_follow_beam_reordering_and_cannot_be_cropped(build):
-    model = build(FastformerForCausalLM)
+@pytest.mark.parametrize("kernel", [0, 3], ids=["plain", "short-convolution"])
+def test_cache_rows_follow_beam_reordering_and_cannot_be_cropped(build, kernel):
+    """Beam search's reordering, and the row selection and repetition of contrastive search and of expanded inputs,
+    move every state's rows (with the short convolution, its last inputs too)."""
+    model = build(FastformerForCausalLM, decoder_conv_kernel=kernel)
     cache = model.new_cache()
     logits(model, tokens(3, 4), cache=cache)
     before = [t.clone() for t in [*state_tensors(cache), cache.positions]]
+    assert len(before) == model.config.num_decoder_layers * (5 if kernel else 4) + 1
     cache.reorder_cache(torch.tensor([2, 0, 0]))
     for old, new in zip(before, [*state_tensors(cache), cache.positions], strict=True):
         assert torch.equal(new, old[[2, 0, 0]])
+    cache.batch_select_indices(torch.tensor([1, 2]))
+    cache.batch_repeat_interleave(2)
+    for old, new in zip(before, [*state_tensors(cache), cache.positions], strict=True):
+        assert torch.equal(new, old[[0, 0, 0, 0]])
     with pytest.raises(ValueError, match="cannot be rolled back"):
         cache.crop(1)
 
@@ -487,11 +508,15 @@ def test_output_attentions_returns_the_decoders_pooling_weights(build, model_cla
 
 @pytest.mark.parametrize("model_class", MODELS, ids=lambda c: c.__name__)
 def test_output_attentions_after_cached_tokens_is_refused_not_dropped(build, model_class):
-    model = build(model_class)
+    """Refused before any state moves on (with the short convolution, whose state is updated first): the same step
+    again, without them, gives one pass's logits."""
+    model = build(model_class, share_layers=False, decoder_conv_kernel=3)
     cache = model.new_cache()
     logits(model, tokens(2, 4), cache=cache)
     with pytest.raises(ValueError, match=r"`output_attentions=True` needs the decoder's whole sequence"):
         logits(model, tokens(2, 1), cache=cache, output_attentions=True)
+    whole = torch.cat((tokens(2, 4), tokens(2, 1)), dim=1)
+    torch.testing.assert_close(logits(model, tokens(2, 1), cache=cache)[:, -1], logits(model, whole)[:, -1])
     with torch.no_grad():  # without a cache, generate() can return them
         output = model.generate(
             tokens(2, 4), max_new_tokens=2, use_cache=False, output_attentions=True, return_dict_in_generate=True
