@@ -138,7 +138,7 @@ class FastformerConfig(PreTrainedConfig):
             O(1) per generated token, and a cache of one vector per head).
         decoder_conv_kernel (`int`, defaults to 0): a kernel K of at least 2 (0: none): every decoder layer's causal
             attention reads each token plus a learned depthwise convolution of it and the K - 1 tokens before it
-            (`functional.causal_convolution`; starting at zero, the identity), the short convolution that Mamba2 and
+            (`functional.causal_convolution`; initialized as the other weights), the short convolution that Mamba2 and
             Qwen3-Next run beside their linear attention's state: a pooled prefix holds no order, and the
             convolution gives each token the ones just before it, in order. The cache then also keeps each layer
             application's last K - 1 inputs. Padding reads as zero inputs: where it is (the start of a prompt, the

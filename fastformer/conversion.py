@@ -344,8 +344,6 @@ def copy_bert_weights(bert: PreTrainedModel, embeddings, layers) -> None:
         attention.transform.bias.zero_()
         attention.query_weight.zero_()
         attention.key_weight.zero_()
-        if getattr(attention, "convolution", None) is not None:  # a decoder's short convolution: the identity
-            attention.convolution.weight.zero_()
         _copy_sublayer_output(bert_layer.attention.output, layer.attention_output)
         layer.feed_forward.intermediate.load_state_dict(bert_layer.intermediate.dense.state_dict())
         _copy_sublayer_output(bert_layer.output, layer.feed_forward.output)

@@ -183,18 +183,14 @@ class FastformerAttention(nn.Module):
 class FastformerShortConvolution(nn.Module):
     """The decoder attention's input with its recent past (`config.decoder_conv_kernel`): every token plus a learned
     depthwise convolution of it and the K - 1 tokens before it (`functional.causal_convolution`; `weight` (D, 1, K)
-    as a depthwise `nn.Conv1d`'s), starting at zero: the identity, so that a checkpoint given one starts as it was.
-    With a cache it continues from the layer application's last K - 1 inputs, and packed rows convolve each
-    sequence alone. Padding reads as zero inputs: at the start of a prompt or the end of a training row, where the
-    padding is, a sequence gets what it has alone."""
+    as a depthwise `nn.Conv1d`'s), initialized as the other weights (normal, `config.initializer_range`): started at
+    zero, the identity, it learned too slowly to help (docs/RESULTS.md). With a cache it continues from the layer
+    application's last K - 1 inputs, and packed rows convolve each sequence alone. Padding reads as zero inputs: at
+    the start of a prompt or the end of a training row, where the padding is, a sequence gets what it has alone."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
-        self.weight = nn.Parameter(torch.zeros(config.hidden_size, 1, config.decoder_conv_kernel))
-
-    def init_weights(self):
-        """The initial weights, for the model's `_init_weights` (transformers' `init`: loaded weights stay)."""
-        init.zeros_(self.weight)
+        self.weight = nn.Parameter(torch.empty(config.hidden_size, 1, config.decoder_conv_kernel))
 
     def forward(self, hidden_states, token_mask=None, cache=None, layer_idx=None, packed=None):
         if packed is not None:  # a sequence a row, zeros after its end
@@ -614,12 +610,14 @@ class FastformerPreTrainedModel(PreTrainedModel):
     }
 
     def _init_weights(self, module):
-        if isinstance(module, (SpanGate, SourceContext, FastformerShortConvolution)):
+        if isinstance(module, (SpanGate, SourceContext)):
             module.init_weights()
             return
         super()._init_weights(module)
         if isinstance(module, FastformerCrossAttention) and module.cross_attention_type == "additive":
             init.normal_(module.context_weight, mean=0.0, std=self.config.initializer_range)
+        if isinstance(module, FastformerShortConvolution):
+            init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
         if isinstance(module, FastformerAttention):
             for parameter in (
                 module.query_weight,

@@ -107,20 +107,6 @@ def build(tiny_config):
 
 
 @pytest.fixture(scope="session")
-def random_convolutions():
-    """random_convolutions(model, std=0.5) -> `model`, its decoder's short convolutions (`decoder_conv_kernel`) drawn
-    at random: they start at zero, the identity, where a test could not tell them from none."""
-
-    def randomize(model, std=0.5):
-        for name, parameter in model.named_parameters():
-            if name.endswith("attention.convolution.weight"):
-                torch.nn.init.normal_(parameter.detach(), std=std)
-        return model
-
-    return randomize
-
-
-@pytest.fixture(scope="session")
 def hub_server():
     """`with hub_server() as hub:` serves a fresh loopback Hub (tests/hub_server.py) for as long as the block runs;
     `hub.url` is the clients' endpoint, `hub.store` what it holds, `hub.client_env(hf_home)` a client's

@@ -140,7 +140,7 @@ def test_export_refuses_what_it_cannot_export(build):
     ids=["softmax", "additive-copy", "softmax-copy-spans-context", "softmax-short-convolution"],
 )
 def test_onnx_greedy_decoding_with_the_state_as_inputs_gives_the_tokens_of_generate(
-    build, random_convolutions, cross_attention_type, copy_mechanism, copy_spans, kernel, tmp_path
+    build, cross_attention_type, copy_mechanism, copy_spans, kernel, tmp_path
 ):
     """Each cross-attention, the additive one with the copy head (which reads the encoder's output and the source's
     ids at every step, whatever the cross-attention), the copy head with the span gate (which also reads the
@@ -161,7 +161,6 @@ def test_onnx_greedy_decoding_with_the_state_as_inputs_gives_the_tokens_of_gener
     if copy_spans:  # a gate that differs per token, and a source context that changes the keys
         torch.nn.init.normal_(model.copy_head.span_gate.weight, std=0.5)
         torch.nn.init.normal_(model.copy_head.source_context.weight, std=0.5)
-    random_convolutions(model)  # the short convolution: not the identity it starts as
     export_seq2seq_onnx(model, tmp_path)
     sessions = onnx_sessions(tmp_path)
     input_ids, attention_mask = padded_inputs(model.config.vocab_size, 4, 29)  # source length and batch not traced
