@@ -413,6 +413,62 @@ class NoRepeatContentWordLogitsProcessor(LogitsProcessor):
         return self.placed[size, device]
 
 
+class ContentWordEndLogitsProcessor(LogitsProcessor):
+    """A generate() logits processor: a headline ends on a word that can end a phrase, not on a function word or on
+    punctuation that opens or joins ("iran has stepped up its war of words with", "donald trump will ask congress for
+    cuts to", "harward ' s"). The end of sequence (`eos_token_id`, one id or several) is banned while the last token
+    generated is a function word (`FUNCTION_WORDS`) or punctuation other than a closing mark (`CLOSING`); a piece that
+    continues a word (WordPiece's "##ner"; without a leading "Ġ" / "▁" in byte-level and SentencePiece
+    vocabularies) ends a word of several pieces, which is never a function word. Before the first token (a
+    decoder's start) nothing is banned, as any token past the tokenizer's.
+
+    Pass it to generate() (`logits_processor=LogitsProcessorList([processor])`), or use run_summarization.py's
+    `--end_on_content_words`. The vocabulary is read once, from `tokenizer`; a call is a gather and a masked fill on
+    the device, with no synchronization."""
+
+    CLOSING = frozenset(')]}.!?%"')
+
+    def __init__(self, tokenizer, eos_token_id):
+        tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        special = set(tokenizer.all_special_ids)
+        wordpiece = any(token.startswith("##") for token in tokens)
+        open_ended = []
+        for index, token in enumerate(tokens):
+            continues = token.startswith("##") if wordpiece else not token.startswith(("\u0120", "\u2581"))
+            text = token[2:] if wordpiece and continues else token.lstrip("\u0120\u2581")
+            if index in special or (continues and text.isalnum()):
+                open_ended.append(False)
+            elif re.fullmatch(r"[a-z0-9]+", text.lower()):
+                open_ended.append(text.lower() in FUNCTION_WORDS)
+            else:  # punctuation, or a token mixing it with letters
+                open_ended.append(not (text and set(text) <= self.CLOSING))
+        self.open_ended = torch.tensor(open_ended)
+        if eos_token_id is None:
+            raise ValueError("ContentWordEndLogitsProcessor bans the end of sequence: pass its `eos_token_id`")
+        ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+        self.eos_token_ids = torch.tensor(ids, dtype=torch.long)
+        self.placed = {}  # (vocabulary size, device) -> (open_ended, the end columns) fitted to it
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if input_ids.shape[1] < 2:  # only the decoder's start token so far
+            return scores
+        open_ended, ends = self.fitted(scores.shape[-1], scores.device)
+        banned = open_ended[input_ids[:, -1]]
+        return scores.masked_fill(banned[:, None] & ends, -float("inf"))
+
+    def fitted(self, size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per token id of a model vocabulary of `size` (the ids past the tokenizer's end nothing open), whether it
+        leaves a phrase open, and the end-of-sequence columns; made once per size and device."""
+        if (size, device) not in self.placed:
+            open_ended = torch.zeros(size, dtype=torch.bool)
+            known = min(size, len(self.open_ended))
+            open_ended[:known] = self.open_ended[:known]
+            ends = torch.zeros(size, dtype=torch.bool)
+            ends[self.eos_token_ids] = True
+            self.placed[size, device] = (open_ended.to(device), ends.to(device))
+        return self.placed[size, device]
+
+
 class WholeWordLogitsProcessor(LogitsProcessor):
     """A generate() logits processor for WordPiece vocabularies: the pieces of every generated word spell a word of
     `words` (e.g. the training text's and the articles' words, as `headline_words` gives them), so that no piece

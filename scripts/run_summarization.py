@@ -31,6 +31,7 @@ from transformers import (
 
 from fastformer.summarization import (
     CachedEncoderStates,
+    ContentWordEndLogitsProcessor,
     NoRepeatContentWordLogitsProcessor,
     WholeWordLogitsProcessor,
     clean_source,
@@ -130,6 +131,14 @@ class DataTrainingArguments(DataArguments):
             "in the generation config: pass the processor to generate() with the saved model)."
         },
     )
+    end_on_content_words: bool = field(
+        default=False,
+        metadata={
+            "help": "End a summary only after a word that can end a phrase: not after a function word or after "
+            "punctuation that opens or joins (fastformer.summarization.ContentWordEndLogitsProcessor; not in the "
+            "generation config: pass the processor to generate() with the saved model)."
+        },
+    )
     clean_sources: bool = field(
         default=False,
         metadata={
@@ -205,12 +214,15 @@ def tokenize(batch, *, tokenizer, data_args, text_column, summary_column, eos_to
     return encoded
 
 
-def logits_processors(tokenizer, data_args, raw, text_column, summary_column) -> list | None:
-    """What --no_repeat_content_words and --whole_words add to generate(); --whole_words' words: the training
-    split's articles and summaries, and every split's articles (what the summaries are written from)."""
+def logits_processors(tokenizer, data_args, raw, text_column, summary_column, eos_token_id) -> list | None:
+    """What --no_repeat_content_words, --end_on_content_words and --whole_words add to generate(); --whole_words'
+    words: the training split's articles and summaries, and every split's articles (what the summaries are written
+    from)."""
     processors = []
     if data_args.no_repeat_content_words:
         processors.append(NoRepeatContentWordLogitsProcessor(tokenizer))
+    if data_args.end_on_content_words:
+        processors.append(ContentWordEndLogitsProcessor(tokenizer, eos_token_id))
     if data_args.whole_words:
         texts = [text for split in raw.values() for text in split[text_column]]
         texts += raw["train"][summary_column] if "train" in raw else []
@@ -363,7 +375,9 @@ def main():
         data_collator=collator,
         compute_metrics=compute_metrics if training_args.predict_with_generate else None,
         callbacks=callbacks,
-        logits_processor=logits_processors(tokenizer, data_args, raw, text_column, summary_column),
+        logits_processor=logits_processors(
+            tokenizer, data_args, raw, text_column, summary_column, model.generation_config.eos_token_id
+        ),
     )
 
     eval_metrics = train_and_evaluate(trainer, prepared)

@@ -23,6 +23,7 @@ from transformers import (
 from fastformer import FastformerForConditionalGeneration
 from fastformer.summarization import (
     CachedEncoderStates,
+    ContentWordEndLogitsProcessor,
     NoRepeatContentWordLogitsProcessor,
     WholeWordLogitsProcessor,
     choose_k,
@@ -523,3 +524,42 @@ def test_whole_words_lets_pieces_spell_known_words_only(tokenizer):
     assert allowed("ku", "##sh", "##ner")[ids["met"]]  # whole: anything may follow
     for tokens in ((), ("'",)):  # no word to continue
         assert not allowed(*tokens)[ids["##ner"]] and allowed(*tokens)[ids["flynn"]]
+
+
+def test_content_word_end_bans_the_end_after_function_words_and_open_punctuation(tokenizer):
+    """The end of sequence ([SEP]) is banned after "with", "said", "'" or "-", and allowed after a content word, a
+    word of several pieces, a closing mark, or the decoder's start alone; no other score changes, and in a model
+    vocabulary larger than the tokenizer's, its extra ids end freely."""
+    processor = ContentWordEndLogitsProcessor(tokenizer, tokenizer.sep_token_id)
+    start, end = tokenizer.cls_token_id, tokenizer.sep_token_id
+    head = [start, *tokenizer.convert_tokens_to_ids(["iran", "has", "stepped"])]
+
+    def may_end(ids):
+        scores = torch.randn(1, len(tokenizer) + 4)
+        processed = processor(torch.tensor([ids]), scores.clone())
+        others = torch.arange(scores.shape[-1]) != end
+        assert torch.equal(processed[:, others], scores[:, others])
+        return bool(torch.isfinite(processed[0, end]))
+
+    def after(*tokens):
+        return may_end(head + tokenizer.convert_tokens_to_ids(list(tokens)))
+
+    assert not any(after(token) for token in ("with", "said", "the", "'", "-", "(", ","))
+    assert all(after(*tokens) for tokens in (("words",), ("ku", "##sh", "##ner"), (")",), (".",), ("%",)))
+    assert may_end([start]) and may_end([start, len(tokenizer) + 2])
+    with pytest.raises(ValueError, match="pass its `eos_token_id`"):
+        ContentWordEndLogitsProcessor(tokenizer, None)
+
+
+def test_content_word_end_reads_byte_level_and_sentencepiece_word_starts():
+    from tokenizers import Tokenizer as Vocabulary  # noqa: PLC0415
+    from tokenizers.models import WordLevel  # noqa: PLC0415
+    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
+
+    for mark in ("\u0120", "\u2581"):
+        words = ["<pad>", f"{mark}with", f"{mark}cut", "with", f"{mark}(", "</s>"]
+        vocabulary = Vocabulary(WordLevel({word: index for index, word in enumerate(words)}, unk_token="<pad>"))
+        processor = ContentWordEndLogitsProcessor(PreTrainedTokenizerFast(tokenizer_object=vocabulary), [5])
+        rows = torch.tensor([[0, 2, last] for last in range(1, 5)])
+        # after " with" and " (" the end is banned; after " cut" and "with" continuing a word ("forthwith") not
+        assert torch.isinf(processor(rows, torch.zeros(4, 6))[:, 5]).tolist() == [True, False, False, True]
