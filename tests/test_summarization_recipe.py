@@ -24,7 +24,7 @@ RECIPE = Path("configs/summarization/news_headlines.json")
 PRETRAINING = Path("configs/summarization/pseudo_summaries.json")
 # the copy-head row chosen on the validation split, Fastformer's settings in rows.fastformer
 CHOICE = Path("docs/results_summarization/issue34-copy-head.json")
-MEASURED = Path("docs/results_summarization/source-context.json")  # docs/TRAINING.md's minutes and scores
+MEASURED = Path("docs/results_summarization/decoder-convolution.json")  # docs/TRAINING.md's minutes and scores
 PATH_KEYS = ("model_name_or_path", "output_dir", "train_file", "validation_file", "test_file")
 
 
@@ -101,15 +101,14 @@ def test_readme_summarization_commands_are_the_ones_measured(repo_root):
 
 def test_pretraining_argument_file_is_the_benchmarks_stage(repo_root, monkeypatch):
     """configs/summarization/pseudo_summaries.json is the pretraining stage the summarization benchmark runs, with
-    the README's paths, and the copy head, its span gate and source context added (the benchmark's start has the head
-    already), and
-    parses with the script's parser."""
+    the README's paths, and the copy head, its span gate and source context and the decoder's convolution added (the
+    benchmark's start has the head already), and parses with the script's parser."""
     monkeypatch.chdir(repo_root)
     pretraining = json.loads((repo_root / PRETRAINING).read_text())
     args = summarization.parse_args([])
     paths = (pretraining["model_name_or_path"], pretraining["train_file"], pretraining["output_dir"])
     stage = summarization.pretraining(args.base, *paths)
-    stage["config_overrides"] = "copy_mechanism=true,copy_spans=true,copy_context_window=3"
+    stage["config_overrides"] = "copy_mechanism=true,copy_spans=true,copy_context_window=3,decoder_conv_kernel=4"
     assert {key: value for key, value in stage.items() if value is not None} == pretraining
     model_args, data_args, training_args = parse_args(run_summarization.ARGUMENTS, [str(PRETRAINING)])
     assert model_args.freeze_encoder and not model_args.cache_encoder_states and not training_args.do_eval
@@ -118,8 +117,9 @@ def test_pretraining_argument_file_is_the_benchmarks_stage(repo_root, monkeypatc
 def test_argument_files_hold_what_was_chosen_on_validation(repo_root, recipe, tmp_path):
     """The recipe is the copy-head row of docs/RESULTS.md's Fastformer at source 512, as chosen on the validation
     split: the start, the pseudo-summaries and the copy head of its pretraining stage, label smoothing, no second
-    stage, everything else as the runs had it; then the span gate and the source context, and the decoding chosen on
-    the validation split of the recipe's own run with them (docs/results_summarization/source-context.json)."""
+    stage, everything else as the runs had it; then the span gate, the source context and the decoder's convolution,
+    and the decoding chosen on the validation split of the recipe's own run with them
+    (docs/results_summarization/decoder-convolution.json)."""
     record = json.loads((repo_root / CHOICE).read_text())
     row = record["rows"]["fastformer"]
     settings, decoding = row["settings"], dict(row["chosen"])
@@ -139,16 +139,17 @@ def test_argument_files_hold_what_was_chosen_on_validation(repo_root, recipe, tm
     written = [lines_of(tmp_path / name) for name in ("readme.jsonl", "benchmark.jsonl")]
     assert len(written[0]) > 30 and written[0] == written[1]
     pretraining = json.loads((repo_root / PRETRAINING).read_text())
-    overrides = "copy_mechanism=true,copy_spans=true,copy_context_window=3"
+    overrides = "copy_mechanism=true,copy_spans=true,copy_context_window=3,decoder_conv_kernel=4"
     assert settings["copy_mechanism"] and pretraining["config_overrides"] == overrides
     assert recipe["label_smoothing_factor"] == settings["label_smoothing_factor"]
     assert recipe["num_beams"] == decoding["num_beams"]
     assert not row["unfreezing"]["kept"] and recipe["output_dir"] == "runs/headlines-minilm"  # the last stage
     assert {key: value for key, value in recipe.items() if key not in summarization.TUNED} == record["recipe"]
-    # the decoding chosen on the validation split of the recipe's own run with the source context: at least 8 tokens
+    # the decoding chosen on the validation split of the recipe's own run with the decoder's convolution: at least 8
+    # tokens, ending on a content word
     measured = json.loads((repo_root / MEASURED).read_text())
     assert {key: recipe[key] for key in measured["chosen"]} == measured["chosen"]
-    assert recipe["whole_words"] and recipe["min_target_length"] == 8
+    assert recipe["whole_words"] and recipe["min_target_length"] == 8 and recipe["end_on_content_words"]
 
 
 def test_argument_file_with_an_unknown_key_or_no_file_is_refused(tmp_path):
