@@ -138,13 +138,14 @@ def state_tensors(cache: FastformerCache) -> list[torch.Tensor]:
     ]
 
 
-def load_state_tensors(cache: FastformerCache, tensors, config):
-    """Sets the states of `cache` from `state_tensors`' list of another cache of `config`."""
+def load_state_tensors(cache: FastformerCache, tensors, config=None):
+    """Sets the states of `cache` from `state_tensors`' list of another cache of `config` (with its short
+    convolutions' states where `config.decoder_conv_kernel`; None: a config without them)."""
     tensors = iter(tensors)
     for layer_idx, layer in enumerate(cache.layers):
         for slot in range(layer.number_of_states):
             cache.update_recurrent_state(next(tensors), layer_idx, slot)
-        if config.decoder_conv_kernel:
+        if config is not None and config.decoder_conv_kernel:
             cache.update_conv_state(next(tensors), layer_idx)
 
 

@@ -258,6 +258,16 @@ FUNCTION_WORDS = frozenset(
 )
 
 
+def is_wordpiece(tokenizer) -> bool:
+    """Whether `tokenizer` marks the pieces that continue a word with "##" (WordPiece), not the pieces that start one
+    ("Ġ" byte-level, "▁" SentencePiece): read from a fast tokenizer's model, else from its tokens (a byte-level
+    vocabulary may hold a "##" token of its own)."""
+    model = getattr(getattr(tokenizer, "backend_tokenizer", None), "model", None)
+    if model is not None:
+        return type(model).__name__ == "WordPiece"
+    return any(token.startswith("##") for token in tokenizer.get_vocab())
+
+
 def headline_words(text: str) -> list[str]:
     """A text's words as ROUGE reads them (rouge_score's tokens before stemming): lowercased runs of letters and
     digits, so that the uncased tokenizer's "russia ' s" and a written "Russia's" are the same words."""
@@ -382,7 +392,7 @@ class NoRepeatContentWordLogitsProcessor(LogitsProcessor):
     def __init__(self, tokenizer):
         tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
         special = set(tokenizer.all_special_ids)
-        wordpiece = any(token.startswith("##") for token in tokens)
+        wordpiece = is_wordpiece(tokenizer)
         groups, stems = {}, []
         for index, token in enumerate(tokens):
             starts_word = not token.startswith("##") if wordpiece else token.startswith(("\u0120", "\u2581"))
@@ -416,11 +426,12 @@ class NoRepeatContentWordLogitsProcessor(LogitsProcessor):
 class ContentWordEndLogitsProcessor(LogitsProcessor):
     """A generate() logits processor: a headline ends on a word that can end a phrase, not on a function word or on
     punctuation that opens or joins ("iran has stepped up its war of words with", "donald trump will ask congress for
-    cuts to", "harward ' s"). The end of sequence (`eos_token_id`, one id or several) is banned while the last token
+    cuts to", "ang lee -"). The end of sequence (`eos_token_id`, one id or several) is banned while the last token
     generated is a function word (`FUNCTION_WORDS`) or punctuation other than a closing mark (`CLOSING`); a piece that
     continues a word (WordPiece's "##ner"; without a leading "Ġ" / "▁" in byte-level and SentencePiece
     vocabularies) ends a word of several pieces, which is never a function word. Before the first token (a
-    decoder's start) nothing is banned, as any token past the tokenizer's.
+    decoder's start) nothing is banned, as any token past the tokenizer's. It reads the last token only: a
+    possessive's "s" ("lee ' s") may end, and at the length limit (`max_new_tokens`) generation ends regardless.
 
     Pass it to generate() (`logits_processor=LogitsProcessorList([processor])`), or use run_summarization.py's
     `--end_on_content_words`. The vocabulary is read once, from `tokenizer`; a call is a gather and a masked fill on
@@ -431,22 +442,21 @@ class ContentWordEndLogitsProcessor(LogitsProcessor):
     def __init__(self, tokenizer, eos_token_id):
         tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
         special = set(tokenizer.all_special_ids)
-        wordpiece = any(token.startswith("##") for token in tokens)
+        wordpiece = is_wordpiece(tokenizer)
         open_ended = []
         for index, token in enumerate(tokens):
             continues = token.startswith("##") if wordpiece else not token.startswith(("\u0120", "\u2581"))
             text = token[2:] if wordpiece and continues else token.lstrip("\u0120\u2581")
             if index in special or (continues and text.isalnum()):
                 open_ended.append(False)
-            elif re.fullmatch(r"[a-z0-9]+", text.lower()):
+            elif text.isalnum():  # a word (any script's letters) or a number
                 open_ended.append(text.lower() in FUNCTION_WORDS)
             else:  # punctuation, or a token mixing it with letters
                 open_ended.append(not (text and set(text) <= self.CLOSING))
         self.open_ended = torch.tensor(open_ended)
         if eos_token_id is None:
             raise ValueError("ContentWordEndLogitsProcessor bans the end of sequence: pass its `eos_token_id`")
-        ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
-        self.eos_token_ids = torch.tensor(ids, dtype=torch.long)
+        self.eos_token_ids = torch.as_tensor(eos_token_id, dtype=torch.long).flatten()  # an id, a list, a tensor
         self.placed = {}  # (vocabulary size, device) -> (open_ended, the end columns) fitted to it
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:

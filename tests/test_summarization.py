@@ -557,9 +557,10 @@ def test_content_word_end_reads_byte_level_and_sentencepiece_word_starts():
     from transformers import PreTrainedTokenizerFast  # noqa: PLC0415
 
     for mark in ("\u0120", "\u2581"):
-        words = ["<pad>", f"{mark}with", f"{mark}cut", "with", f"{mark}(", "</s>"]
+        # a "##" token of its own (byte-level vocabularies have one) makes it no WordPiece vocabulary
+        words = ["<pad>", f"{mark}with", f"{mark}cut", "with", f"{mark}(", f"{mark}café", "##", "</s>"]
         vocabulary = Vocabulary(WordLevel({word: index for index, word in enumerate(words)}, unk_token="<pad>"))
-        processor = ContentWordEndLogitsProcessor(PreTrainedTokenizerFast(tokenizer_object=vocabulary), [5])
-        rows = torch.tensor([[0, 2, last] for last in range(1, 5)])
-        # after " with" and " (" the end is banned; after " cut" and "with" continuing a word ("forthwith") not
-        assert torch.isinf(processor(rows, torch.zeros(4, 6))[:, 5]).tolist() == [True, False, False, True]
+        processor = ContentWordEndLogitsProcessor(PreTrainedTokenizerFast(tokenizer_object=vocabulary), 7)
+        rows = torch.tensor([[0, 2, last] for last in range(1, 6)])
+        # after " with" and " (" the end is banned; after " cut", "with" continuing a word ("forthwith"), " café" not
+        assert torch.isinf(processor(rows, torch.zeros(5, 8))[:, 7]).tolist() == [True, False, False, True, False]
