@@ -268,6 +268,21 @@ def is_wordpiece(tokenizer) -> bool:
     return any(token.startswith("##") for token in tokenizer.get_vocab())
 
 
+def continues_word(token: str, wordpiece: bool) -> bool:
+    """Whether a vocabulary `token` continues a word: WordPiece's "##ner", or a byte-level / SentencePiece token
+    without the leading "Ġ" / "▁" that starts one."""
+    return token.startswith("##") if wordpiece else not token.startswith(("\u0120", "\u2581"))
+
+
+def fitted_to_vocabulary(values: torch.Tensor, size: int, fill) -> torch.Tensor:
+    """`values` (one per tokenizer id) for a model vocabulary of `size` ids: cut, or extended with `fill` for the ids
+    past the tokenizer's."""
+    fitted = torch.full((size,), fill, dtype=values.dtype)
+    known = min(size, len(values))
+    fitted[:known] = values[:known]
+    return fitted
+
+
 def headline_words(text: str) -> list[str]:
     """A text's words as ROUGE reads them (rouge_score's tokens before stemming): lowercased runs of letters and
     digits, so that the uncased tokenizer's "russia ' s" and a written "Russia's" are the same words."""
@@ -395,7 +410,7 @@ class NoRepeatContentWordLogitsProcessor(LogitsProcessor):
         wordpiece = is_wordpiece(tokenizer)
         groups, stems = {}, []
         for index, token in enumerate(tokens):
-            starts_word = not token.startswith("##") if wordpiece else token.startswith(("\u0120", "\u2581"))
+            starts_word = not continues_word(token, wordpiece)
             words = headline_words(token.lstrip("\u0120\u2581"))
             content = starts_word and index not in special and len(words) == 1 and is_content_word(words[0])
             stems.append(groups.setdefault(word_stem(words[0]), len(groups)) if content else -1)
@@ -416,10 +431,7 @@ class NoRepeatContentWordLogitsProcessor(LogitsProcessor):
         """The stem groups of a model vocabulary of `size` tokens (the ids past the tokenizer's may repeat), made
         once per size and device."""
         if (size, device) not in self.placed:
-            fitted = torch.full((size,), self.groups)
-            known = min(size, len(self.token_groups))
-            fitted[:known] = self.token_groups[:known]
-            self.placed[size, device] = fitted.to(device)
+            self.placed[size, device] = fitted_to_vocabulary(self.token_groups, size, self.groups).to(device)
         return self.placed[size, device]
 
 
@@ -440,12 +452,14 @@ class ContentWordEndLogitsProcessor(LogitsProcessor):
     CLOSING = frozenset(')]}.!?%"')
 
     def __init__(self, tokenizer, eos_token_id):
+        if eos_token_id is None:
+            raise ValueError("ContentWordEndLogitsProcessor bans the end of sequence: pass its `eos_token_id`")
         tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
         special = set(tokenizer.all_special_ids)
         wordpiece = is_wordpiece(tokenizer)
         open_ended = []
         for index, token in enumerate(tokens):
-            continues = token.startswith("##") if wordpiece else not token.startswith(("\u0120", "\u2581"))
+            continues = continues_word(token, wordpiece)
             text = token[2:] if wordpiece and continues else token.lstrip("\u0120\u2581")
             if index in special or (continues and text.isalnum()):
                 open_ended.append(False)
@@ -454,8 +468,6 @@ class ContentWordEndLogitsProcessor(LogitsProcessor):
             else:  # punctuation, or a token mixing it with letters
                 open_ended.append(not (text and set(text) <= self.CLOSING))
         self.open_ended = torch.tensor(open_ended)
-        if eos_token_id is None:
-            raise ValueError("ContentWordEndLogitsProcessor bans the end of sequence: pass its `eos_token_id`")
         self.eos_token_ids = torch.as_tensor(eos_token_id, dtype=torch.long).flatten()  # an id, a list, a tensor
         self.placed = {}  # (vocabulary size, device) -> (open_ended, the end columns) fitted to it
 
@@ -470,11 +482,9 @@ class ContentWordEndLogitsProcessor(LogitsProcessor):
         """Per token id of a model vocabulary of `size` (the ids past the tokenizer's end nothing open), whether it
         leaves a phrase open, and the end-of-sequence columns; made once per size and device."""
         if (size, device) not in self.placed:
-            open_ended = torch.zeros(size, dtype=torch.bool)
-            known = min(size, len(self.open_ended))
-            open_ended[:known] = self.open_ended[:known]
             ends = torch.zeros(size, dtype=torch.bool)
             ends[self.eos_token_ids] = True
+            open_ended = fitted_to_vocabulary(self.open_ended, size, False)
             self.placed[size, device] = (open_ended.to(device), ends.to(device))
         return self.placed[size, device]
 
