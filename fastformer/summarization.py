@@ -257,6 +257,13 @@ FUNCTION_WORDS = frozenset(
     to too under up us very was we were what when where which while who whom why will with would you your""".split()
 )
 
+# words that leave a phrase open: the function words, and the prepositions and conjunctions that are not among them
+OPEN_ENDED_WORDS = FUNCTION_WORDS | frozenset(
+    """above across along although amid among around because behind below beside besides beyond despite down during
+    except including inside like near onto outside per since though through throughout toward towards unless unlike
+    until upon versus via whether within without""".split()
+)
+
 
 def is_wordpiece(tokenizer) -> bool:
     """Whether `tokenizer` marks the pieces that continue a word with "##" (WordPiece), not the pieces that start one
@@ -439,17 +446,19 @@ class ContentWordEndLogitsProcessor(LogitsProcessor):
     """A generate() logits processor: a headline ends on a word that can end a phrase, not on a function word or on
     punctuation that opens or joins ("iran has stepped up its war of words with", "donald trump will ask congress for
     cuts to", "ang lee -"). The end of sequence (`eos_token_id`, one id or several) is banned while the last token
-    generated is a function word (`FUNCTION_WORDS`) or punctuation other than a closing mark (`CLOSING`); a piece that
-    continues a word (WordPiece's "##ner"; without a leading "Ġ" / "▁" in byte-level and SentencePiece
-    vocabularies) ends a word of several pieces, which is never a function word. Before the first token (a
-    decoder's start) nothing is banned, as any token past the tokenizer's. It reads the last token only: a
-    possessive's "s" ("lee ' s") may end, and at the length limit (`max_new_tokens`) generation ends regardless.
+    generated is a function word or another preposition or conjunction (`OPEN_ENDED_WORDS`: "during", "amid"), or
+    punctuation other than a closing mark (`CLOSING`); a piece that continues a word (WordPiece's "##ner"; without a
+    leading "Ġ" / "▁" in byte-level and SentencePiece vocabularies) ends a word of several pieces, which is never
+    one of those words. A possessive does not end either: an "s" after an apostrophe ("budget ' s", as WordPiece
+    splits "budget's"; a byte-level "'s" is punctuation). Before the first token (a decoder's start) nothing is
+    banned, as any token past the tokenizer's. At the length limit (`max_new_tokens`) generation ends regardless.
 
     Pass it to generate() (`logits_processor=LogitsProcessorList([processor])`), or use run_summarization.py's
     `--end_on_content_words`. The vocabulary is read once, from `tokenizer`; a call is a gather and a masked fill on
     the device, with no synchronization."""
 
     CLOSING = frozenset(')]}.!?%"')
+    APOSTROPHES = frozenset("'\u2019")
 
     def __init__(self, tokenizer, eos_token_id):
         if eos_token_id is None:
@@ -457,35 +466,42 @@ class ContentWordEndLogitsProcessor(LogitsProcessor):
         tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
         special = set(tokenizer.all_special_ids)
         wordpiece = is_wordpiece(tokenizer)
-        open_ended = []
+        open_ended, possessive_s, apostrophe = [], [], []
         for index, token in enumerate(tokens):
             continues = continues_word(token, wordpiece)
             text = token[2:] if wordpiece and continues else token.lstrip("\u0120\u2581")
+            possessive_s.append(index not in special and text == "s")
+            apostrophe.append(index not in special and text in self.APOSTROPHES)
             if index in special or (continues and text.isalnum()):
                 open_ended.append(False)
             elif text.isalnum():  # a word (any script's letters) or a number
-                open_ended.append(text.lower() in FUNCTION_WORDS)
+                open_ended.append(text.lower() in OPEN_ENDED_WORDS)
             else:  # punctuation, or a token mixing it with letters
                 open_ended.append(not (text and set(text) <= self.CLOSING))
         self.open_ended = torch.tensor(open_ended)
+        self.possessive_s, self.apostrophe = torch.tensor(possessive_s), torch.tensor(apostrophe)
         self.eos_token_ids = torch.as_tensor(eos_token_id, dtype=torch.long).flatten()  # an id, a list, a tensor
         self.placed = {}  # (vocabulary size, device) -> (open_ended, the end columns) fitted to it
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if input_ids.shape[1] < 2:  # only the decoder's start token so far
             return scores
-        open_ended, ends = self.fitted(scores.shape[-1], scores.device)
+        open_ended, possessive_s, apostrophe, ends = self.fitted(scores.shape[-1], scores.device)
         banned = open_ended[input_ids[:, -1]]
+        if input_ids.shape[1] > 2:
+            banned = banned | (possessive_s[input_ids[:, -1]] & apostrophe[input_ids[:, -2]])
         return scores.masked_fill(banned[:, None] & ends, -float("inf"))
 
-    def fitted(self, size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per token id of a model vocabulary of `size` (the ids past the tokenizer's end nothing open), whether it
-        leaves a phrase open, and the end-of-sequence columns; made once per size and device."""
+    def fitted(self, size: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+        """Per token id of a model vocabulary of `size` (the ids past the tokenizer's are none of these), whether it
+        leaves a phrase open, is an "s", is an apostrophe; and the end-of-sequence columns; made once per size and
+        device."""
         if (size, device) not in self.placed:
             ends = torch.zeros(size, dtype=torch.bool)
             ends[self.eos_token_ids] = True
-            open_ended = fitted_to_vocabulary(self.open_ended, size, False)
-            self.placed[size, device] = (open_ended.to(device), ends.to(device))
+            tables = (self.open_ended, self.possessive_s, self.apostrophe)
+            fitted = [fitted_to_vocabulary(table, size, False).to(device) for table in tables]
+            self.placed[size, device] = (*fitted, ends.to(device))
         return self.placed[size, device]
 
 
@@ -548,3 +564,63 @@ class WholeWordLogitsProcessor(LogitsProcessor):
                 banned[row, self.other_ids] = True
                 banned[row, known:] = True
         return scores.masked_fill(banned.to(scores.device), -float("inf"))
+
+
+class SourceSpanLogitsProcessor(LogitsProcessor):
+    """A generate() logits processor for an encoder-decoder that copies: adds `bonus` to the score of every token
+    that continues, in the row's source, the longest run of the last generated tokens found there (of
+    `min_match` to `max_match` tokens), so that a copied span goes on where that run goes on in the article and
+    does not jump to another place where its last word also stands ("kushner and flynn sat down at trump tower",
+    not "... at trump campaign relationship"). A token can still leave the span where the model wants it enough.
+
+    `set_source(input_ids, attention_mask)` gives the sources of the batch that generate() is about to read (rows
+    of beams and of `num_return_sequences` follow their source, as generate() repeats them);
+    run_summarization.py's `--source_span_bonus` calls it per batch. Each step reads the generated ids on the
+    host (a synchronization on a GPU): for the CPU decoding of the recipes."""
+
+    CLAUSE_ENDS = frozenset(".,;:!?")
+
+    def __init__(self, tokenizer, bonus: float, eos_token_id=None, min_match: int = 2, max_match: int = 4):
+        if not 1 <= min_match <= max_match:
+            raise ValueError(f"need 1 <= min_match <= max_match, got min_match={min_match}, max_match={max_match}")
+        self.bonus, self.min_match, self.max_match = bonus, min_match, max_match
+        self.special = set(tokenizer.all_special_ids)
+        tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        self.clause_ends = {
+            index for index, token in enumerate(tokens) if token.lstrip("\u0120\u2581") in self.CLAUSE_ENDS
+        }
+        self.eos_token_ids = [] if eos_token_id is None else torch.as_tensor(eos_token_id).flatten().tolist()
+        self.continuations = None
+
+    def set_source(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> None:
+        """Per source row, each run of `min_match` to `max_match` of its tokens -> the tokens that follow it."""
+        rows = input_ids.tolist()
+        masks = attention_mask.tolist() if attention_mask is not None else [[1] * len(row) for row in rows]
+        self.continuations = []
+        for row, mask in zip(rows, masks):
+            tokens = [token for token, real in zip(row, mask) if real and token not in self.special]
+            following = {}
+            for end in range(1, len(tokens)):
+                for size in range(self.min_match, min(self.max_match, end) + 1):
+                    following.setdefault(tuple(tokens[end - size : end]), set()).add(tokens[end])
+            self.continuations.append(following)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.continuations is None:
+            raise ValueError("SourceSpanLogitsProcessor needs the batch's sources: call set_source() before generate()")
+        if input_ids.shape[0] % len(self.continuations):
+            raise ValueError(
+                f"generate() has {input_ids.shape[0]} rows for {len(self.continuations)} sources given to set_source()"
+            )
+        per_source = input_ids.shape[0] // len(self.continuations)
+        bonus = torch.zeros(scores.shape, dtype=scores.dtype)
+        for row, ids in enumerate(input_ids[:, 1:].tolist()):  # after the decoder's start token
+            following = self.continuations[row // per_source]
+            for size in range(min(self.max_match, len(ids)), self.min_match - 1, -1):
+                tokens = following.get(tuple(ids[-size:]))
+                if tokens:
+                    if tokens & self.clause_ends:  # the article's clause ends here: so may the summary
+                        tokens = tokens | set(self.eos_token_ids)
+                    bonus[row, [token for token in tokens if token < scores.shape[-1]]] = self.bonus
+                    break
+        return scores + bonus.to(scores.device)

@@ -33,6 +33,7 @@ from fastformer.summarization import (
     CachedEncoderStates,
     ContentWordEndLogitsProcessor,
     NoRepeatContentWordLogitsProcessor,
+    SourceSpanLogitsProcessor,
     WholeWordLogitsProcessor,
     clean_source,
     freeze_encoder,
@@ -134,9 +135,19 @@ class DataTrainingArguments(DataArguments):
     end_on_content_words: bool = field(
         default=False,
         metadata={
-            "help": "End a summary only after a word that can end a phrase: not after a function word or after "
-            "punctuation that opens or joins (fastformer.summarization.ContentWordEndLogitsProcessor; not in the "
-            "generation config: pass the processor to generate() with the saved model)."
+            "help": "End a summary only after a word that can end a phrase: not after a function word, after "
+            "punctuation that opens or joins, or after a possessive (fastformer.summarization."
+            "ContentWordEndLogitsProcessor; not in the generation config: pass the processor to generate() with "
+            "the saved model)."
+        },
+    )
+    source_span_bonus: float | None = field(
+        default=None,
+        metadata={
+            "help": "In evaluation and prediction, add this to the scores of the tokens that continue, in the "
+            "article, the longest run of the last generated tokens found there, so that a copied span goes on "
+            "where it goes on in the article (fastformer.summarization.SourceSpanLogitsProcessor; a host read per "
+            "step; not in the generation config)."
         },
     )
     clean_sources: bool = field(
@@ -215,14 +226,16 @@ def tokenize(batch, *, tokenizer, data_args, text_column, summary_column, eos_to
 
 
 def logits_processors(tokenizer, data_args, raw, text_column, summary_column, eos_token_id) -> list | None:
-    """What --no_repeat_content_words, --end_on_content_words and --whole_words add to generate(); --whole_words'
-    words: the training split's articles and summaries, and every split's articles (what the summaries are written
-    from)."""
+    """What --no_repeat_content_words, --end_on_content_words, --source_span_bonus and --whole_words add to
+    generate(); --whole_words' words: the training split's articles and summaries, and every split's articles (what
+    the summaries are written from)."""
     processors = []
     if data_args.no_repeat_content_words:
         processors.append(NoRepeatContentWordLogitsProcessor(tokenizer))
     if data_args.end_on_content_words:
         processors.append(ContentWordEndLogitsProcessor(tokenizer, eos_token_id))
+    if data_args.source_span_bonus is not None:
+        processors.append(SourceSpanLogitsProcessor(tokenizer, data_args.source_span_bonus, eos_token_id))
     if data_args.whole_words:
         texts = [text for split in raw.values() for text in split[text_column]]
         texts += raw["train"][summary_column] if "train" in raw else []
@@ -238,7 +251,7 @@ class SummarizationTrainer(ModelCardTrainerMixin, SplitOrderTrainerMixin, Seq2Se
 
     def evaluate(self, *args, **gen_kwargs):
         """As Seq2SeqTrainer's, with the trainer's `logits_processor` (a list: --no_repeat_content_words,
-        --whole_words) in generate()."""
+        --end_on_content_words, --source_span_bonus, --whole_words) in generate()."""
         return super().evaluate(*args, **self.with_logits_processor(gen_kwargs))
 
     def predict(self, *args, **gen_kwargs):
@@ -250,9 +263,12 @@ class SummarizationTrainer(ModelCardTrainerMixin, SplitOrderTrainerMixin, Seq2Se
         return {"logits_processor": LogitsProcessorList(self.logits_processor), **gen_kwargs}
 
     def prediction_step(self, model, inputs, *args, **kwargs):
-        """As Seq2SeqTrainer's, but a batch's `encoder_outputs` (--cache_encoder_states) reach generate() as a copy:
-        generate() expands them for beam search in place (transformers 5.24), and the loss forward that follows
-        reads the same batch."""
+        """As Seq2SeqTrainer's, but --source_span_bonus's processor is given the batch's articles first, and a
+        batch's `encoder_outputs` (--cache_encoder_states) reach generate() as a copy: generate() expands them for
+        beam search in place (transformers 5.24), and the loss forward that follows reads the same batch."""
+        for processor in self.logits_processor or ():
+            if isinstance(processor, SourceSpanLogitsProcessor):
+                processor.set_source(inputs["input_ids"], inputs.get("attention_mask"))
         states = inputs.get("encoder_outputs")
         if states is None:
             return super().prediction_step(model, inputs, *args, **kwargs)

@@ -702,8 +702,9 @@ def test_evaluation_and_prediction_read_a_split_in_its_order(tmp_path, tokenizer
 @pytest.mark.slow
 def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path, headlines):
     """--num_beams reaches generate in evaluation and prediction (Seq2SeqTrainer reads it from the saved
-    generation_num_beams), as --val_max_target_length does generate's max_length, and --no_repeat_content_words and
-    --whole_words their logits processors."""
+    generation_num_beams), as --val_max_target_length does generate's max_length, and --no_repeat_content_words,
+    --whole_words and --source_span_bonus their logits processors (the last given each batch's articles, without
+    which it refuses to run)."""
     validation = headlines[1]
     summarize(
         tmp_path / "out",
@@ -724,6 +725,8 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
         2,
         "--no_repeat_content_words",
         "--whole_words",
+        "--source_span_bonus",
+        1.0,
     )
     args = torch.load(tmp_path / "out" / "training_args.bin", weights_only=False)
     assert args.generation_num_beams == 2 and args.generation_max_length == 10

@@ -25,6 +25,7 @@ from fastformer.summarization import (
     CachedEncoderStates,
     ContentWordEndLogitsProcessor,
     NoRepeatContentWordLogitsProcessor,
+    SourceSpanLogitsProcessor,
     WholeWordLogitsProcessor,
     choose_k,
     clean_source,
@@ -527,9 +528,10 @@ def test_whole_words_lets_pieces_spell_known_words_only(tokenizer):
 
 
 def test_content_word_end_bans_the_end_after_function_words_and_open_punctuation(tokenizer):
-    """The end of sequence ([SEP]) is banned after "with", "said", "'" or "-", and allowed after a content word, a
-    word of several pieces, a closing mark, or the decoder's start alone; no other score changes, and in a model
-    vocabulary larger than the tokenizer's, its extra ids end freely."""
+    """The end of sequence ([SEP]) is banned after "with", "said", "during", "'", "-" or a possessive ("budget ' s"),
+    and allowed after a content word, a word of several pieces, a closing mark, a word "s" after no apostrophe, or
+    the decoder's start alone; no other score changes, and in a model vocabulary larger than the tokenizer's, its extra
+    ids end freely."""
     processor = ContentWordEndLogitsProcessor(tokenizer, tokenizer.sep_token_id)
     start, end = tokenizer.cls_token_id, tokenizer.sep_token_id
     head = [start, *tokenizer.convert_tokens_to_ids(["iran", "has", "stepped"])]
@@ -544,11 +546,50 @@ def test_content_word_end_bans_the_end_after_function_words_and_open_punctuation
     def after(*tokens):
         return may_end(head + tokenizer.convert_tokens_to_ids(list(tokens)))
 
-    assert not any(after(token) for token in ("with", "said", "the", "'", "-", "(", ","))
+    assert not any(after(token) for token in ("with", "said", "the", "during", "'", "-", "(", ","))
+    assert not after("budget", "'", "s") and not after("'", "s")
     assert all(after(*tokens) for tokens in (("words",), ("ku", "##sh", "##ner"), (")",), (".",), ("%",)))
+    assert after("plan", "s") and after("budget", "'", "s", "cuts")
     assert may_end([start]) and may_end([start, len(tokenizer) + 2])
     with pytest.raises(ValueError, match="pass its `eos_token_id`"):
         ContentWordEndLogitsProcessor(tokenizer, None)
+
+
+def test_source_span_continues_the_longest_run_found_in_the_rows_source(tokenizer):
+    """After "at trump tower" the bonus goes to what follows it in the article ("in"), not to what follows "trump
+    tower" elsewhere ("stays"); a run the article does not have gets none; the rows of each source's beams read that
+    source; where the article's clause ends (",") the end of sequence gets the bonus too; special tokens and padding
+    are no source tokens; nothing else changes."""
+    end = tokenizer.sep_token_id
+    processor = SourceSpanLogitsProcessor(tokenizer, 1.5, eos_token_id=end)
+    articles = ["flynn met kislyak at trump tower in december , aides said trump tower stays open", "the senate voted"]
+    sources = tokenizer(articles, padding=True, return_tensors="pt")
+    processor.set_source(sources["input_ids"], sources["attention_mask"])
+
+    def ids(text):
+        return tokenizer.convert_tokens_to_ids(tokenizer.tokenize(text))
+
+    # 2 sources x 3 beams, each the decoder's start and three tokens
+    prefixes = ["at trump tower", "tower in december", "said open trump", "at the senate", "the senate voted"]
+    rows = torch.tensor([[tokenizer.cls_token_id, *ids(text)] for text in [*prefixes, "at trump tower"]])
+    scores = torch.randn(6, len(tokenizer) + 3)
+    bonus = processor(rows, scores.clone()) - scores
+    given = [set(torch.nonzero(row).flatten().tolist()) for row in bonus]
+    assert given[0] == set(ids("in"))  # not "stays"
+    assert given[1] == {*ids(","), end}  # the article's clause ends after "in december"
+    assert given[2] == set()  # "open trump" is not in the article, and one token is no run
+    assert given[3] == set(ids("voted"))  # the longest run the second article has: "the senate"
+    assert given[4] == set()  # the article ends there: its [SEP] and padding are no tokens of it
+    assert given[5] == set()  # beams of the second source read the second source
+    assert torch.allclose(bonus[bonus != 0], torch.tensor(1.5))
+
+    processor.set_source(sources["input_ids"].repeat(2, 1))
+    with pytest.raises(ValueError, match="6 rows for 4 sources"):
+        processor(rows, scores)
+    with pytest.raises(ValueError, match="call set_source"):
+        SourceSpanLogitsProcessor(tokenizer, 1.0)(rows, scores)
+    with pytest.raises(ValueError, match="min_match <= max_match"):
+        SourceSpanLogitsProcessor(tokenizer, 1.0, min_match=3, max_match=2)
 
 
 def test_content_word_end_reads_byte_level_and_sentencepiece_word_starts():
