@@ -257,11 +257,11 @@ FUNCTION_WORDS = frozenset(
     to too under up us very was we were what when where which while who whom why will with would you your""".split()
 )
 
-# words that leave a phrase open: the function words, and the prepositions and conjunctions that are not among them
+# words that leave a phrase open: the function words, and the prepositions and conjunctions outside them that do not
+# end a phrase as an adverb or particle can ("steps down", "turned around", "left behind" end headlines)
 OPEN_ENDED_WORDS = FUNCTION_WORDS | frozenset(
-    """above across along although amid among around because behind below beside besides beyond despite down during
-    except including inside like near onto outside per since though through throughout toward towards unless unlike
-    until upon versus via whether within without""".split()
+    """although amid among because despite during including onto per toward towards unless unlike until upon versus
+    via whether""".split()
 )
 
 
@@ -450,8 +450,9 @@ class ContentWordEndLogitsProcessor(LogitsProcessor):
     punctuation other than a closing mark (`CLOSING`); a piece that continues a word (WordPiece's "##ner"; without a
     leading "Ġ" / "▁" in byte-level and SentencePiece vocabularies) ends a word of several pieces, which is never
     one of those words. A possessive does not end either: an "s" after an apostrophe ("budget ' s", as WordPiece
-    splits "budget's"; a byte-level "'s" is punctuation). Before the first token (a decoder's start) nothing is
-    banned, as any token past the tokenizer's. At the length limit (`max_new_tokens`) generation ends regardless.
+    splits "budget's"; a byte-level "'s" with the ASCII apostrophe is punctuation). Before the first token (a
+    decoder's start) nothing is banned, as any token past the tokenizer's. At the length limit (`max_new_tokens`)
+    generation ends regardless.
 
     Pass it to generate() (`logits_processor=LogitsProcessorList([processor])`), or use run_summarization.py's
     `--end_on_content_words`. The vocabulary is read once, from `tokenizer`; a call is a gather and a masked fill on
@@ -571,12 +572,18 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
     that continues, in the row's source, the longest run of the last generated tokens found there (of
     `min_match` to `max_match` tokens), so that a copied span goes on where that run goes on in the article and
     does not jump to another place where its last word also stands ("kushner and flynn sat down at trump tower",
-    not "... at trump campaign relationship"). A token can still leave the span where the model wants it enough.
+    not "... at trump campaign relationship"). Where the run ends a clause of the article (`CLAUSE_ENDS` follows
+    it there), the end of sequence (`eos_token_id`; None: no end bonus) gets the bonus too. A token can still leave
+    the span where the model wants it enough. The bonus is in the units of the scores the processor is given: log
+    probabilities in beam search.
 
-    `set_source(input_ids, attention_mask)` gives the sources of the batch that generate() is about to read (rows
-    of beams and of `num_return_sequences` follow their source, as generate() repeats them);
-    run_summarization.py's `--source_span_bonus` calls it per batch. Each step reads the generated ids on the
-    host (a synchronization on a GPU): for the CPU decoding of the recipes."""
+    `set_source(input_ids, attention_mask)` gives the sources of the batch that the next generate() reads (in the
+    summarizer's vocabulary; rows of beams and of `num_return_sequences` follow their source, as generate() repeats
+    them); a generate() that starts without new sources is refused. Special tokens and padding end a run: no run
+    reaches across them. The generated ids after the decoder's start token are read, so a prompt given as
+    `decoder_input_ids` counts as generated. run_summarization.py's `--source_span_bonus` sets the sources per batch.
+    Each step reads the last generated ids on the host (a synchronization on a GPU): for the CPU decoding of the
+    recipes."""
 
     CLAUSE_ENDS = frozenset(".,;:!?")
 
@@ -589,38 +596,61 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
         self.clause_ends = {
             index for index, token in enumerate(tokens) if token.lstrip("\u0120\u2581") in self.CLAUSE_ENDS
         }
-        self.eos_token_ids = [] if eos_token_id is None else torch.as_tensor(eos_token_id).flatten().tolist()
-        self.continuations = None
+        self.eos_token_ids = set() if eos_token_id is None else set(torch.as_tensor(eos_token_id).flatten().tolist())
+        self.continuations, self.fresh, self.last_length = None, False, None
 
     def set_source(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> None:
         """Per source row, each run of `min_match` to `max_match` of its tokens -> the tokens that follow it."""
+        if input_ids.dim() != 2 or input_ids.shape[0] == 0:
+            raise ValueError(
+                f"`input_ids` must be a non-empty batch (batch, length), got shape {tuple(input_ids.shape)}"
+            )
         rows = input_ids.tolist()
         masks = attention_mask.tolist() if attention_mask is not None else [[1] * len(row) for row in rows]
         self.continuations = []
         for row, mask in zip(rows, masks):
-            tokens = [token for token, real in zip(row, mask) if real and token not in self.special]
-            following = {}
-            for end in range(1, len(tokens)):
-                for size in range(self.min_match, min(self.max_match, end) + 1):
-                    following.setdefault(tuple(tokens[end - size : end]), set()).add(tokens[end])
+            following, run = {}, []
+            for token, real in zip(row, mask):
+                if not real or token in self.special:  # a run ends at a special token or padding
+                    run = []
+                    continue
+                for size in range(self.min_match, min(self.max_match, len(run)) + 1):
+                    following.setdefault(tuple(run[-size:]), set()).add(token)
+                run.append(token)
             self.continuations.append(following)
+        self.fresh, self.last_length = True, None
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.continuations is None:
             raise ValueError("SourceSpanLogitsProcessor needs the batch's sources: call set_source() before generate()")
+        if self.last_length is None or input_ids.shape[1] <= self.last_length:  # a generate() starts
+            if not self.fresh:
+                raise ValueError(
+                    "SourceSpanLogitsProcessor was given no new sources for this generate(): call set_source() with "
+                    "each batch's input_ids"
+                )
+            self.fresh = False
+        self.last_length = input_ids.shape[1]
         if input_ids.shape[0] % len(self.continuations):
             raise ValueError(
                 f"generate() has {input_ids.shape[0]} rows for {len(self.continuations)} sources given to set_source()"
             )
         per_source = input_ids.shape[0] // len(self.continuations)
-        bonus = torch.zeros(scores.shape, dtype=scores.dtype)
-        for row, ids in enumerate(input_ids[:, 1:].tolist()):  # after the decoder's start token
+        rows, columns = [], []
+        last = input_ids[:, max(1, input_ids.shape[1] - self.max_match) :].tolist()  # after the decoder's start
+        for row, ids in enumerate(last):
             following = self.continuations[row // per_source]
             for size in range(min(self.max_match, len(ids)), self.min_match - 1, -1):
                 tokens = following.get(tuple(ids[-size:]))
                 if tokens:
                     if tokens & self.clause_ends:  # the article's clause ends here: so may the summary
-                        tokens = tokens | set(self.eos_token_ids)
-                    bonus[row, [token for token in tokens if token < scores.shape[-1]]] = self.bonus
+                        tokens = tokens | self.eos_token_ids
+                    kept = [token for token in tokens if token < scores.shape[-1]]
+                    rows += [row] * len(kept)
+                    columns += kept
                     break
-        return scores + bonus.to(scores.device)
+        if not rows:
+            return scores
+        scores = scores.clone()
+        scores[torch.tensor(rows, device=scores.device), torch.tensor(columns, device=scores.device)] += self.bonus
+        return scores

@@ -135,8 +135,9 @@ class DataTrainingArguments(DataArguments):
     end_on_content_words: bool = field(
         default=False,
         metadata={
-            "help": "End a summary only after a word that can end a phrase: not after a function word, after "
-            "punctuation that opens or joins, or after a possessive (fastformer.summarization."
+            "help": "End a summary only after a word that can end a phrase: not after a function word or another "
+            "preposition or conjunction, after punctuation that opens or joins, or after a possessive "
+            "(fastformer.summarization."
             "ContentWordEndLogitsProcessor; not in the generation config: pass the processor to generate() with "
             "the saved model)."
         },
@@ -146,8 +147,9 @@ class DataTrainingArguments(DataArguments):
         metadata={
             "help": "In evaluation and prediction, add this to the scores of the tokens that continue, in the "
             "article, the longest run of the last generated tokens found there, so that a copied span goes on "
-            "where it goes on in the article (fastformer.summarization.SourceSpanLogitsProcessor; a host read per "
-            "step; not in the generation config)."
+            "where it goes on in the article, and to the end of sequence where that run ends a clause of the "
+            "article (fastformer.summarization.SourceSpanLogitsProcessor; a host read per step; not in the "
+            "generation config)."
         },
     )
     clean_sources: bool = field(
@@ -262,16 +264,19 @@ class SummarizationTrainer(ModelCardTrainerMixin, SplitOrderTrainerMixin, Seq2Se
             return gen_kwargs
         return {"logits_processor": LogitsProcessorList(self.logits_processor), **gen_kwargs}
 
-    def prediction_step(self, model, inputs, *args, **kwargs):
+    def prediction_step(self, model, inputs, prediction_loss_only, *args, **kwargs):
         """As Seq2SeqTrainer's, but --source_span_bonus's processor is given the batch's articles first, and a
         batch's `encoder_outputs` (--cache_encoder_states) reach generate() as a copy: generate() expands them for
         beam search in place (transformers 5.24), and the loss forward that follows reads the same batch."""
+        generates = self.args.predict_with_generate and not prediction_loss_only
         for processor in self.logits_processor or ():
-            if isinstance(processor, SourceSpanLogitsProcessor):
+            if generates and isinstance(processor, SourceSpanLogitsProcessor):
+                if "input_ids" not in inputs:
+                    raise ValueError("--source_span_bonus reads each batch's articles: the batch has no input_ids")
                 processor.set_source(inputs["input_ids"], inputs.get("attention_mask"))
         states = inputs.get("encoder_outputs")
         if states is None:
-            return super().prediction_step(model, inputs, *args, **kwargs)
+            return super().prediction_step(model, inputs, prediction_loss_only, *args, **kwargs)
         generate = self.model.generate
 
         def generate_from_a_copy(*positional, encoder_outputs, **named):
@@ -279,7 +284,7 @@ class SummarizationTrainer(ModelCardTrainerMixin, SplitOrderTrainerMixin, Seq2Se
 
         self.model.generate = generate_from_a_copy
         try:
-            return super().prediction_step(model, inputs, *args, **kwargs)
+            return super().prediction_step(model, inputs, prediction_loss_only, *args, **kwargs)
         finally:
             del self.model.generate
 

@@ -558,19 +558,27 @@ def test_content_word_end_bans_the_end_after_function_words_and_open_punctuation
 def test_source_span_continues_the_longest_run_found_in_the_rows_source(tokenizer):
     """After "at trump tower" the bonus goes to what follows it in the article ("in"), not to what follows "trump
     tower" elsewhere ("stays"); a run the article does not have gets none; the rows of each source's beams read that
-    source; where the article's clause ends (",") the end of sequence gets the bonus too; special tokens and padding
-    are no source tokens; nothing else changes."""
+    source; where the article's clause ends (",") the end of sequence gets the bonus too (not without an
+    `eos_token_id`); padding and special tokens ([UNK]) end a run; nothing else changes."""
     end = tokenizer.sep_token_id
-    processor = SourceSpanLogitsProcessor(tokenizer, 1.5, eos_token_id=end)
-    articles = ["flynn met kislyak at trump tower in december , aides said trump tower stays open", "the senate voted"]
-    sources = tokenizer(articles, padding=True, return_tensors="pt")
-    processor.set_source(sources["input_ids"], sources["attention_mask"])
 
     def ids(text):
         return tokenizer.convert_tokens_to_ids(tokenizer.tokenize(text))
 
+    first = ids("flynn met kislyak at trump tower in december , aides said trump tower stays open")
+    # the second article: "the senate" then [UNK] "voted", and a masked (padding) "today" in a non-special token
+    second = [*ids("the senate"), tokenizer.unk_token_id, *ids("voted today")]
+    width = max(len(first), len(second))
+    source = torch.tensor([first + [0] * (width - len(first)), second + [0] * (width - len(second))])
+    mask = torch.tensor(
+        [[1] * len(first) + [0] * (width - len(first)), [1] * (len(second) - 1) + [0] * (width - len(second) + 1)]
+    )
+    source[1, len(second) :] = ids("today")[0]  # padding that is a word: only the mask says it is none
+    processor = SourceSpanLogitsProcessor(tokenizer, 1.5, eos_token_id=end)
+    processor.set_source(source, mask)
+
     # 2 sources x 3 beams, each the decoder's start and three tokens
-    prefixes = ["at trump tower", "tower in december", "said open trump", "at the senate", "the senate voted"]
+    prefixes = ["at trump tower", "tower in december", "said open trump", "at the senate", "senate voted today"]
     rows = torch.tensor([[tokenizer.cls_token_id, *ids(text)] for text in [*prefixes, "at trump tower"]])
     scores = torch.randn(6, len(tokenizer) + 3)
     bonus = processor(rows, scores.clone()) - scores
@@ -578,16 +586,32 @@ def test_source_span_continues_the_longest_run_found_in_the_rows_source(tokenize
     assert given[0] == set(ids("in"))  # not "stays"
     assert given[1] == {*ids(","), end}  # the article's clause ends after "in december"
     assert given[2] == set()  # "open trump" is not in the article, and one token is no run
-    assert given[3] == set(ids("voted"))  # the longest run the second article has: "the senate"
-    assert given[4] == set()  # the article ends there: its [SEP] and padding are no tokens of it
+    assert given[3] == set()  # "the senate" is followed by [UNK], which is no token of the article
+    assert given[4] == set()  # "senate voted" is no run across the [UNK], and "voted today" crosses the padding
     assert given[5] == set()  # beams of the second source read the second source
     assert torch.allclose(bonus[bonus != 0], torch.tensor(1.5))
 
-    processor.set_source(sources["input_ids"].repeat(2, 1))
+    without_end = SourceSpanLogitsProcessor(tokenizer, 1.5)
+    without_end.set_source(source, mask)
+    assert set(torch.nonzero(without_end(rows, scores.clone()) - scores)[:, 1].tolist()) == {*ids("in"), *ids(",")}
+
+
+def test_source_span_refuses_missing_stale_or_mismatched_sources(tokenizer):
+    processor = SourceSpanLogitsProcessor(tokenizer, 1.0)
+    rows = torch.tensor([[tokenizer.cls_token_id, 5, 6]] * 6)
+    scores = torch.zeros(6, len(tokenizer))
+    with pytest.raises(ValueError, match="call set_source"):
+        processor(rows, scores)
+    processor.set_source(torch.tensor([[7, 8, 9]] * 3))
+    processor(rows[:, :2], scores)
+    processor(rows, scores)  # the same generate(), one step on
+    with pytest.raises(ValueError, match="no new sources for this generate"):
+        processor(rows[:, :2], scores)  # a new generate() without set_source()
+    processor.set_source(torch.tensor([[7, 8, 9]] * 4))
     with pytest.raises(ValueError, match="6 rows for 4 sources"):
         processor(rows, scores)
-    with pytest.raises(ValueError, match="call set_source"):
-        SourceSpanLogitsProcessor(tokenizer, 1.0)(rows, scores)
+    with pytest.raises(ValueError, match="`input_ids` must be a non-empty batch"):
+        processor.set_source(torch.tensor([7, 8, 9]))
     with pytest.raises(ValueError, match="min_match <= max_match"):
         SourceSpanLogitsProcessor(tokenizer, 1.0, min_match=3, max_match=2)
 
