@@ -482,7 +482,7 @@ class ContentWordEndLogitsProcessor(LogitsProcessor):
         self.open_ended = torch.tensor(open_ended)
         self.possessive_s, self.apostrophe = torch.tensor(possessive_s), torch.tensor(apostrophe)
         self.eos_token_ids = torch.as_tensor(eos_token_id, dtype=torch.long).flatten()  # an id, a list, a tensor
-        self.placed = {}  # (vocabulary size, device) -> (open_ended, the end columns) fitted to it
+        self.placed = {}  # (vocabulary size, device) -> `fitted`'s tables
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if input_ids.shape[1] < 2:  # only the decoder's start token so far

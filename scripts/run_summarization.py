@@ -137,9 +137,8 @@ class DataTrainingArguments(DataArguments):
         metadata={
             "help": "End a summary only after a word that can end a phrase: not after a function word or another "
             "preposition or conjunction, after punctuation that opens or joins, or after a possessive "
-            "(fastformer.summarization."
-            "ContentWordEndLogitsProcessor; not in the generation config: pass the processor to generate() with "
-            "the saved model)."
+            "(fastformer.summarization.ContentWordEndLogitsProcessor; not in the generation config: pass the "
+            "processor to generate() with the saved model)."
         },
     )
     source_span_bonus: float | None = field(
