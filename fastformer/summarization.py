@@ -651,6 +651,7 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
                     break
         if not rows:
             return scores
-        scores = scores.clone()
-        scores[torch.tensor(rows, device=scores.device), torch.tensor(columns, device=scores.device)] += self.bonus
-        return scores
+        index = (torch.tensor(rows, device=scores.device), torch.tensor(columns, device=scores.device))
+        return scores.index_put(
+            index, torch.tensor(self.bonus, dtype=scores.dtype, device=scores.device), accumulate=True
+        )
