@@ -573,9 +573,12 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
     `min_match` to `max_match` tokens), so that a copied span goes on where that run goes on in the article and
     does not jump to another place where its last word also stands ("kushner and flynn sat down at trump tower",
     not "... at trump campaign relationship"). Where the run ends a clause of the article (`CLAUSE_ENDS` follows
-    it there), the end of sequence (`eos_token_id`; None: no end bonus) gets the bonus too. A token can still leave
-    the span where the model wants it enough. The bonus is in the units of the scores the processor is given: log
-    probabilities in beam search.
+    it there, not as the point or comma inside a number, "64.6", nor the point after a single letter, "u.s."), the
+    end of sequence (`eos_token_id`; None: no end bonus) gets the bonus too. A token can still leave the span where
+    the model wants it enough. The bonus is in the units of the scores the processor is given: log probabilities in
+    beam search. With `copied_punctuation`, punctuation (a token without a letter or a digit) is banned except
+    after the token it follows somewhere in the row's source: no summary starts with punctuation, and no mark
+    joins two words that the article does not join with it ("washington ( donbass", ": afghan refugees").
 
     `set_source(input_ids, attention_mask)` gives the sources of the batch that the next generate() reads (in the
     summarizer's vocabulary; rows of beams and of `num_return_sequences` follow their source, as generate() repeats
@@ -586,18 +589,58 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
     recipes."""
 
     CLAUSE_ENDS = frozenset(".,;:!?")
+    CLAUSE = -1  # in a run's continuations: the run ends a clause of the article
 
-    def __init__(self, tokenizer, bonus: float, eos_token_id=None, min_match: int = 2, max_match: int = 4):
+    def __init__(
+        self,
+        tokenizer,
+        bonus: float,
+        eos_token_id=None,
+        min_match: int = 2,
+        max_match: int = 4,
+        copied_punctuation: bool = False,
+    ):
         if not 1 <= min_match <= max_match:
             raise ValueError(f"need 1 <= min_match <= max_match, got min_match={min_match}, max_match={max_match}")
         self.bonus, self.min_match, self.max_match = bonus, min_match, max_match
         self.special = set(tokenizer.all_special_ids)
         tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-        self.clause_ends = {
-            index for index, token in enumerate(tokens) if token.lstrip("\u0120\u2581") in self.CLAUSE_ENDS
-        }
+        wordpiece = is_wordpiece(tokenizer)
+        texts = [
+            token[2:] if wordpiece and continues_word(token, wordpiece) else token.lstrip("\u0120\u2581")
+            for token in tokens
+        ]
+        self.clause_ends = {index for index, text in enumerate(texts) if text in self.CLAUSE_ENDS}
+        self.digits = {index for index, text in enumerate(texts) if text.isdigit()}
+        self.letters = {index for index, text in enumerate(texts) if len(text) == 1 and text.isalpha()}
+        self.points = {index for index, text in enumerate(texts) if text == "."}
+        # punctuation: a token with no letter or digit (none in a special token); with `copied_punctuation` it comes
+        # only after the token that it follows in the article
+        self.punctuation = torch.tensor(
+            [
+                index
+                for index, text in enumerate(texts)
+                if index not in self.special and text and not any(char.isalnum() for char in text)
+            ]
+            if copied_punctuation
+            else [],
+            dtype=torch.long,
+        )
+        self.punctuation_column = {token: column for column, token in enumerate(self.punctuation.tolist())}
         self.eos_token_ids = set() if eos_token_id is None else set(torch.as_tensor(eos_token_id).flatten().tolist())
         self.continuations, self.fresh, self.last_length = None, False, None
+
+    def ends_clause(self, row: list[int], position: int) -> bool:
+        """Whether the source token at `position` (a `CLAUSE_ENDS` mark) ends a clause: not a point or comma inside
+        a number ("64.6", "4,608") nor a point after a single letter ("u.s.")."""
+        token = row[position]
+        if token not in self.clause_ends:
+            return False
+        before = row[position - 1] if position else None
+        after = row[position + 1] if position + 1 < len(row) else None
+        if before in self.digits and after in self.digits:
+            return False
+        return not (before in self.letters and token in self.points)
 
     def set_source(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> None:
         """Per source row, each run of `min_match` to `max_match` of its tokens -> the tokens that follow it."""
@@ -607,15 +650,17 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
             )
         rows = input_ids.tolist()
         masks = attention_mask.tolist() if attention_mask is not None else [[1] * len(row) for row in rows]
+        shortest = 1 if len(self.punctuation) else self.min_match  # single tokens: what punctuation may follow
         self.continuations = []
         for row, mask in zip(rows, masks):
             following, run = {}, []
-            for token, real in zip(row, mask):
+            for position, (token, real) in enumerate(zip(row, mask)):
                 if not real or token in self.special:  # a run ends at a special token or padding
                     run = []
                     continue
-                for size in range(self.min_match, min(self.max_match, len(run)) + 1):
-                    following.setdefault(tuple(run[-size:]), set()).add(token)
+                after = {token, self.CLAUSE} if self.ends_clause(row, position) else {token}
+                for size in range(shortest, min(self.max_match, len(run)) + 1):
+                    following.setdefault(tuple(run[-size:]), set()).update(after)
                 run.append(token)
             self.continuations.append(following)
         self.fresh, self.last_length = True, None
@@ -637,21 +682,30 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
             )
         per_source = input_ids.shape[0] // len(self.continuations)
         rows, columns = [], []
+        copied = torch.zeros(input_ids.shape[0], len(self.punctuation), dtype=torch.bool)  # punctuation allowed
         last = input_ids[:, max(1, input_ids.shape[1] - self.max_match) :].tolist()  # after the decoder's start
         for row, ids in enumerate(last):
             following = self.continuations[row // per_source]
+            if len(self.punctuation) and ids:
+                for token in following.get(tuple(ids[-1:]), ()):
+                    if token in self.punctuation_column:
+                        copied[row, self.punctuation_column[token]] = True
             for size in range(min(self.max_match, len(ids)), self.min_match - 1, -1):
                 tokens = following.get(tuple(ids[-size:]))
                 if tokens:
-                    if tokens & self.clause_ends:  # the article's clause ends here: so may the summary
-                        tokens = tokens | self.eos_token_ids
+                    if self.CLAUSE in tokens:  # the article's clause ends here: so may the summary
+                        tokens = (tokens - {self.CLAUSE}) | self.eos_token_ids
                     kept = [token for token in tokens if token < scores.shape[-1]]
                     rows += [row] * len(kept)
                     columns += kept
                     break
+        values = [self.bonus] * len(rows)
+        if len(self.punctuation):  # the punctuation that follows no copied token is banned
+            banned_rows, banned = (~copied).nonzero(as_tuple=True)
+            rows += banned_rows.tolist()
+            columns += self.punctuation[banned].tolist()
+            values += [-float("inf")] * len(banned)
         if not rows:
             return scores
         index = (torch.tensor(rows, device=scores.device), torch.tensor(columns, device=scores.device))
-        return scores.index_put(
-            index, torch.tensor(self.bonus, dtype=scores.dtype, device=scores.device), accumulate=True
-        )
+        return scores.index_put(index, torch.tensor(values, dtype=scores.dtype, device=scores.device), accumulate=True)

@@ -151,6 +151,13 @@ class DataTrainingArguments(DataArguments):
             "generation config)."
         },
     )
+    copied_punctuation: bool = field(
+        default=False,
+        metadata={
+            "help": "With --source_span_bonus: punctuation only after the token that it follows in the article, so "
+            "that no summary starts with punctuation and no mark joins words the article does not join."
+        },
+    )
     clean_sources: bool = field(
         default=False,
         metadata={
@@ -172,6 +179,8 @@ class DataTrainingArguments(DataArguments):
     def __post_init__(self):
         if self.val_max_target_length is None:
             self.val_max_target_length = self.max_target_length
+        if self.copied_punctuation and self.source_span_bonus is None:
+            raise ValueError("--copied_punctuation reads the article's runs: give --source_span_bonus as well")
 
 
 @dataclass
@@ -236,7 +245,14 @@ def logits_processors(tokenizer, data_args, raw, text_column, summary_column, eo
     if data_args.end_on_content_words:
         processors.append(ContentWordEndLogitsProcessor(tokenizer, eos_token_id))
     if data_args.source_span_bonus is not None:
-        processors.append(SourceSpanLogitsProcessor(tokenizer, data_args.source_span_bonus, eos_token_id))
+        processors.append(
+            SourceSpanLogitsProcessor(
+                tokenizer,
+                data_args.source_span_bonus,
+                eos_token_id,
+                copied_punctuation=data_args.copied_punctuation,
+            )
+        )
     if data_args.whole_words:
         texts = [text for split in raw.values() for text in split[text_column]]
         texts += raw["train"][summary_column] if "train" in raw else []

@@ -704,7 +704,7 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
     """--num_beams reaches generate in evaluation and prediction (Seq2SeqTrainer reads it from the saved
     generation_num_beams), as --val_max_target_length does generate's max_length, and --no_repeat_content_words,
     --whole_words and --source_span_bonus their logits processors (the last given each batch's articles, without
-    which it refuses to run)."""
+    which it refuses to run), with --copied_punctuation, which needs it."""
     validation = headlines[1]
     summarize(
         tmp_path / "out",
@@ -727,6 +727,7 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
         "--whole_words",
         "--source_span_bonus",
         1.0,
+        "--copied_punctuation",
     )
     args = torch.load(tmp_path / "out" / "training_args.bin", weights_only=False)
     assert args.generation_num_beams == 2 and args.generation_max_length == 10
@@ -741,6 +742,10 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
     rows = [json.loads(line) for path in headlines for line in path.read_text().splitlines()]
     words = {word for row in rows for word in headline_words(row["document"] + " " + row["summary"])}
     assert all(set(headline_words(text)) <= words for text in predictions)
+    # --copied_punctuation: no punctuation first (a random model's first token could be any)
+    assert not any(text and not text[0].isalnum() for text in predictions)
+    with pytest.raises(ValueError, match="--copied_punctuation reads the article's runs: give --source_span_bonus"):
+        summarize(tmp_path / "refused", headlines, "--copied_punctuation")
 
 
 @pytest.mark.slow
