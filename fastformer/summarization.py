@@ -643,7 +643,8 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
         return not (before in self.letters and token in self.points)
 
     def set_source(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> None:
-        """Per source row, each run of `min_match` to `max_match` of its tokens -> the tokens that follow it."""
+        """Per source row, each run of `min_match` to `max_match` of its tokens (of 1 to `max_match` with
+        `copied_punctuation`) -> the tokens that follow it, and `CLAUSE` where one of them ends a clause."""
         if input_ids.dim() != 2 or input_ids.shape[0] == 0:
             raise ValueError(
                 f"`input_ids` must be a non-empty batch (batch, length), got shape {tuple(input_ids.shape)}"
