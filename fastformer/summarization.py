@@ -7,6 +7,7 @@ pretraining the decoder (scripts/make_pseudo_summaries.py)."""
 
 import functools
 import re
+import unicodedata
 from collections import Counter
 
 import numpy as np
@@ -279,6 +280,11 @@ def continues_word(token: str, wordpiece: bool) -> bool:
     """Whether a vocabulary `token` continues a word: WordPiece's "##ner", or a byte-level / SentencePiece token
     without the leading "Ġ" / "▁" that starts one."""
     return token.startswith("##") if wordpiece else not token.startswith(("\u0120", "\u2581"))
+
+
+def is_punctuation(text: str) -> bool:
+    """Whether `text` is all punctuation and symbols (Unicode categories P and S: ",", "\u2014", "$"), not empty."""
+    return bool(text) and all(unicodedata.category(char)[0] in "PS" for char in text)
 
 
 def fitted_to_vocabulary(values: torch.Tensor, size: int, fill) -> torch.Tensor:
@@ -576,9 +582,12 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
     it there, not as the point or comma inside a number, "64.6", nor the point after a single letter, "u.s."), the
     end of sequence (`eos_token_id`; None: no end bonus) gets the bonus too. A token can still leave the span where
     the model wants it enough. The bonus is in the units of the scores the processor is given: log probabilities in
-    beam search. With `copied_punctuation`, punctuation (a token without a letter or a digit) is banned except
-    after the token it follows somewhere in the row's source: no summary starts with punctuation, and no mark
-    joins two words that the article does not join with it ("washington ( donbass", ": afghan refugees").
+    beam search. With `copied_punctuation`, punctuation (a token whose decoded text is all punctuation or symbols,
+    not the end of sequence) is banned except after a token that it follows somewhere in the row's source: no
+    summary starts with punctuation (nor with an opening quote or a currency sign), and no mark comes after a word
+    that the article never puts it after (": afghan refugees", "lozovoye ( donbass" where the article has no
+    "lozovoye ("); what comes after the mark is left to the model and the bonus. Per step it marks, per row, the
+    punctuation allowed (a rows x punctuation table on the host) and bans the rest in the same `index_put`.
 
     `set_source(input_ids, attention_mask)` gives the sources of the batch that the next generate() reads (in the
     summarizer's vocabulary; rows of beams and of `num_return_sequences` follow their source, as generate() repeats
@@ -605,42 +614,52 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
         self.bonus, self.min_match, self.max_match = bonus, min_match, max_match
         self.special = set(tokenizer.all_special_ids)
         tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-        wordpiece = is_wordpiece(tokenizer)
+        self.wordpiece = is_wordpiece(tokenizer)
+        continues = [continues_word(token, self.wordpiece) for token in tokens]
         texts = [
-            token[2:] if wordpiece and continues_word(token, wordpiece) else token.lstrip("\u0120\u2581")
-            for token in tokens
+            token[2:] if self.wordpiece and continued else token.lstrip("\u0120\u2581")
+            for token, continued in zip(tokens, continues)
         ]
         self.clause_ends = {index for index, text in enumerate(texts) if text in self.CLAUSE_ENDS}
         self.digits = {index for index, text in enumerate(texts) if text.isdigit()}
         self.letters = {index for index, text in enumerate(texts) if len(text) == 1 and text.isalpha()}
         self.points = {index for index, text in enumerate(texts) if text == "."}
-        # punctuation: a token with no letter or digit (none in a special token); with `copied_punctuation` it comes
-        # only after the token that it follows in the article
+        self.continuing = {index for index, continued in enumerate(continues) if continued}
+        self.eos_token_ids = set() if eos_token_id is None else set(torch.as_tensor(eos_token_id).flatten().tolist())
+        # punctuation: a token whose text is all punctuation or symbols (Unicode categories P and S, read from the
+        # decoded text, so that a byte-level token is read as the character it encodes); not a special token, nor
+        # the end of sequence
+        self.copied_punctuation = copied_punctuation
         self.punctuation = torch.tensor(
             [
                 index
-                for index, text in enumerate(texts)
-                if index not in self.special and text and not any(char.isalnum() for char in text)
+                for index, token in enumerate(tokens)
+                if index not in self.special
+                and index not in self.eos_token_ids
+                and is_punctuation(tokenizer.convert_tokens_to_string([token]).strip())
             ]
             if copied_punctuation
             else [],
             dtype=torch.long,
         )
         self.punctuation_column = {token: column for column, token in enumerate(self.punctuation.tolist())}
-        self.eos_token_ids = set() if eos_token_id is None else set(torch.as_tensor(eos_token_id).flatten().tolist())
         self.continuations, self.fresh, self.last_length = None, False, None
 
     def ends_clause(self, row: list[int], position: int) -> bool:
         """Whether the source token at `position` (a `CLAUSE_ENDS` mark) ends a clause: not a point or comma inside
-        a number ("64.6", "4,608") nor a point after a single letter ("u.s.")."""
+        a number ("64.6", "4,608"; in a byte-level or SentencePiece vocabulary only where the digits after it go on
+        the same word) nor a point after a one-letter word ("u.s.": a letter that starts a word or follows a point;
+        not the last piece of "kislya ##k .")."""
         token = row[position]
         if token not in self.clause_ends:
             return False
         before = row[position - 1] if position else None
         after = row[position + 1] if position + 1 < len(row) else None
-        if before in self.digits and after in self.digits:
+        if before in self.digits and after in self.digits and (self.wordpiece or after in self.continuing):
             return False
-        return not (before in self.letters and token in self.points)
+        if token in self.points and before in self.letters:
+            return before in self.continuing and not (position > 1 and row[position - 2] in self.points)
+        return True
 
     def set_source(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> None:
         """Per source row, each run of `min_match` to `max_match` of its tokens (of 1 to `max_match` with
@@ -651,7 +670,7 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
             )
         rows = input_ids.tolist()
         masks = attention_mask.tolist() if attention_mask is not None else [[1] * len(row) for row in rows]
-        shortest = 1 if len(self.punctuation) else self.min_match  # single tokens: what punctuation may follow
+        shortest = 1 if self.copied_punctuation else self.min_match  # single tokens: what punctuation may follow
         self.continuations = []
         for row, mask in zip(rows, masks):
             following, run = {}, []
@@ -687,7 +706,7 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
         last = input_ids[:, max(1, input_ids.shape[1] - self.max_match) :].tolist()  # after the decoder's start
         for row, ids in enumerate(last):
             following = self.continuations[row // per_source]
-            if len(self.punctuation) and ids:
+            if self.copied_punctuation and ids:
                 for token in following.get(tuple(ids[-1:]), ()):
                     if token in self.punctuation_column:
                         copied[row, self.punctuation_column[token]] = True
@@ -700,13 +719,15 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
                     rows += [row] * len(kept)
                     columns += kept
                     break
-        values = [self.bonus] * len(rows)
-        if len(self.punctuation):  # the punctuation that follows no copied token is banned
+        rows, columns = torch.tensor(rows, dtype=torch.long), torch.tensor(columns, dtype=torch.long)
+        values = torch.full((len(rows),), self.bonus, dtype=scores.dtype)
+        if self.copied_punctuation:  # the punctuation that follows no copied token is banned
             banned_rows, banned = (~copied).nonzero(as_tuple=True)
-            rows += banned_rows.tolist()
-            columns += self.punctuation[banned].tolist()
-            values += [-float("inf")] * len(banned)
-        if not rows:
+            banned_columns = self.punctuation[banned]
+            inside = banned_columns < scores.shape[-1]  # a model vocabulary narrower than the tokenizer's
+            rows, columns = torch.cat([rows, banned_rows[inside]]), torch.cat([columns, banned_columns[inside]])
+            values = torch.cat([values, torch.full((len(rows) - len(values),), -float("inf"), dtype=scores.dtype)])
+        if not len(rows):
             return scores
-        index = (torch.tensor(rows, device=scores.device), torch.tensor(columns, device=scores.device))
-        return scores.index_put(index, torch.tensor(values, dtype=scores.dtype, device=scores.device), accumulate=True)
+        index = (rows.to(scores.device), columns.to(scores.device))
+        return scores.index_put(index, values.to(scores.device), accumulate=True)

@@ -744,8 +744,16 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
     assert all(set(headline_words(text)) <= words for text in predictions)
     # --copied_punctuation: no punctuation first (a random model's first token could be any)
     assert not any(text and not text[0].isalnum() for text in predictions)
+
+
+def test_summarization_copied_punctuation_reaches_the_span_processor_and_needs_its_bonus(tokenizer):
+    """--copied_punctuation builds the span processor with its ban; without --source_span_bonus it is refused when
+    the arguments are read."""
+    arguments = run_summarization.DataTrainingArguments(source_span_bonus=1.0, copied_punctuation=True)
+    (processor,) = run_summarization.logits_processors(tokenizer, arguments, {}, "document", "summary", 102)
+    assert processor.copied_punctuation and len(processor.punctuation) > 30 and processor.bonus == 1.0
     with pytest.raises(ValueError, match="--copied_punctuation reads the article's runs: give --source_span_bonus"):
-        summarize(tmp_path / "refused", headlines, "--copied_punctuation")
+        run_summarization.DataTrainingArguments(copied_punctuation=True)
 
 
 @pytest.mark.slow

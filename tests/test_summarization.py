@@ -597,20 +597,23 @@ def test_source_span_continues_the_longest_run_found_in_the_rows_source(tokenize
 
 
 def test_source_span_clause_ends_and_copied_punctuation(tokenizer):
-    """A point or comma inside a number ("64.6", "4,608") or after a single letter ("u.s.") ends no clause: no end
-    bonus there, as after a clause's own comma. With `copied_punctuation`, punctuation comes only after the token it
-    follows in the article: never first, never where the article has no such mark ("tower -"), and the rest keeps
-    its score."""
+    """A point or comma inside a number ("64.6", "4,608") or after a one-letter word ("u.s.") ends no clause: no end
+    bonus there, as after a clause's own comma, or a point after a word's last one-letter piece ("kislya ##k .").
+    With `copied_punctuation`, punctuation comes only after a token it follows in the article: never first, never
+    where the article has no such mark ("tower -"), and the rest keeps its score; a model vocabulary narrower than the
+    tokenizer's is banned only within it."""
     end = tokenizer.sep_token_id
 
     def ids(text):
         return tokenizer.convert_tokens_to_ids(tokenizer.tokenize(text))
 
-    source = torch.tensor([ids("consumption rose 64.6 % to 4,608 , the u.s. said ( reuters ) on trump ' s tower")])
+    text = "consumption rose 64.6 % to 4,608 , the u.s. said ( reuters ) on trump ' s tower , met kislyak . then"
+    source = torch.tensor([ids(text)])
+    assert tokenizer.tokenize("kislyak")[-1] == "##k"
     punctuation = ids(". , % ( ) ' - : ?")
     processor = SourceSpanLogitsProcessor(tokenizer, 1.0, eos_token_id=end, copied_punctuation=True)
     processor.set_source(source)
-    prefixes = ["rose 64", "to 4", "the u", "to 4,608", "said", "trump", "tower"]
+    prefixes = ["rose 64", "to 4", "the u", "to 4,608", "said", "trump", "tower", "met kislyak"]
     rows = [[tokenizer.cls_token_id, *ids(text)] for text in prefixes]
     width = max(map(len, rows))
     rows = torch.tensor([[tokenizer.cls_token_id] * (width - len(row)) + row for row in rows])
@@ -618,15 +621,20 @@ def test_source_span_clause_ends_and_copied_punctuation(tokenizer):
     changed = processor(rows, scores.clone())
     given = [set(torch.nonzero(row > 0).flatten().tolist()) for row in changed]
     assert given[0] == set(ids(".")) and given[1] == set(ids(",")) and given[2] == set(ids("."))  # no end bonus
-    assert given[3] == {*ids(","), end}  # "4,608 ," ends the clause
+    assert given[3] == {*ids(","), end} and given[7] == {*ids("."), end}  # "4,608 ," and "kislyak ." end clauses
     allowed = [{token for token in punctuation if changed[row, token] > -1} for row in range(len(prefixes))]
     assert allowed[:4] == [set(ids(".")), set(ids(",")), set(ids(".")), set(ids(","))]
     assert allowed[4] == set(ids("("))  # "said (" in the article; not "said ," nor "said -"
-    assert allowed[5] == set(ids("'")) and allowed[6] == set()  # the possessive's apostrophe; nothing after "tower"
-    assert (changed[6] == -float("inf")).sum() == len(processor.punctuation)
+    assert allowed[5] == set(ids("'")) and allowed[6] == set(ids(","))  # the possessive's apostrophe; "tower ,"
+    assert (changed[6] == -float("inf")).sum() == len(processor.punctuation) - 1
+    assert not {end, *ids("trump")} & set(processor.punctuation.tolist())  # the end and words are never banned
     processor.set_source(source)  # a new generate(): its first step
     first = processor(torch.tensor([[tokenizer.cls_token_id]]).expand(len(prefixes), 1), scores.clone())
     assert torch.isinf(first[:, punctuation]).all() and not torch.isinf(first[:, ids("trump")]).any()
+    narrow = int(processor.punctuation.max())  # the last punctuation id falls outside the model's vocabulary
+    processor.set_source(source)
+    first = processor(torch.tensor([[tokenizer.cls_token_id]]), torch.zeros(1, narrow))
+    assert torch.isinf(first[0, processor.punctuation[processor.punctuation < narrow]]).all()
 
 
 def test_source_span_refuses_missing_stale_or_mismatched_sources(tokenizer):
