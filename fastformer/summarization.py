@@ -579,7 +579,7 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
     `min_match` to `max_match` tokens), so that a copied span goes on where that run goes on in the article and
     does not jump to another place where its last word also stands ("kushner and flynn sat down at trump tower",
     not "... at trump campaign relationship"). Where the run ends a clause of the article (`CLAUSE_ENDS` follows
-    it there, not as the point or comma inside a number, "64.6", nor the point after a single letter, "u.s."), the
+    it there, not as the point or comma inside a number, "64.6", nor the point after a one-letter word, "u.s."), the
     end of sequence (`eos_token_id`; None: no end bonus) gets the bonus too. A token can still leave the span where
     the model wants it enough. The bonus is in the units of the scores the processor is given: log probabilities in
     beam search. With `copied_punctuation`, punctuation (a token whose decoded text is all punctuation or symbols,
@@ -587,7 +587,8 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
     summary starts with punctuation (nor with an opening quote or a currency sign), and no mark comes after a word
     that the article never puts it after (": afghan refugees", "lozovoye ( donbass" where the article has no
     "lozovoye ("); what comes after the mark is left to the model and the bonus. Per step it marks, per row, the
-    punctuation allowed (a rows x punctuation table on the host) and bans the rest in the same `index_put`.
+    punctuation allowed (a rows x punctuation table on the host) and bans the rest with one masked fill of the
+    punctuation's columns.
 
     `set_source(input_ids, attention_mask)` gives the sources of the batch that the next generate() reads (in the
     summarizer's vocabulary; rows of beams and of `num_return_sequences` follow their source, as generate() repeats
@@ -643,6 +644,7 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
             dtype=torch.long,
         )
         self.punctuation_column = {token: column for column, token in enumerate(self.punctuation.tolist())}
+        self.placed = {}  # (vocabulary size, device) -> `placed_punctuation`
         self.continuations, self.fresh, self.last_length = None, False, None
 
     def ends_clause(self, row: list[int], position: int) -> bool:
@@ -702,14 +704,15 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
             )
         per_source = input_ids.shape[0] // len(self.continuations)
         rows, columns = [], []
-        copied = torch.zeros(input_ids.shape[0], len(self.punctuation), dtype=torch.bool)  # punctuation allowed
+        copied_rows, copied_columns = [], []  # the punctuation allowed: it follows the row's last token
         last = input_ids[:, max(1, input_ids.shape[1] - self.max_match) :].tolist()  # after the decoder's start
         for row, ids in enumerate(last):
             following = self.continuations[row // per_source]
             if self.copied_punctuation and ids:
                 for token in following.get(tuple(ids[-1:]), ()):
                     if token in self.punctuation_column:
-                        copied[row, self.punctuation_column[token]] = True
+                        copied_rows.append(row)
+                        copied_columns.append(self.punctuation_column[token])
             for size in range(min(self.max_match, len(ids)), self.min_match - 1, -1):
                 tokens = following.get(tuple(ids[-size:]))
                 if tokens:
@@ -719,15 +722,23 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
                     rows += [row] * len(kept)
                     columns += kept
                     break
-        rows, columns = torch.tensor(rows, dtype=torch.long), torch.tensor(columns, dtype=torch.long)
-        values = torch.full((len(rows),), self.bonus, dtype=scores.dtype)
+        if rows:
+            index = (torch.tensor(rows, device=scores.device), torch.tensor(columns, device=scores.device))
+            bonus = torch.tensor(self.bonus, dtype=scores.dtype, device=scores.device)
+            scores = scores.index_put(index, bonus, accumulate=True)
+        elif self.copied_punctuation:
+            scores = scores.clone()
         if self.copied_punctuation:  # the punctuation that follows no copied token is banned
-            banned_rows, banned = (~copied).nonzero(as_tuple=True)
-            banned_columns = self.punctuation[banned]
-            inside = banned_columns < scores.shape[-1]  # a model vocabulary narrower than the tokenizer's
-            rows, columns = torch.cat([rows, banned_rows[inside]]), torch.cat([columns, banned_columns[inside]])
-            values = torch.cat([values, torch.full((len(rows) - len(values),), -float("inf"), dtype=scores.dtype)])
-        if not len(rows):
-            return scores
-        index = (rows.to(scores.device), columns.to(scores.device))
-        return scores.index_put(index, values.to(scores.device), accumulate=True)
+            inside, placed = self.placed_punctuation(scores.shape[-1], scores.device)
+            banned = torch.ones(input_ids.shape[0], len(self.punctuation), dtype=torch.bool)
+            banned[copied_rows, copied_columns] = False
+            scores[:, placed] = scores[:, placed].masked_fill(banned[:, inside].to(scores.device), -float("inf"))
+        return scores
+
+    def placed_punctuation(self, size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Which of the punctuation ids a model vocabulary of `size` has (it may be narrower than the tokenizer's),
+        and those ids on `device`; made once per size and device."""
+        if (size, device) not in self.placed:
+            inside = self.punctuation < size
+            self.placed[size, device] = (inside, self.punctuation[inside].to(device))
+        return self.placed[size, device]

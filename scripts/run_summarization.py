@@ -154,8 +154,8 @@ class DataTrainingArguments(DataArguments):
     copied_punctuation: bool = field(
         default=False,
         metadata={
-            "help": "With --source_span_bonus: punctuation only after the token that it follows in the article, so "
-            "that no summary starts with punctuation and no mark joins words the article does not join."
+            "help": "With --source_span_bonus: punctuation only after a token that it follows in the article, so "
+            "that no summary starts with punctuation and no mark comes after a word the article never puts it after."
         },
     )
     clean_sources: bool = field(
