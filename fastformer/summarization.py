@@ -282,6 +282,12 @@ def continues_word(token: str, wordpiece: bool) -> bool:
     return token.startswith("##") if wordpiece else not token.startswith(("\u0120", "\u2581"))
 
 
+def token_text(token: str, wordpiece: bool) -> str:
+    """A vocabulary token's text, without WordPiece's "##" on a piece that continues a word or the leading "Ġ" / "▁"
+    of a byte-level or SentencePiece token that starts one."""
+    return token[2:] if wordpiece and continues_word(token, wordpiece) else token.lstrip("\u0120\u2581")
+
+
 def is_punctuation(text: str) -> bool:
     """Whether `text` is all punctuation and symbols (Unicode categories P and S: ",", "\u2014", "$"), not empty."""
     return bool(text) and all(unicodedata.category(char)[0] in "PS" for char in text)
@@ -476,7 +482,7 @@ class ContentWordEndLogitsProcessor(LogitsProcessor):
         open_ended, possessive_s, apostrophe = [], [], []
         for index, token in enumerate(tokens):
             continues = continues_word(token, wordpiece)
-            text = token[2:] if wordpiece and continues else token.lstrip("\u0120\u2581")
+            text = token_text(token, wordpiece)
             possessive_s.append(index not in special and text == "s")
             apostrophe.append(index not in special and text in self.APOSTROPHES)
             if index in special or (continues and text.isalnum()):
@@ -616,16 +622,12 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
         self.special = set(tokenizer.all_special_ids)
         tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
         self.wordpiece = is_wordpiece(tokenizer)
-        continues = [continues_word(token, self.wordpiece) for token in tokens]
-        texts = [
-            token[2:] if self.wordpiece and continued else token.lstrip("\u0120\u2581")
-            for token, continued in zip(tokens, continues)
-        ]
+        texts = [token_text(token, self.wordpiece) for token in tokens]
         self.clause_ends = {index for index, text in enumerate(texts) if text in self.CLAUSE_ENDS}
         self.digits = {index for index, text in enumerate(texts) if text.isdigit()}
         self.letters = {index for index, text in enumerate(texts) if len(text) == 1 and text.isalpha()}
         self.points = {index for index, text in enumerate(texts) if text == "."}
-        self.continuing = {index for index, continued in enumerate(continues) if continued}
+        self.continuing = {index for index, token in enumerate(tokens) if continues_word(token, self.wordpiece)}
         self.eos_token_ids = set() if eos_token_id is None else set(torch.as_tensor(eos_token_id).flatten().tolist())
         # punctuation: a token whose text is all punctuation or symbols (Unicode categories P and S, read from the
         # decoded text, so that a byte-level token is read as the character it encodes); not a special token, nor
