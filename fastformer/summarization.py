@@ -346,6 +346,63 @@ def keyword_headline(text: str, k: int) -> str:
     return " ".join(word for _, word in sorted(first[stem] for stem in chosen))
 
 
+# headline style: what English headlines leave out ("Putin signs law", "Man killed in attack", "Trump to visit")
+ARTICLES = frozenset({"a", "an", "the"})
+PERFECT_AUXILIARIES = frozenset({"has", "have", "had"})
+PASSIVE_AUXILIARIES = frozenset({"is", "are", "was", "were"})
+# irregular past participles that are also the simple past: "has found" says what "found" says
+SIMPLE_PAST_PARTICIPLES = frozenset(
+    """bent bought brought built caught cut dealt fed felt fled found fought held heard hit hung hurt kept laid led left
+    lent let lost made meant met paid put quit read said sent set shed shot shut slept sold sought spent split spread
+    stood struck swept taught thought told understood upheld won""".split()
+)
+# irregular past participles that are not: "was taken" is "taken" in a headline, "has taken" is not
+PASSIVE_PARTICIPLES = SIMPLE_PAST_PARTICIPLES | frozenset(
+    """arisen beaten become begun bitten blown born borne broken chosen come done drawn driven eaten fallen flown
+    forbidden forgiven forgotten frozen given gone grown hidden known ridden risen run seen shaken shown shrunk slain
+    spoken sprung stolen stung sunk sworn swung taken thrown torn withdrawn worn written""".split()
+)
+NOT_PARTICIPLES = frozenset(  # words in -ed that are no verb's participle
+    "bed bleed breed creed embed feed greed hundred indeed naked need red reed seed shed sled speed steed weed".split()
+)
+
+
+def is_participle(word: str, passive: bool = True) -> bool:
+    """Whether `word` (lowercased) reads as a past participle: a regular one in "-ed" or an irregular one; with
+    `passive=False` only one that is also the simple past, so that leaving out "has" keeps the meaning."""
+    irregular = PASSIVE_PARTICIPLES if passive else SIMPLE_PAST_PARTICIPLES
+    return word in irregular or (len(word) > 3 and word.endswith("ed") and word not in NOT_PARTICIPLES)
+
+
+def headline_style(text: str) -> str:
+    """`text` as English headlines write it: without articles ("a", "an", "the"); without the auxiliary of a passive
+    ("people were killed" -> "people killed", "has been placed" -> "placed") or of a perfect whose participle is also
+    the simple past ("has signed" -> "signed"; "has become" stays); "is to" -> "to" and "will" before a verb -> "to"
+    ("Trump will visit" -> "Trump to visit"). Word by word on whitespace, each word's case kept; the rules read
+    lowercased words only, so that tokenizer-decoded and written text give the same headline."""
+    words = text.split()
+    lower = [word.lower() for word in words] + ["", ""]
+    kept, i = [], 0
+    while i < len(words):
+        word, after, then = lower[i : i + 3]
+        if word in ARTICLES:
+            i += 1
+            continue
+        if word in PERFECT_AUXILIARIES and after == "been" and is_participle(then):
+            i += 2
+            continue
+        passive = word in PASSIVE_AUXILIARIES and (is_participle(after) or after == "to")
+        if passive or (word in PERFECT_AUXILIARIES and is_participle(after, passive=False)):
+            i += 1
+            continue
+        if word == "will" and after.isalpha() and (after not in FUNCTION_WORDS or after in ("be", "have")):
+            kept.append("To" if words[i][0].isupper() else "to")
+        else:
+            kept.append(words[i])
+        i += 1
+    return " ".join(kept)
+
+
 def choose_k(baseline, documents: list[str], references: list[str], ks=range(1, 41)) -> tuple[int, dict]:
     """The k of `baseline(text, k)` (`lead_words`, `keyword_headline`) with the best ROUGE-1 on `documents` against
     `references` (a validation split), and every k's scores."""

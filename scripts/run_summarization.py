@@ -38,6 +38,7 @@ from fastformer.summarization import (
     clean_source,
     freeze_encoder,
     headline_quality,
+    headline_style,
     headline_words,
     rouge,
 )
@@ -158,6 +159,14 @@ class DataTrainingArguments(DataArguments):
             "that no summary starts with punctuation and no mark comes after a word the article never puts it after."
         },
     )
+    headline_style: bool = field(
+        default=False,
+        metadata={
+            "help": "Write and score the generated summaries in headline style: without articles, without the "
+            'auxiliary of a passive or of a perfect in the simple past\'s form, "will" and "is to" as "to" '
+            "(fastformer.summarization.headline_style; on the decoded text, after generate())."
+        },
+    )
     clean_sources: bool = field(
         default=False,
         metadata={
@@ -233,6 +242,14 @@ def tokenize(batch, *, tokenizer, data_args, text_column, summary_column, eos_to
         labels = [ids + [pad] * (max_target_length - len(ids)) for ids in labels]
     encoded["labels"] = labels
     return encoded
+
+
+def texts(tokenizer, ids, headline: bool = False) -> list[str]:
+    """Token ids as text, -100 read as padding; "russia ' s" and "won ' t" joined as written ("russia's"); with
+    `headline`, in headline style (--headline_style: what is written and scored of the generated summaries)."""
+    ids = np.where(ids != -100, ids, tokenizer.pad_token_id)
+    decoded = tokenizer.batch_decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=True)
+    return [headline_style(text.strip()) if headline else text.strip() for text in decoded]
 
 
 def logits_processors(tokenizer, data_args, raw, text_column, summary_column, eos_token_id) -> list | None:
@@ -379,14 +396,9 @@ def main():
     }
     prepared = tokenize_splits(raw, data_args, training_args, preprocess)
 
-    def texts(ids) -> list[str]:
-        """Token ids as text, -100 read as padding; "russia ' s" and "won ' t" joined as written ("russia's")."""
-        ids = np.where(ids != -100, ids, tokenizer.pad_token_id)
-        decoded = tokenizer.batch_decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=True)
-        return [text.strip() for text in decoded]
-
     def compute_metrics(prediction):
-        decoded, references = texts(prediction.predictions), texts(prediction.label_ids)
+        decoded = texts(tokenizer, prediction.predictions, data_args.headline_style)
+        references = texts(tokenizer, prediction.label_ids)
         predictions = np.where(prediction.predictions != -100, prediction.predictions, tokenizer.pad_token_id)
         lengths = [np.count_nonzero(row != tokenizer.pad_token_id) for row in predictions]
         special = np.array(sorted(set(tokenizer.all_special_ids)))
@@ -424,7 +436,7 @@ def main():
         trainer.save_metrics("test", output.metrics)
         if trainer.is_world_process_zero() and training_args.predict_with_generate:
             with open(os.path.join(training_args.output_dir, "generated_predictions.txt"), "w") as file:
-                file.write("\n".join(texts(output.predictions)) + "\n")
+                file.write("\n".join(texts(tokenizer, output.predictions, data_args.headline_style)) + "\n")
 
     publish(
         trainer,

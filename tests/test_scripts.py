@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import datasets
+import numpy as np
 import pytest
 import torch
 from huggingface_hub import ModelCard
@@ -18,7 +19,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
 from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerForMaskedLM
-from fastformer.summarization import headline_quality, headline_words
+from fastformer.summarization import headline_quality, headline_words, rouge
 from fastformer.training import (
     ModelArguments,
     load_model,
@@ -704,7 +705,8 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
     """--num_beams reaches generate in evaluation and prediction (Seq2SeqTrainer reads it from the saved
     generation_num_beams), as --val_max_target_length does generate's max_length, and --no_repeat_content_words,
     --whole_words and --source_span_bonus their logits processors (the last given each batch's articles, without
-    which it refuses to run), with --copied_punctuation, which needs it."""
+    which it refuses to run), with --copied_punctuation, which needs it; --headline_style edits what is written and
+    scored."""
     validation = headlines[1]
     summarize(
         tmp_path / "out",
@@ -728,6 +730,7 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
         "--source_span_bonus",
         1.0,
         "--copied_punctuation",
+        "--headline_style",
     )
     args = torch.load(tmp_path / "out" / "training_args.bin", weights_only=False)
     assert args.generation_num_beams == 2 and args.generation_max_length == 10
@@ -744,6 +747,11 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
     assert all(set(headline_words(text)) <= words for text in predictions)
     # --copied_punctuation: no punctuation first (a random model's first token could be any)
     assert not any(text and not text[0].isalnum() for text in predictions)
+    # --headline_style: the summaries written are those scored, with no article
+    references = [json.loads(line)["summary"] for line in validation.read_text().splitlines()[:2]]
+    scored = results(tmp_path / "out", "test_results.json")["test_rougeL"]
+    assert scored == pytest.approx(rouge(predictions, references)["rougeL"])
+    assert not any({"a", "an", "the"} & set(text.split()) for text in predictions)
 
 
 def test_summarization_copied_punctuation_reaches_the_span_processor_and_needs_its_bonus(tokenizer):
@@ -754,6 +762,17 @@ def test_summarization_copied_punctuation_reaches_the_span_processor_and_needs_i
     assert processor.copied_punctuation and len(processor.punctuation) > 30 and processor.bonus == 1.0
     with pytest.raises(ValueError, match="--copied_punctuation reads the article's runs: give --source_span_bonus"):
         run_summarization.DataTrainingArguments(copied_punctuation=True)
+
+
+def test_summarization_texts_read_padding_and_write_headline_style_with_its_flag(tokenizer):
+    """The script's decoded texts: -100 (the labels' padding) read as padding, "russia ' s" joined as written, and in
+    headline style where --headline_style asks for it (the generated summaries only)."""
+    ids = tokenizer(["The man was killed in Russia's capital", "A flood"], padding="max_length", max_length=12)
+    ids = np.array(ids["input_ids"])
+    ids[ids == tokenizer.pad_token_id] = -100
+    assert run_summarization.texts(tokenizer, ids) == ["the man was killed in russia's capital", "a flood"]
+    assert run_summarization.texts(tokenizer, ids, headline=True) == ["man killed in russia's capital", "flood"]
+    assert not run_summarization.DataTrainingArguments().headline_style
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from benchmarks import harness
 from benchmarks.quality import summarization
 from fastformer.cli import convert_bert_to_fastformer
 from fastformer.conversion import bert2bert_model, convert_bert
-from fastformer.summarization import freeze_encoder, rouge
+from fastformer.summarization import clean_source, freeze_encoder, headline_style, headline_words, rouge
 from fastformer.training import parse_args
 from scripts import make_pseudo_summaries, run_summarization
 from tests.in_process import run_in_process
@@ -266,6 +266,12 @@ def test_benchmark_tunes_each_family_by_levers_and_scores_the_test_split(
 
     lead, model = (json.loads((tmp_path / "records" / f"{row}.json").read_text()) for row in ("lead", "fastformer-512"))
     assert 1 <= lead["chosen"]["k"] <= 40 and len(lead["predictions"]) == 6 and lead["test"]["rouge1"] > 0
+    # the other baselines, k from validation as well: the keywords, and lead-k in headline style (no article)
+    styled = lead["styled_lead"]
+    assert 1 <= lead["keywords"]["chosen"]["k"] <= 40 and 1 <= styled["chosen"]["k"] <= 40
+    first = clean_source(json.loads(lines_of(tmp_path / "test.jsonl")[0])["document"])
+    assert styled["predictions"][0] == headline_style(" ".join(headline_words(first)[: styled["chosen"]["k"]]))
+    assert not any({"a", "an", "the"} & set(prediction.split()) for prediction in styled["predictions"])
     levers = model["tuning"]["levers"]
     assert [run["lever"] for run in levers] == ["recipe", *summarization.LEVERS]
     best = dict(summarization.LEVER_BASE)  # each lever adds its settings to the best so far: the kept accumulate
@@ -307,6 +313,7 @@ def test_benchmark_tunes_each_family_by_levers_and_scores_the_test_split(
     assert AutoModelForSeq2SeqLM.from_pretrained(copy_start).copy_head is not None
     printed = capsys.readouterr().out
     assert "| lead-k (first k words) |" in printed and "| Fastformer, warm-started, source 512 |" in printed
+    assert "| lead-k in headline style |" in printed and "| styled lead-k rouge2 |" in printed
     # a second call reads every stored run back
     monkeypatch.setattr(harness, "run", lambda *args: pytest.fail("a stored run ran again"))
     summarization.main([*argv, "--unlabeled", f"{unlabeled}:text", "--rows", "fastformer-512"])

@@ -26,6 +26,7 @@ from fastformer.summarization import (
     choose_k,
     clean_source,
     headline_quality,
+    headline_style,
     headline_words,
     keyword_headline,
     lead_words,
@@ -66,7 +67,8 @@ BERT2BERT_DROPOUT = {"encoder_attention_probs_dropout_prob": 0.0, "decoder_atten
 # what the benchmark chooses or sets per run, not takes from the argument file (which holds the choice)
 TUNED = {"model_name_or_path", "output_dir", "label_smoothing_factor", "min_target_length", "generation_max_length"}
 TUNED |= GREEDY.keys() | {"repetition_penalty", "no_repeat_content_words", "whole_words", "end_on_content_words"}
-TUNED |= {"source_span_bonus", "copied_punctuation"}  # decoding flags too: rows decode by DECODING or --chosen
+# decoding flags too: rows decode by DECODING or --chosen
+TUNED |= {"source_span_bonus", "copied_punctuation", "headline_style"}
 # batches of articles of about the same length: random batches of 16 pad to 2.4x their tokens at 2,048
 GROUPED = {"max_source_length": 2048, "train_sampling_strategy": "group_by_length"}
 # a row: (label, its family (None: lead-k), the settings it changes)
@@ -240,20 +242,34 @@ def sources(args, split: str) -> list[str]:
     return [clean(row["document"]) for row in args.splits[split]]
 
 
+def styled_lead(text: str, k: int) -> str:
+    """lead-k in headline style (`headline_style`): the lead with the edit that run_summarization.py's
+    --headline_style makes to a model's headlines."""
+    return headline_style(lead_words(text, k))
+
+
+# the untrained baselines beside lead-k: (record key, label, the baseline)
+BASELINES = (
+    ("keywords", "keywords (k most frequent content words)", keyword_headline),
+    ("styled_lead", "lead-k in headline style", styled_lead),
+)
+
+
 def lead(args) -> dict:
     """The untrained baselines, each with the k (1 to 40) of the best validation ROUGE-1: lead-k, the article's first k
-    words (as ROUGE reads them, `lead_words`), and the keywords, its k most frequent content words in article order
-    (`keyword_headline`): what a summarizer that learned keyword extraction and no English would score."""
+    words (as ROUGE reads them, `lead_words`); the keywords, its k most frequent content words in article order
+    (`keyword_headline`): what a summarizer that learned keyword extraction and no English would score; and lead-k in
+    headline style (`styled_lead`)."""
     validation, test = sources(args, "validation"), sources(args, "test")
     references = [row["summary"] for row in args.splits["validation"]]
     test_references = [row["summary"] for row in args.splits["test"]]
     found = {}
-    for name, baseline in (("lead", lead_words), ("keywords", keyword_headline)):
+    for name, baseline in (("lead", lead_words), *((key, function) for key, _, function in BASELINES)):
         k, grid = choose_k(baseline, validation, references)
         predictions = [baseline(text, k) for text in test]
         scores = {"test": rouge(predictions, test_references), "predictions": predictions}
         found[name] = {"validation_grid": {str(k): scores for k, scores in grid.items()}, "chosen": {"k": k}, **scores}
-    return {**found.pop("lead"), "keywords": {"label": "keywords (k most frequent content words)", **found["keywords"]}}
+    return {**found.pop("lead"), **{key: {"label": label, **found[key]} for key, label, _ in BASELINES}}
 
 
 def headlines(args, family: str, settings: dict) -> dict:
@@ -276,15 +292,19 @@ def headlines(args, family: str, settings: dict) -> dict:
 def tables(args, records: dict) -> list[str]:
     """Each row's test scores (ROUGE-1, -2, -L; words per headline as ROUGE counts them; copied: the share that is a
     training headline; `headline_quality` with the non-words against the training text; lead-k at the row's own
-    length), the baselines' rows (lead-k and the keywords at validation's best k) and the references' own last; each
-    family's tuning; 30 test headlines side by side."""
+    length, and lead-k in headline style at about its length), the baselines' rows (lead-k, the keywords and lead-k in
+    headline style at validation's best k) and the references' own last; each family's tuning; 30 test headlines side
+    by side."""
     training = {" ".join(headline_words(row["summary"])) for row in args.splits["train"]}
     texts = (f"{row['document']} {row['summary']}" for row in args.splits["train"])
     vocabulary = {word for text in texts for word in headline_words(text)}  # the training text's words
     references, documents = [row["summary"] for row in args.splits["test"]], sources(args, "test")
     listed = dict(records)
-    if "keywords" in records.get("lead", {}):
-        listed["keywords"] = records["lead"]["keywords"]
+    for key, _, _ in BASELINES:
+        if key in records.get("lead", {}):
+            listed[key] = records["lead"][key]
+    styled = {k: [styled_lead(text, k) for text in documents] for k in range(1, 41)}
+    styled_words = {k: statistics.fmean(len(headline_words(text)) for text in leads) for k, leads in styled.items()}
     scores, tuned = [], {}
     for key, found in {**listed, "reference": {"label": "reference headlines", "predictions": references}}.items():
         row = {"model": found["label"], **found.get("test", {})}
@@ -295,6 +315,10 @@ def tables(args, records: dict) -> list[str]:
         row["its length's lead-k"] = k = round(row["words"])
         same = rouge([lead_words(text, k) for text in documents], references)
         row |= {f"lead-k {name}": same[name] for name in ("rouge1", "rouge2", "rougeL")}
+        # lead-k in headline style at about the row's length: the k whose styled leads' mean words are nearest
+        row["its length's styled lead-k"] = k = min(styled_words, key=lambda k: abs(styled_words[k] - row["words"]))
+        same = rouge(styled[k], references)
+        row |= {f"styled lead-k {name}": same[name] for name in ("rouge1", "rouge2", "rougeL")}
         row["training min"] = found["train_seconds"] / 60 if "train_seconds" in found else ""
         scores.append({**row, "ms per summary": found.get("decode_ms", ""), "chosen": found.get("chosen", "")})
         if "tuning" in found:  # a family's rows share its tuning
