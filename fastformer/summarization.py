@@ -642,7 +642,8 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
     `min_match` to `max_match` tokens), so that a copied span goes on where that run goes on in the article and
     does not jump to another place where its last word also stands ("kushner and flynn sat down at trump tower",
     not "... at trump campaign relationship"). Where the run ends a clause of the article (`CLAUSE_ENDS` follows
-    it there, not as the point or comma inside a number, "64.6", nor the point after a one-letter word, "u.s."), the
+    it there, not as the point or comma inside a number, "64.6", nor the point after a one-letter word, "u.s.", or
+    after a title, "gov."), the
     end of sequence (`eos_token_id`; None: no end bonus) gets the bonus too. A token can still leave the span where
     the model wants it enough. The bonus is in the units of the scores the processor is given: log probabilities in
     beam search. With `copied_punctuation`, punctuation (a token whose decoded text is all punctuation or symbols,
@@ -651,7 +652,11 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
     that the article never puts it after (": afghan refugees", "lozovoye ( donbass" where the article has no
     "lozovoye ("); what comes after the mark is left to the model and the bonus. Per step it marks, per row, the
     punctuation allowed (a rows x punctuation table on the host) and bans the rest with one masked fill of the
-    punctuation's columns.
+    punctuation's columns. With `stay_on_span`, a row whose last tokens are such a run may only go on as the article
+    goes on there, or end: every other token is banned, and so is the mark that ends the article's sentence there
+    (the span stops at its sentence's end), so that no summary joins two places of the article once it copies one;
+    a row whose allowed tokens are all banned already (by another processor, or the minimum length for the end) is
+    left as it was.
 
     `set_source(input_ids, attention_mask)` gives the sources of the batch that the next generate() reads (in the
     summarizer's vocabulary; rows of beams and of `num_return_sequences` follow their source, as generate() repeats
@@ -662,6 +667,12 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
     recipes."""
 
     CLAUSE_ENDS = frozenset(".,;:!?")
+    SENTENCE_ENDS = frozenset(".!?")
+    # words whose point is no clause's end: titles before a name ("gov. chris christie", "ret. lt. gen.")
+    TITLES = frozenset(
+        """adm capt cmdr col cpl det dr gen gov hon insp jr lt maj mr mrs ms mt prof pvt rep ret rev sen sgt sr st
+        supt""".split()
+    )
     CLAUSE = -1  # in a run's continuations: the run ends a clause of the article
 
     def __init__(
@@ -672,6 +683,7 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
         min_match: int = 2,
         max_match: int = 4,
         copied_punctuation: bool = False,
+        stay_on_span: bool = False,
     ):
         if not 1 <= min_match <= max_match:
             raise ValueError(f"need 1 <= min_match <= max_match, got min_match={min_match}, max_match={max_match}")
@@ -684,7 +696,12 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
         self.digits = {index for index, text in enumerate(texts) if text.isdigit()}
         self.letters = {index for index, text in enumerate(texts) if len(text) == 1 and text.isalpha()}
         self.points = {index for index, text in enumerate(texts) if text == "."}
+        self.sentence_ends = {index for index, text in enumerate(texts) if text in self.SENTENCE_ENDS}
         self.continuing = {index for index, token in enumerate(tokens) if continues_word(token, self.wordpiece)}
+        self.titles = {
+            index for index, text in enumerate(texts) if text in self.TITLES and index not in self.continuing
+        }
+        self.stay_on_span = stay_on_span
         self.eos_token_ids = set() if eos_token_id is None else set(torch.as_tensor(eos_token_id).flatten().tolist())
         # punctuation: a token whose text is all punctuation or symbols (Unicode categories P and S, read from the
         # decoded text, so that a byte-level token is read as the character it encodes); not a special token, nor
@@ -710,7 +727,7 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
         """Whether the source token at `position` (a `CLAUSE_ENDS` mark) ends a clause: not a point or comma inside
         a number ("64.6", "4,608"; in a byte-level or SentencePiece vocabulary only where the digits after it go on
         the same word) nor a point after a one-letter word ("u.s.": a letter that starts a word or follows a point;
-        not the last piece of "kislya ##k .")."""
+        not the last piece of "kislya ##k .") or after a title ("gov.", `TITLES`)."""
         token = row[position]
         if token not in self.clause_ends:
             return False
@@ -720,7 +737,7 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
             return False
         if token in self.points and before in self.letters:
             return before in self.continuing and not (position > 1 and row[position - 2] in self.points)
-        return True
+        return not (token in self.points and before in self.titles)
 
     def set_source(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> None:
         """Per source row, each run of `min_match` to `max_match` of its tokens (of 1 to `max_match` with
@@ -764,6 +781,7 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
         per_source = input_ids.shape[0] // len(self.continuations)
         rows, columns = [], []
         copied_rows, copied_columns = [], []  # the punctuation allowed: it follows the row's last token
+        span_rows, span_columns = [], []  # with stay_on_span: the tokens a row on a span may take
         last = input_ids[:, max(1, input_ids.shape[1] - self.max_match) :].tolist()  # after the decoder's start
         for row, ids in enumerate(last):
             following = self.continuations[row // per_source]
@@ -775,11 +793,17 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
             for size in range(min(self.max_match, len(ids)), self.min_match - 1, -1):
                 tokens = following.get(tuple(ids[-size:]))
                 if tokens:
-                    if self.CLAUSE in tokens:  # the article's clause ends here: so may the summary
+                    ends = self.CLAUSE in tokens
+                    if ends:  # the article's clause ends here: so may the summary
                         tokens = (tokens - {self.CLAUSE}) | self.eos_token_ids
                     kept = [token for token in tokens if token < scores.shape[-1]]
                     rows += [row] * len(kept)
                     columns += kept
+                    if self.stay_on_span:  # on: the span's next token (not its sentence's end), or the end
+                        stays = (set(kept) - (self.sentence_ends if ends else set())) | self.eos_token_ids
+                        stays = [token for token in stays if token < scores.shape[-1]]
+                        span_rows += [row] * len(stays)
+                        span_columns += stays
                     break
         if rows:
             index = (torch.tensor(rows, device=scores.device), torch.tensor(columns, device=scores.device))
@@ -792,7 +816,21 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
             banned = torch.ones(input_ids.shape[0], len(self.punctuation), dtype=torch.bool)
             banned[copied_rows, copied_columns] = False
             scores[:, placed] = scores[:, placed].masked_fill(banned[:, inside].to(scores.device), -float("inf"))
+        if span_rows:
+            scores = self.kept_on_span(scores, span_rows, span_columns)
         return scores
+
+    @staticmethod
+    def kept_on_span(scores: torch.Tensor, rows: list[int], columns: list[int]) -> torch.Tensor:
+        """`scores` with every token banned but the (row, column) pairs given, in each row given where one of its
+        pairs is not banned already; the other rows as they were. No host read."""
+        index = (torch.tensor(rows, device=scores.device), torch.tensor(columns, device=scores.device))
+        kept = scores[index]
+        open_pairs = torch.isfinite(kept).to(scores.dtype)
+        stays = torch.zeros(scores.shape[0], dtype=scores.dtype, device=scores.device)
+        stays = stays.index_add(0, index[0], open_pairs)
+        # the staying rows banned whole, then their pairs given back (the other rows' pairs are as they were)
+        return scores.masked_fill((stays > 0)[:, None], -float("inf")).index_put_(index, kept)
 
     def placed_punctuation(self, size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Which of the punctuation ids a model vocabulary of `size` has (it may be narrower than the tokenizer's),

@@ -159,6 +159,14 @@ class DataTrainingArguments(DataArguments):
             "that no summary starts with punctuation and no mark comes after a word the article never puts it after."
         },
     )
+    stay_on_span: bool = field(
+        default=False,
+        metadata={
+            "help": "With --source_span_bonus: once the last generated tokens are a run of the article, only the "
+            "tokens that continue it there (not past its sentence's end) or the end of sequence, so that a summary "
+            "does not join two places of the article."
+        },
+    )
     headline_style: bool = field(
         default=False,
         metadata={
@@ -188,8 +196,9 @@ class DataTrainingArguments(DataArguments):
     def __post_init__(self):
         if self.val_max_target_length is None:
             self.val_max_target_length = self.max_target_length
-        if self.copied_punctuation and self.source_span_bonus is None:
-            raise ValueError("--copied_punctuation reads the article's runs: give --source_span_bonus as well")
+        for flag in ("copied_punctuation", "stay_on_span"):
+            if getattr(self, flag) and self.source_span_bonus is None:
+                raise ValueError(f"--{flag} reads the article's runs: give --source_span_bonus as well")
 
 
 @dataclass
@@ -253,7 +262,7 @@ def texts(tokenizer, ids, headline: bool = False) -> list[str]:
 
 
 def logits_processors(tokenizer, data_args, raw, text_column, summary_column, eos_token_id) -> list | None:
-    """What --no_repeat_content_words, --end_on_content_words, --source_span_bonus and --whole_words add to
+    """What --no_repeat_content_words, --end_on_content_words, --whole_words and --source_span_bonus add to
     generate(); --whole_words' words: the training split's articles and summaries, and every split's articles (what
     the summaries are written from)."""
     processors = []
@@ -261,20 +270,21 @@ def logits_processors(tokenizer, data_args, raw, text_column, summary_column, eo
         processors.append(NoRepeatContentWordLogitsProcessor(tokenizer))
     if data_args.end_on_content_words:
         processors.append(ContentWordEndLogitsProcessor(tokenizer, eos_token_id))
-    if data_args.source_span_bonus is not None:
+    if data_args.whole_words:
+        texts = [text for split in raw.values() for text in split[text_column]]
+        texts += raw["train"][summary_column] if "train" in raw else []
+        words = {word for text in texts for word in headline_words(text)}
+        processors.append(WholeWordLogitsProcessor(tokenizer, words))
+    if data_args.source_span_bonus is not None:  # last: --stay_on_span reads what the others banned
         processors.append(
             SourceSpanLogitsProcessor(
                 tokenizer,
                 data_args.source_span_bonus,
                 eos_token_id,
                 copied_punctuation=data_args.copied_punctuation,
+                stay_on_span=data_args.stay_on_span,
             )
         )
-    if data_args.whole_words:
-        texts = [text for split in raw.values() for text in split[text_column]]
-        texts += raw["train"][summary_column] if "train" in raw else []
-        words = {word for text in texts for word in headline_words(text)}
-        processors.append(WholeWordLogitsProcessor(tokenizer, words))
     return processors or None
 
 

@@ -705,8 +705,8 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
     """--num_beams reaches generate in evaluation and prediction (Seq2SeqTrainer reads it from the saved
     generation_num_beams), as --val_max_target_length does generate's max_length, and --no_repeat_content_words,
     --whole_words and --source_span_bonus their logits processors (the last given each batch's articles, without
-    which it refuses to run), with --copied_punctuation, which needs it; --headline_style edits what is written and
-    scored."""
+    which it refuses to run), with --copied_punctuation and --stay_on_span, which need it; --headline_style edits
+    what is written and scored."""
     validation = headlines[1]
     summarize(
         tmp_path / "out",
@@ -730,6 +730,7 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
         "--source_span_bonus",
         1.0,
         "--copied_punctuation",
+        "--stay_on_span",
         "--headline_style",
     )
     args = torch.load(tmp_path / "out" / "training_args.bin", weights_only=False)
@@ -754,14 +755,19 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
     assert not any({"a", "an", "the"} & set(text.split()) for text in predictions)
 
 
-def test_summarization_copied_punctuation_reaches_the_span_processor_and_needs_its_bonus(tokenizer):
-    """--copied_punctuation builds the span processor with its ban; without --source_span_bonus it is refused when
-    the arguments are read."""
+def test_summarization_copied_punctuation_and_stay_on_span_reach_the_span_processor_and_need_its_bonus(tokenizer):
+    """--copied_punctuation and --stay_on_span build the span processor with its ban and its constraint; without
+    --source_span_bonus each is refused when the arguments are read."""
     arguments = run_summarization.DataTrainingArguments(source_span_bonus=1.0, copied_punctuation=True)
     (processor,) = run_summarization.logits_processors(tokenizer, arguments, {}, "document", "summary", 102)
     assert processor.copied_punctuation and len(processor.punctuation) > 30 and processor.bonus == 1.0
-    with pytest.raises(ValueError, match="--copied_punctuation reads the article's runs: give --source_span_bonus"):
-        run_summarization.DataTrainingArguments(copied_punctuation=True)
+    assert not processor.stay_on_span
+    arguments = run_summarization.DataTrainingArguments(source_span_bonus=1.0, stay_on_span=True)
+    (processor,) = run_summarization.logits_processors(tokenizer, arguments, {}, "document", "summary", 102)
+    assert processor.stay_on_span and not processor.copied_punctuation
+    for flag in ("copied_punctuation", "stay_on_span"):
+        with pytest.raises(ValueError, match=f"--{flag} reads the article's runs: give --source_span_bonus"):
+            run_summarization.DataTrainingArguments(**{flag: True})
 
 
 def test_summarization_texts_read_padding_and_write_headline_style_with_its_flag(tokenizer):

@@ -663,6 +663,35 @@ def test_source_span_clause_ends_and_copied_punctuation(tokenizer):
     assert torch.isinf(first[0, processor.punctuation[processor.punctuation < narrow]]).all()
 
 
+def test_source_span_stays_on_the_span_up_to_its_sentence_end(tokenizer):
+    """With `stay_on_span`, a row whose last tokens are a run of the article may only go on as the article goes on
+    there, or end: no other word, nor the point that ends the article's sentence (a clause's comma may follow); a
+    row on no run, and a row whose allowed tokens are all banned already, keep their scores. A point after a title
+    ("gov.") ends no clause: no end bonus there, and the span may go on past it."""
+    end = tokenizer.sep_token_id
+
+    def ids(text):
+        return tokenizer.convert_tokens_to_ids(tokenizer.tokenize(text))
+
+    source = torch.tensor([ids("the judge ruled that gov. chris christie can go , the court said . then trump spoke")])
+    processor = SourceSpanLogitsProcessor(tokenizer, 1.0, eos_token_id=end, stay_on_span=True)
+    prefixes = ["judge ruled", "that gov", "can go", "court said", "flood hit"]
+    rows = [[tokenizer.cls_token_id, *ids(text)] for text in prefixes]
+    assert {len(row) for row in rows} == {3}
+    rows, scores = torch.tensor(rows), torch.randn(len(prefixes), len(tokenizer))
+    processor.set_source(source)
+    changed = processor(rows, scores.clone())
+    allowed = [set(torch.isfinite(row).nonzero().flatten().tolist()) for row in changed]
+    assert allowed[:4] == [{*ids("that"), end}, {*ids("."), end}, {*ids(","), end}, {end}]
+    given = changed - scores
+    assert given[0, ids("that")] == 1 and given[1, ids(".")] == 1 and given[1, end] == 0  # "gov ." ends nothing
+    assert given[2, end] == given[3, end] == 1  # the article's clause and sentence end there
+    torch.testing.assert_close(changed[4], scores[4])  # "flood hit" is on no run of the article
+    scores[0, [*ids("that"), end]] = -float("inf")  # banned already: the row is left as it was
+    processor.set_source(source)
+    torch.testing.assert_close(processor(rows, scores.clone())[0], scores[0])
+
+
 def test_source_span_refuses_missing_stale_or_mismatched_sources(tokenizer):
     processor = SourceSpanLogitsProcessor(tokenizer, 1.0)
     rows = torch.tensor([[tokenizer.cls_token_id, 5, 6]] * 6)
