@@ -7,6 +7,7 @@ pretraining the decoder (scripts/make_pseudo_summaries.py)."""
 
 import functools
 import re
+import string
 import unicodedata
 from collections import Counter
 
@@ -350,6 +351,8 @@ def keyword_headline(text: str, k: int) -> str:
 ARTICLES = frozenset({"a", "an", "the"})
 PERFECT_AUXILIARIES = frozenset({"has", "have", "had"})
 PASSIVE_AUXILIARIES = frozenset({"is", "are", "was", "were"})
+MODALS = frozenset({"can", "could", "may", "might", "must", "shall", "should", "to", "will", "would"})
+RELATIVES = frozenset({"who", "which", "that"})  # "blogger who was jailed" keeps its "was"
 # irregular past participles that are also the simple past: "has found" says what "found" says
 SIMPLE_PAST_PARTICIPLES = frozenset(
     """bent bought brought built caught cut dealt fed felt fled found fought held heard hit hung hurt kept laid led left
@@ -376,31 +379,40 @@ def is_participle(word: str, passive: bool = True) -> bool:
 
 def headline_style(text: str) -> str:
     """`text` as English headlines write it: without articles ("a", "an", "the"); without the auxiliary of a passive
-    ("people were killed" -> "people killed", "has been placed" -> "placed") or of a perfect whose participle is also
-    the simple past ("has signed" -> "signed"; "has become" stays); "is to" -> "to" and "will" before a verb -> "to"
-    ("Trump will visit" -> "Trump to visit"). Word by word on whitespace, each word's case kept; the rules read
-    lowercased words only, so that tokenizer-decoded and written text give the same headline."""
+    ("people were killed" -> "people killed", "has been placed" -> "placed"; not after "who", "which" or "that") or
+    of a perfect whose participle is also the simple past ("has signed" -> "signed"; "has become" stays, and so does
+    a perfect after a modal or "to": "could have signed"); "is to" / "are to" -> "to" and "will" before a verb ->
+    "to" ("trump will visit" -> "trump to visit"). Word by word on whitespace: the rules read each word lowercased
+    without the punctuation around it ("killed," is a participle), so that tokenizer-decoded and written text give
+    the same headline; a word with punctuation attached is never left out, and the others keep their case (a
+    capital left out at the start moves to the next word). The rules read words, not grammar: "has limited options"
+    loses its "has", and a capitalised "Will" is taken for a name."""
     words = text.split()
-    lower = [word.lower() for word in words] + ["", ""]
+    bare = [word.strip(string.punctuation + "\u201c\u201d\u2018\u2019").lower() for word in words] + ["", ""]
     kept, i = [], 0
     while i < len(words):
-        word, after, then = lower[i : i + 3]
-        if word in ARTICLES:
+        word, after, then = bare[i : i + 3]
+        alone = words[i].lower() == word  # no punctuation attached: the word may be left out
+        before = bare[i - 1] if i else ""
+        perfect = alone and word in PERFECT_AUXILIARIES and before not in MODALS
+        if alone and word in ARTICLES:
             i += 1
-            continue
-        if word in PERFECT_AUXILIARIES and after == "been" and is_participle(then):
+        elif perfect and after == "been" and words[i + 1].lower() == after and is_participle(then):
             i += 2
-            continue
-        passive = word in PASSIVE_AUXILIARIES and (is_participle(after) or after == "to")
-        if passive or (word in PERFECT_AUXILIARIES and is_participle(after, passive=False)):
+        elif perfect and is_participle(after, passive=False):
             i += 1
-            continue
-        if word == "will" and after.isalpha() and (after not in FUNCTION_WORDS or after in ("be", "have")):
-            kept.append("To" if words[i][0].isupper() else "to")
+        elif alone and word in PASSIVE_AUXILIARIES and before not in RELATIVES and is_participle(after):
+            i += 1
+        elif alone and word in ("is", "are") and after == "to":
+            i += 1
         else:
-            kept.append(words[i])
-        i += 1
-    return " ".join(kept)
+            verb = after.isalpha() and (after not in FUNCTION_WORDS or after in ("be", "have"))
+            kept.append("to" if words[i] == "will" and verb else words[i])
+            i += 1
+    styled = " ".join(kept)
+    if styled and words and words[0][0].isupper() and not text.startswith(kept[0]):
+        styled = styled[0].upper() + styled[1:]  # the capital of a word left out at the start
+    return styled
 
 
 def choose_k(baseline, documents: list[str], references: list[str], ks=range(1, 41)) -> tuple[int, dict]:
@@ -637,26 +649,27 @@ class WholeWordLogitsProcessor(LogitsProcessor):
 
 
 class SourceSpanLogitsProcessor(LogitsProcessor):
-    """A generate() logits processor for an encoder-decoder that copies: adds `bonus` to the score of every token
-    that continues, in the row's source, the longest run of the last generated tokens found there (of
-    `min_match` to `max_match` tokens), so that a copied span goes on where that run goes on in the article and
-    does not jump to another place where its last word also stands ("kushner and flynn sat down at trump tower",
-    not "... at trump campaign relationship"). Where the run ends a clause of the article (`CLAUSE_ENDS` follows
-    it there, not as the point or comma inside a number, "64.6", nor the point after a one-letter word, "u.s.", or
-    after a title, "gov."), the
-    end of sequence (`eos_token_id`; None: no end bonus) gets the bonus too. A token can still leave the span where
-    the model wants it enough. The bonus is in the units of the scores the processor is given: log probabilities in
-    beam search. With `copied_punctuation`, punctuation (a token whose decoded text is all punctuation or symbols,
-    not the end of sequence) is banned except after a token that it follows somewhere in the row's source: no
-    summary starts with punctuation (nor with an opening quote or a currency sign), and no mark comes after a word
-    that the article never puts it after (": afghan refugees", "lozovoye ( donbass" where the article has no
-    "lozovoye ("); what comes after the mark is left to the model and the bonus. Per step it marks, per row, the
-    punctuation allowed (a rows x punctuation table on the host) and bans the rest with one masked fill of the
-    punctuation's columns. With `stay_on_span`, a row whose last tokens are such a run may only go on as the article
-    goes on there, or end: every other token is banned, and so is the mark that ends the article's sentence there
-    (the span stops at its sentence's end), so that no summary joins two places of the article once it copies one;
-    a row whose allowed tokens are all banned already (by another processor, or the minimum length for the end) is
-    left as it was.
+    """A generate() logits processor for an encoder-decoder that copies: adds `bonus` to the score of every token that
+    continues, in the row's source, the longest run of the last generated tokens found there (of `min_match` to
+    `max_match` tokens), so that a copied span goes on where that run goes on in the article and does not jump to
+    another place where its last word also stands ("kushner and flynn sat down at trump tower", not "... at trump
+    campaign relationship"). Where the run ends a clause of the article (`CLAUSE_ENDS` follows it there: not the point
+    or comma inside a number, "64.6", nor the point after a one-letter word, "u.s.", or after a title, "gov."), the end
+    of sequence (`eos_token_id`; None: no end bonus) gets the bonus too. A token can still leave the span where the
+    model wants it enough. The bonus is in the units of the scores the processor is given: log probabilities in beam
+    search. With `copied_punctuation`, punctuation (a token whose decoded text is all punctuation or symbols, not the
+    end of sequence) is banned except after a token that it follows somewhere in the row's source: no summary starts
+    with punctuation (nor with an opening quote or a currency sign), and no mark comes after a word that the article
+    never puts it after (": afghan refugees", "lozovoye ( donbass" where the article has no "lozovoye ("); what comes
+    after the mark is left to the model and the bonus. Per step it marks, per row, the punctuation allowed (a rows x
+    punctuation table on the host) and bans the rest with one masked fill of the punctuation's columns. With
+    `stay_on_span`, a row whose last tokens are such a run may only go on as the article goes on there, or end: every
+    other token is banned, and so is the mark that ends the article's sentence there (the span stops at its sentence's
+    end), so that no summary joins two places of the article once it copies one; a row whose allowed tokens are all
+    banned already (by another processor, or the minimum length for the end) is left as it was, and so is a row whose
+    continuations lie past a narrower model vocabulary. It reads what the processors before it banned: give it last
+    among those that ban tokens. Where a run goes on in more than one place of the article, the mark that ends the
+    sentence at one of them is banned at all of them.
 
     `set_source(input_ids, attention_mask)` gives the sources of the batch that the next generate() reads (in the
     summarizer's vocabulary; rows of beams and of `num_return_sequences` follow their source, as generate() repeats
@@ -668,7 +681,8 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
 
     CLAUSE_ENDS = frozenset(".,;:!?")
     SENTENCE_ENDS = frozenset(".!?")
-    # words whose point is no clause's end: titles before a name ("gov. chris christie", "ret. lt. gen.")
+    # words whose point is no clause's end: titles and name parts that a name goes on after ("gov. chris christie",
+    # "ret. lt. gen.", "st. petersburg", "martin luther king jr. said")
     TITLES = frozenset(
         """adm capt cmdr col cpl det dr gen gov hon insp jr lt maj mr mrs ms mt prof pvt rep ret rev sen sgt sr st
         supt""".split()
@@ -799,8 +813,9 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
                     kept = [token for token in tokens if token < scores.shape[-1]]
                     rows += [row] * len(kept)
                     columns += kept
-                    if self.stay_on_span:  # on: the span's next token (not its sentence's end), or the end
-                        stays = (set(kept) - (self.sentence_ends if ends else set())) | self.eos_token_ids
+                    going_on = set(kept) - self.eos_token_ids  # the continuations the model can write
+                    if self.stay_on_span and (going_on or ends):  # on: the span's next token, or the end
+                        stays = (going_on - (self.sentence_ends if ends else set())) | self.eos_token_ids
                         stays = [token for token in stays if token < scores.shape[-1]]
                         span_rows += [row] * len(stays)
                         span_columns += stays

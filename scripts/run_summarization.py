@@ -253,12 +253,12 @@ def tokenize(batch, *, tokenizer, data_args, text_column, summary_column, eos_to
     return encoded
 
 
-def texts(tokenizer, ids, headline: bool = False) -> list[str]:
+def decoded_texts(tokenizer, ids, styled: bool = False) -> list[str]:
     """Token ids as text, -100 read as padding; "russia ' s" and "won ' t" joined as written ("russia's"); with
-    `headline`, in headline style (--headline_style: what is written and scored of the generated summaries)."""
+    `styled`, in headline style (--headline_style: what is written and scored of the generated summaries)."""
     ids = np.where(ids != -100, ids, tokenizer.pad_token_id)
     decoded = tokenizer.batch_decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=True)
-    return [headline_style(text.strip()) if headline else text.strip() for text in decoded]
+    return [headline_style(text) if styled else text.strip() for text in decoded]
 
 
 def logits_processors(tokenizer, data_args, raw, text_column, summary_column, eos_token_id) -> list | None:
@@ -407,8 +407,8 @@ def main():
     prepared = tokenize_splits(raw, data_args, training_args, preprocess)
 
     def compute_metrics(prediction):
-        decoded = texts(tokenizer, prediction.predictions, data_args.headline_style)
-        references = texts(tokenizer, prediction.label_ids)
+        decoded = decoded_texts(tokenizer, prediction.predictions, data_args.headline_style)
+        references = decoded_texts(tokenizer, prediction.label_ids)
         predictions = np.where(prediction.predictions != -100, prediction.predictions, tokenizer.pad_token_id)
         lengths = [np.count_nonzero(row != tokenizer.pad_token_id) for row in predictions]
         special = np.array(sorted(set(tokenizer.all_special_ids)))
@@ -446,7 +446,7 @@ def main():
         trainer.save_metrics("test", output.metrics)
         if trainer.is_world_process_zero() and training_args.predict_with_generate:
             with open(os.path.join(training_args.output_dir, "generated_predictions.txt"), "w") as file:
-                file.write("\n".join(texts(tokenizer, output.predictions, data_args.headline_style)) + "\n")
+                file.write("\n".join(decoded_texts(tokenizer, output.predictions, data_args.headline_style)) + "\n")
 
     publish(
         trainer,

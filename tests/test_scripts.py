@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
 from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerForMaskedLM
-from fastformer.summarization import headline_quality, headline_words, rouge
+from fastformer.summarization import SourceSpanLogitsProcessor, headline_quality, headline_words, rouge
 from fastformer.training import (
     ModelArguments,
     load_model,
@@ -768,6 +768,12 @@ def test_summarization_copied_punctuation_and_stay_on_span_reach_the_span_proces
     for flag in ("copied_punctuation", "stay_on_span"):
         with pytest.raises(ValueError, match=f"--{flag} reads the article's runs: give --source_span_bonus"):
             run_summarization.DataTrainingArguments(**{flag: True})
+    # the span processor comes last, after every other processor that bans tokens: it reads what they banned
+    flags = dict(no_repeat_content_words=True, end_on_content_words=True, whole_words=True, source_span_bonus=1.0)
+    arguments = run_summarization.DataTrainingArguments(**flags, stay_on_span=True)
+    raw = {"train": {"document": ["Floods hit the coast."], "summary": ["Floods hit coast"]}}
+    processors = run_summarization.logits_processors(tokenizer, arguments, raw, "document", "summary", 102)
+    assert len(processors) == 4 and isinstance(processors[-1], SourceSpanLogitsProcessor)
 
 
 def test_summarization_texts_read_padding_and_write_headline_style_with_its_flag(tokenizer):
@@ -776,8 +782,8 @@ def test_summarization_texts_read_padding_and_write_headline_style_with_its_flag
     ids = tokenizer(["The man was killed in Russia's capital", "A flood"], padding="max_length", max_length=12)
     ids = np.array(ids["input_ids"])
     ids[ids == tokenizer.pad_token_id] = -100
-    assert run_summarization.texts(tokenizer, ids) == ["the man was killed in russia's capital", "a flood"]
-    assert run_summarization.texts(tokenizer, ids, headline=True) == ["man killed in russia's capital", "flood"]
+    assert run_summarization.decoded_texts(tokenizer, ids) == ["the man was killed in russia's capital", "a flood"]
+    assert run_summarization.decoded_texts(tokenizer, ids, styled=True) == ["man killed in russia's capital", "flood"]
     assert not run_summarization.DataTrainingArguments().headline_style
 
 
