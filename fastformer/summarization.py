@@ -381,7 +381,7 @@ def headline_style(text: str) -> str:
     """`text` as English headlines write it: without articles ("a", "an", "the"); without the auxiliary of a passive
     ("people were killed" -> "people killed", "has been placed" -> "placed"; not after "who", "which" or "that") or
     of a perfect whose participle is also the simple past ("has signed" -> "signed"; "has become" stays, and so does
-    a perfect after a modal or "to": "could have signed"); "is to" / "are to" -> "to" and "will" before a verb ->
+    "have" after a modal or "to": "could have signed"); "is to" / "are to" -> "to" and "will" before a verb ->
     "to" ("trump will visit" -> "trump to visit"). Word by word on whitespace: the rules read each word lowercased
     without the punctuation around it ("killed," is a participle), so that tokenizer-decoded and written text give
     the same headline; a word with punctuation attached is never left out, and the others keep their case (a
@@ -394,7 +394,7 @@ def headline_style(text: str) -> str:
         word, after, then = bare[i : i + 3]
         alone = words[i].lower() == word  # no punctuation attached: the word may be left out
         before = bare[i - 1] if i else ""
-        perfect = alone and word in PERFECT_AUXILIARIES and before not in MODALS
+        perfect = alone and word in PERFECT_AUXILIARIES and not (word == "have" and before in MODALS)
         if alone and word in ARTICLES:
             i += 1
         elif perfect and after == "been" and words[i + 1].lower() == after and is_participle(then):

@@ -422,7 +422,8 @@ def test_baselines_lead_k_and_keywords_in_article_order():
         ("The man was killed, police said", "Man killed, police said"),  # punctuation attached; the capital moves
         ("conservative party has been fined?", "conservative party fined?"),
         ("blogger who was jailed twice", "blogger who was jailed twice"),  # a relative clause keeps its auxiliary
-        ("he could have signed", "he could have signed"),  # a perfect after a modal or "to" stays
+        ("he could have signed", "he could have signed"),  # a perfect's "have" after a modal or "to" stays
+        ("theresa may has kicked off the process", "theresa may kicked off process"),  # no modal before "has"
         ("is said to have paid", "said to have paid"),
         ("if they were to win", "if they were to win"),  # only "is to" and "are to" are "to"
         ("the, a", "the,"),  # a word with punctuation attached is never left out
