@@ -171,8 +171,8 @@ class DataTrainingArguments(DataArguments):
         default=False,
         metadata={
             "help": "Write and score the generated summaries in headline style: without articles, without the "
-            'auxiliary of a passive or of a perfect in the simple past\'s form, "will" and "is to" as "to" '
-            "(fastformer.summarization.headline_style; on the decoded text, after generate())."
+            'auxiliary of a passive or of a perfect in the simple past\'s form, "will", "is to" and "are to" as '
+            '"to" (fastformer.summarization.headline_style; on the decoded text, after generate()).'
         },
     )
     clean_sources: bool = field(
