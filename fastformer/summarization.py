@@ -353,13 +353,15 @@ PERFECT_AUXILIARIES = frozenset({"has", "have", "had"})
 PASSIVE_AUXILIARIES = frozenset({"is", "are", "was", "were"})
 MODALS = frozenset({"can", "could", "may", "might", "must", "shall", "should", "to", "will", "would"})
 RELATIVES = frozenset({"who", "which", "that"})  # "blogger who was jailed" keeps its "was"
-# a "will" after these stays: a headline's "to" stands for "will" after a noun subject ("they to vote" is none)
-PRONOUNS_AND_QUESTION_WORDS = frozenset("i you he she it we they what when where how why".split())
-# adverbs that come between "will" and its verb ("will soon hold"): no "to" before them
-ADVERBS = frozenset(
-    """again already eventually finally formally immediately likely never now officially only possibly probably
-    shortly soon still""".split()
+# a headline's "to" stands for "will" after a noun subject: "will" stays after a pronoun, a relative, a question
+# word or no word ("they will vote", "there will be", "when will trump visit", "will trump visit?")
+KEEPS_WILL = RELATIVES | frozenset(
+    """i you he she it we they there this these those everyone everybody nobody someone something what when where how
+    why""".split()
+    + [""]
 )
+# adverbs of likelihood between "will" and its verb: "will likely fall", not "to likely fall" ("to soon hold" stays)
+WILL_ADVERBS = frozenset({"likely", "never", "possibly", "probably", "still"})
 # irregular past participles that are also the simple past: "has found" says what "found" says
 SIMPLE_PAST_PARTICIPLES = frozenset(
     """bent bought brought built caught cut dealt fed felt fled found fought held heard hit hung hurt kept laid led left
@@ -386,13 +388,13 @@ def is_participle(word: str, passive: bool = True) -> bool:
 
 def headline_style(text: str) -> str:
     """`text` as English headlines write it: without articles ("a", "an", "the"); without the auxiliary of a passive
-    ("people were killed" -> "people killed", "has been placed" -> "placed"; not after "who", "which" or "that") or
-    of a perfect whose participle is also the simple past ("has signed" -> "signed"; "has become" stays, and so does
-    "have" after a modal or "to": "could have signed"); "is to" / "are to" -> "to" and "will" before a verb ->
-    "to" ("trump will visit" -> "trump to visit"; not after a pronoun, a relative or "when", nor before an adverb:
-    "they will vote", "will soon hold"). Word by word on whitespace: the rules read each word lowercased
-    without the punctuation around it ("killed," is a participle), so that tokenizer-decoded and written text give
-    the same headline; a word with punctuation attached is never left out, and the others keep their case (a
+    ("people were killed" -> "people killed", "has been placed" -> "placed"; not after "who", "which" or "that") or of a
+    perfect whose participle is also the simple past ("has signed" -> "signed"; "has become" stays, and so does "have"
+    after a modal or "to": "could have signed"); "is to" / "are to" -> "to" and "will" before a verb -> "to" ("trump
+    will visit" -> "trump to visit"; not after a pronoun, a relative or a question word, nor at the start or before an
+    adverb of likelihood: "they will vote", "will likely fall"). Word by word on whitespace: the rules read each word
+    lowercased without the punctuation around it ("killed," is a participle), so that tokenizer-decoded and written text
+    give the same headline; a word with punctuation attached is never left out, and the others keep their case (a
     capital left out at the start moves to the next word). The rules read words, not grammar: "has limited options"
     loses its "has", and a capitalised "Will" is taken for a name."""
     words = text.split()
@@ -415,9 +417,9 @@ def headline_style(text: str) -> str:
             i += 1
         else:
             verb = after.isalpha() and (after not in FUNCTION_WORDS or after in ("be", "have"))
-            verb = verb and after not in ADVERBS
-            subject = before not in PRONOUNS_AND_QUESTION_WORDS | RELATIVES
-            kept.append("to" if words[i] == "will" and verb and subject else words[i])
+            noun_subject = before not in KEEPS_WILL
+            to = words[i] == "will" and verb and after not in WILL_ADVERBS and noun_subject
+            kept.append("to" if to else words[i])
             i += 1
     styled = " ".join(kept)
     if styled and words and words[0][0].isupper() and not text.startswith(kept[0]):
