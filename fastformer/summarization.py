@@ -353,12 +353,11 @@ PERFECT_AUXILIARIES = frozenset({"has", "have", "had"})
 PASSIVE_AUXILIARIES = frozenset({"is", "are", "was", "were"})
 MODALS = frozenset({"can", "could", "may", "might", "must", "shall", "should", "to", "will", "would"})
 RELATIVES = frozenset({"who", "which", "that"})  # "blogger who was jailed" keeps its "was"
-# a headline's "to" stands for "will" after a noun subject: "will" stays after a pronoun, a relative, a question
-# word or no word ("they will vote", "there will be", "when will trump visit", "will trump visit?")
+# a headline's "to" stands for "will" after a noun subject: "will" stays after a pronoun, a relative or a question
+# word ("they will vote", "there will be", "when will trump visit"), and at the start ("will trump visit?")
 KEEPS_WILL = RELATIVES | frozenset(
     """i you he she it we they there this these those everyone everybody nobody someone something what when where how
     why""".split()
-    + [""]
 )
 # adverbs of likelihood between "will" and its verb: "will likely fall", not "to likely fall" ("to soon hold" stays)
 WILL_ADVERBS = frozenset({"likely", "never", "possibly", "probably", "still"})
@@ -417,7 +416,7 @@ def headline_style(text: str) -> str:
             i += 1
         else:
             verb = after.isalpha() and (after not in FUNCTION_WORDS or after in ("be", "have"))
-            noun_subject = before not in KEEPS_WILL
+            noun_subject = i > 0 and before not in KEEPS_WILL
             to = words[i] == "will" and verb and after not in WILL_ADVERBS and noun_subject
             kept.append("to" if to else words[i])
             i += 1

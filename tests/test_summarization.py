@@ -437,6 +437,7 @@ def test_baselines_lead_k_and_keywords_in_article_order():
         ("the man who will lead", "man who will lead"),
         ("when will trump visit", "when will trump visit"),
         ("will trump visit?", "will trump visit?"),  # a question
+        ("chris christie ( r ) will lead", "chris christie ( r ) to lead"),  # after a mark, not at the start
         ("the rate will likely fall", "rate will likely fall"),  # before an adverb of likelihood
         ("the union will soon hold talks", "union to soon hold talks"),
         ("acaba will fly to the station", "acaba to fly to station"),
