@@ -222,14 +222,22 @@ def pseudo_summary_pairs(texts, held_out, mode: str = "lead", lead_words: int | 
     return pairs
 
 
+@functools.cache
+def rouge_scorer():
+    """rouge_score's scorer of `ROUGE_TYPES`, with its Porter stemmer, as the `evaluate` rouge metric builds it."""
+    try:
+        from rouge_score import rouge_scorer  # noqa: PLC0415  (the [train] extra)
+    except ImportError as error:
+        raise ImportError("ROUGE needs rouge_score: pip install 'fastformer[train]'") from error
+    return rouge_scorer.RougeScorer(ROUGE_TYPES, use_stemmer=True)
+
+
 def rouge(predictions: list[str], references: list[str]) -> dict[str, float]:
     """ROUGE F-measures x 100, aggregated as the `evaluate` rouge metric does, without the Hub; the bootstrap
     resampling is seeded, so the same texts always give the same numbers."""
-    try:
-        from rouge_score import rouge_scorer, scoring  # noqa: PLC0415  (the [train] extra)
-    except ImportError as error:
-        raise ImportError("ROUGE needs rouge_score: pip install 'fastformer[train]'") from error
-    scorer = rouge_scorer.RougeScorer(ROUGE_TYPES, use_stemmer=True)
+    scorer = rouge_scorer()
+    from rouge_score import scoring  # noqa: PLC0415  (the [train] extra: rouge_scorer says so where it is missing)
+
     aggregator = scoring.BootstrapAggregator()
     for prediction, reference in zip(predictions, references):
         aggregator.add_scores(scorer.score(reference, prediction))
@@ -746,7 +754,7 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
         )
         self.punctuation_column = {token: column for column, token in enumerate(self.punctuation.tolist())}
         self.placed = {}  # (vocabulary size, device) -> `placed_punctuation`
-        self.continuations, self.fresh, self.last_length = None, False, None
+        self.continuations, self.sources, self.fresh, self.last_length = None, None, False, None
 
     def ends_clause(self, row: list[int], position: int) -> bool:
         """Whether the source token at `position` (a `CLAUSE_ENDS` mark) ends a clause: not a point or comma inside
@@ -775,6 +783,11 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
         masks = attention_mask.tolist() if attention_mask is not None else [[1] * len(row) for row in rows]
         shortest = 1 if self.copied_punctuation else self.min_match  # single tokens: what punctuation may follow
         self.continuations = []
+        # the rows as a summary may copy them: no run reaches across a special token or padding
+        self.sources = [
+            [token if real and token not in self.special else None for token, real in zip(row, mask)]
+            for row, mask in zip(rows, masks)
+        ]
         for row, mask in zip(rows, masks):
             following, run = {}, []
             for position, (token, real) in enumerate(zip(row, mask)):
@@ -787,6 +800,17 @@ class SourceSpanLogitsProcessor(LogitsProcessor):
                 run.append(token)
             self.continuations.append(following)
         self.fresh, self.last_length = True, None
+
+    def copied_to_clause_end(self, source: int, ids: list[int]) -> bool:
+        """Whether a summary's token `ids` (special tokens skipped) are one run of the `source`-th article given to
+        `set_source`, copied whole up to where a clause of the article ends (`ends_clause`): no join of two places of
+        the article, no phrase cut short."""
+        ids = [token for token in ids if token not in self.special]
+        row = self.sources[source]
+        return bool(ids) and any(
+            row[start] == ids[0] and row[start : start + len(ids)] == ids and self.ends_clause(row, start + len(ids))
+            for start in range(len(row) - len(ids))
+        )
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.continuations is None:

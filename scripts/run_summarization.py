@@ -11,6 +11,7 @@ trust_remote_code, tokenizer, generation config, model card). Any transformers s
     python scripts/run_summarization.py --output_dir runs/headlines --do_train --do_eval --predict_with_generate
 """
 
+import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import datasets
 import numpy as np
+import torch
 from transformers import (
     AutoModelForSeq2SeqLM,
     DataCollatorForSeq2Seq,
@@ -29,6 +31,12 @@ from transformers import (
     set_seed,
 )
 
+from fastformer.reranking import (
+    BeamReranker,
+    candidate_features,
+    candidate_targets,
+    cross_validated_choices,
+)
 from fastformer.summarization import (
     CachedEncoderStates,
     ContentWordEndLogitsProcessor,
@@ -175,6 +183,17 @@ class DataTrainingArguments(DataArguments):
             '"to" (fastformer.summarization.headline_style; on the decoded text, after generate()).'
         },
     )
+    rerank_beams: bool = field(
+        default=False,
+        metadata={
+            "help": "Write the beam that a linear reranker chooses, not the top beam: from the top beam and the beams "
+            "that copy one span of the article up to a clause's end, by their rank, score, length and the article's "
+            "keywords held (fastformer.reranking.BeamReranker). Fit after --do_eval on the validation split's beams (its "
+            "5-fold estimate logged as eval_reranked_*), saved as beam_reranker.json in --output_dir and applied to "
+            "the test split; without --do_eval, read from --model_name_or_path. Needs --source_span_bonus (its "
+            "clause ends) and more than one beam; each split's beams are written to {eval,test}_beams.jsonl."
+        },
+    )
     clean_sources: bool = field(
         default=False,
         metadata={
@@ -196,7 +215,7 @@ class DataTrainingArguments(DataArguments):
     def __post_init__(self):
         if self.val_max_target_length is None:
             self.val_max_target_length = self.max_target_length
-        for flag in ("copied_punctuation", "stay_on_span"):
+        for flag in ("copied_punctuation", "stay_on_span", "rerank_beams"):
             if getattr(self, flag) and self.source_span_bonus is None:
                 raise ValueError(f"--{flag} reads the article's runs: give --source_span_bonus as well")
 
@@ -288,17 +307,66 @@ def logits_processors(tokenizer, data_args, raw, text_column, summary_column, eo
     return processors or None
 
 
+class BeamChoice:
+    """--rerank_beams: generate() returns every beam of each article with its score, and the trainer sees the beam
+    that `reranker` chooses (the top beam while there is none yet); each article's candidates are kept in `articles`
+    (texts as written, features, which end a clause of the article, the reference, the choice) until `take()`."""
+
+    def __init__(self, tokenizer, styled: bool, span: SourceSpanLogitsProcessor, reranker: BeamReranker | None = None):
+        self.tokenizer, self.styled, self.span, self.reranker = tokenizer, styled, span, reranker
+        self.articles = []
+
+    def generate(self, generate, beams: int, *positional, **named) -> torch.Tensor:
+        output = generate(
+            *positional, **named, num_return_sequences=beams, return_dict_in_generate=True, output_scores=True
+        )
+        sequences = output.sequences.view(-1, beams, output.sequences.shape[-1])
+        scores = output.sequences_scores.view(-1, beams).tolist()
+        sources = self.tokenizer.batch_decode(named["input_ids"], skip_special_tokens=True)
+        labels = named.get("labels")
+        references = decoded_texts(self.tokenizer, labels.cpu().numpy()) if labels is not None else None
+        choices = []
+        for article, candidates in enumerate(sequences.tolist()):
+            texts = decoded_texts(self.tokenizer, np.array(candidates), self.styled)
+            features = candidate_features(texts, scores[article], sources[article])
+            allowed = [self.span.copied_to_clause_end(article, ids) for ids in candidates]
+            choice = 0 if self.reranker is None else self.reranker.choose(features, allowed)
+            reference = None if references is None else references[article]
+            self.articles.append(
+                {
+                    "texts": texts,
+                    "scores": scores[article],
+                    "features": features,
+                    "allowed": allowed,
+                    "reference": reference,
+                    "choice": choice,
+                }
+            )
+            choices.append(choice)
+        return sequences[torch.arange(len(choices)), torch.tensor(choices)]
+
+    def take(self) -> list[dict]:
+        articles, self.articles = self.articles, []
+        return articles
+
+
 class SummarizationTrainer(ModelCardTrainerMixin, SplitOrderTrainerMixin, Seq2SeqTrainer):
-    def __init__(self, *args, logits_processor=None, **kwargs):
+    def __init__(self, *args, logits_processor=None, beam_choice: BeamChoice | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.logits_processor = logits_processor
+        self.beam_choice = beam_choice
 
     def evaluate(self, *args, **gen_kwargs):
         """As Seq2SeqTrainer's, with the trainer's `logits_processor` (a list: --no_repeat_content_words,
-        --end_on_content_words, --source_span_bonus, --whole_words) in generate()."""
+        --end_on_content_words, --source_span_bonus, --whole_words) in generate(); with --rerank_beams, `beam_choice`
+        keeps this evaluation's beams only."""
+        if self.beam_choice is not None:
+            self.beam_choice.take()
         return super().evaluate(*args, **self.with_logits_processor(gen_kwargs))
 
     def predict(self, *args, **gen_kwargs):
+        if self.beam_choice is not None:
+            self.beam_choice.take()
         return super().predict(*args, **self.with_logits_processor(gen_kwargs))
 
     def with_logits_processor(self, gen_kwargs: dict) -> dict:
@@ -307,28 +375,63 @@ class SummarizationTrainer(ModelCardTrainerMixin, SplitOrderTrainerMixin, Seq2Se
         return {"logits_processor": LogitsProcessorList(self.logits_processor), **gen_kwargs}
 
     def prediction_step(self, model, inputs, prediction_loss_only, *args, **kwargs):
-        """As Seq2SeqTrainer's, but --source_span_bonus's processor is given the batch's articles first, and a
-        batch's `encoder_outputs` (--cache_encoder_states) reach generate() as a copy: generate() expands them for
-        beam search in place (transformers 5.24), and the loss forward that follows reads the same batch."""
+        """As Seq2SeqTrainer's, but --source_span_bonus's processor is given the batch's articles first, a batch's
+        `encoder_outputs` (--cache_encoder_states) reach generate() as a copy (generate() expands them for beam search
+        in place, transformers 5.24, and the loss forward that follows reads the same batch), and with --rerank_beams
+        generate() returns the beam that `beam_choice` chooses."""
         generates = self.args.predict_with_generate and not prediction_loss_only
         for processor in self.logits_processor or ():
             if generates and isinstance(processor, SourceSpanLogitsProcessor):
                 if "input_ids" not in inputs:
                     raise ValueError("--source_span_bonus reads each batch's articles: the batch has no input_ids")
                 processor.set_source(inputs["input_ids"], inputs.get("attention_mask"))
-        states = inputs.get("encoder_outputs")
-        if states is None:
+        copies_states = inputs.get("encoder_outputs") is not None
+        chooses = generates and self.beam_choice is not None
+        if not copies_states and not chooses:
             return super().prediction_step(model, inputs, prediction_loss_only, *args, **kwargs)
         generate = self.model.generate
 
-        def generate_from_a_copy(*positional, encoder_outputs, **named):
-            return generate(*positional, encoder_outputs=type(encoder_outputs)(**encoder_outputs), **named)
+        def wrapped_generate(*positional, **named):
+            if copies_states:
+                named["encoder_outputs"] = type(named["encoder_outputs"])(**named["encoder_outputs"])
+            if chooses:
+                beams = named.get("num_beams") or self.model.generation_config.num_beams
+                return self.beam_choice.generate(generate, beams, *positional, **named)
+            return generate(*positional, **named)
 
-        self.model.generate = generate_from_a_copy
+        self.model.generate = wrapped_generate
         try:
             return super().prediction_step(model, inputs, prediction_loss_only, *args, **kwargs)
         finally:
             del self.model.generate
+
+
+def fit_reranker(beam_choice: BeamChoice, output_dir: str) -> dict:
+    """--rerank_beams after evaluation: the reranker fit on the validation split's beams (saved as beam_reranker.json
+    in `output_dir`) and given to `beam_choice`; returns its 5-fold estimate on the split (eval_reranked_*) and how
+    many articles it changes there."""
+    articles = beam_choice.take()
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    features = [article["features"] for article in articles]
+    targets = [candidate_targets(article["texts"], article["reference"]) for article in articles]
+    allowed = [article["allowed"] for article in articles]
+    choices = cross_validated_choices(features, targets, allowed)
+    write_beams(articles, Path(output_dir) / "eval_beams.jsonl", choices)
+    reranker = BeamReranker.fit(features, targets)
+    reranker.save(Path(output_dir) / "beam_reranker.json")
+    beam_choice.reranker = reranker
+    chosen = [article["texts"][choice] for article, choice in zip(articles, choices)]
+    scores = rouge(chosen, [article["reference"] for article in articles])
+    changed = sum(choice != 0 for choice in choices)
+    return {**{f"eval_reranked_{name}": value for name, value in scores.items()}, "eval_reranked_changed": changed}
+
+
+def write_beams(articles: list[dict], path: Path, choices: list[int]) -> None:
+    """Each article's beams as a JSON line: texts as written, scores, which end a clause of the article, the choice."""
+    with open(path, "w") as file:
+        for article, choice in zip(articles, choices):
+            line = {name: article[name] for name in ("texts", "scores", "allowed")}
+            file.write(json.dumps({**line, "choice": int(choice)}) + "\n")
 
 
 def main():
@@ -416,6 +519,24 @@ def main():
         quality = headline_quality(decoded, token_counts=generated, min_tokens=data_args.min_target_length)
         return {**rouge(decoded, references), **quality, "gen_len": float(np.mean(lengths))}
 
+    processors = logits_processors(
+        tokenizer, data_args, raw, text_column, summary_column, model.generation_config.eos_token_id
+    )
+    beam_choice = None
+    if data_args.rerank_beams:
+        if (training_args.generation_num_beams or model.generation_config.num_beams) < 2:
+            fail("--rerank_beams chooses among beams: give --num_beams 2 or more")
+        if training_args.world_size > 1:
+            fail("--rerank_beams keeps each article's beams in one process: run it in a single process")
+        reranker = None
+        if not training_args.do_eval:
+            saved = Path(model_args.model_name_or_path or "") / "beam_reranker.json"
+            if not saved.is_file():
+                fail(f"--rerank_beams without --do_eval reads {saved}: there is none (fit one with --do_eval)")
+            reranker = BeamReranker.load(saved)
+        span = next(processor for processor in processors if isinstance(processor, SourceSpanLogitsProcessor))
+        beam_choice = BeamChoice(tokenizer, data_args.headline_style, span, reranker)
+
     pad = label_pad_token_id(tokenizer, data_args)
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=pad)
     if model_args.cache_encoder_states:
@@ -433,15 +554,27 @@ def main():
         data_collator=collator,
         compute_metrics=compute_metrics if training_args.predict_with_generate else None,
         callbacks=callbacks,
-        logits_processor=logits_processors(
-            tokenizer, data_args, raw, text_column, summary_column, model.generation_config.eos_token_id
-        ),
+        logits_processor=processors,
+        beam_choice=beam_choice,
     )
 
-    eval_metrics = train_and_evaluate(trainer, prepared)
+    def fit(metrics: dict) -> dict:
+        return fit_reranker(beam_choice, training_args.output_dir)
+
+    eval_metrics = train_and_evaluate(trainer, prepared, add_eval_metrics=None if beam_choice is None else fit)
 
     if training_args.do_predict:
         output = trainer.predict(prepared["test"], metric_key_prefix="test")
+        if beam_choice is not None:
+            articles = beam_choice.take()
+            choices = [article["choice"] for article in articles]
+            write_beams(articles, Path(training_args.output_dir) / "test_beams.jsonl", choices)
+            if all(article["reference"] is not None for article in articles):
+                top = rouge(
+                    [article["texts"][0] for article in articles], [article["reference"] for article in articles]
+                )
+                output.metrics.update({f"test_top_beam_{name}": value for name, value in top.items()})
+            output.metrics["test_reranked_changed"] = sum(choice != 0 for choice in choices)
         trainer.log_metrics("test", output.metrics)
         trainer.save_metrics("test", output.metrics)
         if trainer.is_world_process_zero() and training_args.predict_with_generate:

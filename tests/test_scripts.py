@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 
 from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerForMaskedLM, summarization
+from fastformer.reranking import FEATURES
 from fastformer.summarization import SourceSpanLogitsProcessor, headline_quality, headline_words, rouge
 from fastformer.training import (
     ModelArguments,
@@ -760,6 +761,51 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
     assert not any(text and not text[0].isalnum() for text in predictions)
 
 
+@pytest.mark.slow
+def test_summarization_rerank_beams_fits_on_validation_and_writes_the_chosen_beams(tmp_path, headlines):
+    """--rerank_beams: every beam of each article is kept; the reranker is fit on the validation split's beams after
+    evaluation (its 5-fold estimate logged), saved beside the model and applied to the test split, whose written and
+    scored summaries are the chosen beams (the top beam's scores logged beside); a later --do_predict reads the saved
+    reranker, and without one, or with one beam, the script refuses."""
+    validation = headlines[1]
+    references = [json.loads(line)["summary"] for line in validation.read_text().splitlines()[:3]]
+    common = ["--num_beams", 3, "--source_span_bonus", 1.0, "--headline_style", "--rerank_beams"]
+    test = ["--do_predict", "--test_file", validation, "--max_predict_samples", 3]
+    summarize(tmp_path / "out", headlines, *common, *test)
+    out = tmp_path / "out"
+    metrics = results(out)
+    assert metrics["eval_samples"] == 6 and 0 <= metrics["eval_reranked_changed"] <= 6
+    assert all(0 <= metrics[f"eval_reranked_{name}"] <= 100 for name in ("rouge1", "rouge2", "rougeL"))
+    weights = json.loads((out / "beam_reranker.json").read_text())["weights"]
+    assert set(weights) == {"bias", *FEATURES}
+    beams = [json.loads(line) for line in (out / "test_beams.jsonl").read_text().splitlines()]
+    assert [len(article["texts"]) for article in beams] == [3, 3, 3]
+    assert all(
+        len(article["scores"]) == 3 and article["scores"] == sorted(article["scores"])[::-1] for article in beams
+    )
+    written = (out / "generated_predictions.txt").read_text().splitlines()
+    assert written == [article["texts"][article["choice"]] for article in beams]
+    assert all(article["choice"] == 0 or article["allowed"][article["choice"]] for article in beams)
+    scored = results(out, "test_results.json")
+    assert scored["test_rougeL"] == pytest.approx(rouge(written, references)["rougeL"])
+    top = [article["texts"][0] for article in beams]
+    assert scored["test_top_beam_rougeL"] == pytest.approx(rouge(top, references)["rougeL"])
+    assert len((out / "eval_beams.jsonl").read_text().splitlines()) == 6
+    # the saved reranker chooses again without the validation split
+    summarize_saved = ["--model_name_or_path", out, *COMMON, *common, *test, "--max_source_length", 64]
+    summarize_saved += ["--max_target_length", 12]
+    run(run_summarization, "--output_dir", tmp_path / "again", "--predict_with_generate", *summarize_saved)
+    again = (tmp_path / "again" / "generated_predictions.txt").read_text().splitlines()
+    assert again == written
+    (out / "beam_reranker.json").unlink()
+    process = run(run_summarization, "--output_dir", tmp_path / "refused", *summarize_saved, check=False)
+    assert process.returncode == 1 and "beam_reranker.json: there is none" in process.stderr
+    process = run(
+        run_summarization, "--output_dir", tmp_path / "refused", *summarize_saved, "--num_beams", 1, check=False
+    )
+    assert process.returncode == 1 and "--rerank_beams chooses among beams" in process.stderr
+
+
 def test_summarization_copied_punctuation_and_stay_on_span_reach_the_span_processor_and_need_its_bonus(tokenizer):
     """--copied_punctuation and --stay_on_span build the span processor with its ban and its constraint; without
     --source_span_bonus each is refused when the arguments are read."""
@@ -770,7 +816,7 @@ def test_summarization_copied_punctuation_and_stay_on_span_reach_the_span_proces
     arguments = run_summarization.DataTrainingArguments(source_span_bonus=1.0, stay_on_span=True)
     (processor,) = run_summarization.logits_processors(tokenizer, arguments, {}, "document", "summary", 102)
     assert processor.stay_on_span and not processor.copied_punctuation
-    for flag in ("copied_punctuation", "stay_on_span"):
+    for flag in ("copied_punctuation", "stay_on_span", "rerank_beams"):
         with pytest.raises(ValueError, match=f"--{flag} reads the article's runs: give --source_span_bonus"):
             run_summarization.DataTrainingArguments(**{flag: True})
     # the span processor comes last, after every other processor that bans tokens: it reads what they banned

@@ -1,0 +1,126 @@
+"""Choosing a summary among the beams of generate(): a linear reranker, fit on a validation split.
+
+Beam search keeps `num_beams` candidates and returns the one with the highest length-normalized log probability. A
+`BeamReranker` scores each candidate from what generate() and the article tell about it (its beam rank and score,
+its length, how many of the article's salient words it holds: `FEATURES`) with weights fit by least squares to the
+candidates' ROUGE against the references of a validation split, and chooses the candidate with the highest
+prediction among those `allowed` (run_summarization.py: the top beam and the beams that copy one span of the article
+up to a clause's end, `SourceSpanLogitsProcessor.copied_to_clause_end`). The weights are a small JSON file beside the model (`save` / `load`).
+
+    reranker = BeamReranker.fit([candidate_features(...) for each article], [candidate_targets(...) for each article])
+    choice = reranker.choose(candidate_features(texts, scores, article), allowed)
+"""
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .summarization import headline_words, is_content_word, keyword_headline, rouge_scorer, word_stem
+
+FEATURES = (
+    "rank",  # 0 for the top beam
+    "score",  # generate()'s sequence score: the log probability over the length ** length_penalty
+    "score_minus_top",
+    "words",  # as ROUGE counts them (`headline_words`)
+    "words_minus_top",
+    "keywords_held",  # how many of the keyword baseline's words (`keyword_headline`) of the article it holds
+    "keywords_share",  # those over its words
+)
+KEYWORDS = 10  # the keyword baseline's k on the bundled headlines' validation split
+
+
+def candidate_features(texts: list[str], scores, article: str, keywords: int = KEYWORDS) -> np.ndarray:
+    """One article's candidates as a (candidates, len(FEATURES)) array: `texts` (as they will be written, the top
+    beam first) and their sequence `scores` from generate(); `article` is the source the keywords are read from."""
+    if len(texts) != len(scores) or not texts:
+        raise ValueError(f"need one score per candidate text, got {len(texts)} texts and {len(scores)} scores")
+    salient = {word_stem(word) for word in keyword_headline(article, keywords).split()}
+    rows = []
+    for rank, (text, score) in enumerate(zip(texts, scores)):
+        words = headline_words(text)
+        held = len({word_stem(word) for word in words if is_content_word(word)} & salient)
+        rows.append([rank, float(score), 0.0, len(words), 0.0, held, held / max(len(words), 1)])
+    features = np.array(rows, dtype=np.float64)
+    features[:, 2] = features[:, 1] - features[0, 1]
+    features[:, 4] = features[:, 3] - features[0, 3]
+    return features
+
+
+def candidate_targets(texts: list[str], reference: str) -> np.ndarray:
+    """What the reranker learns to predict: each candidate's mean of its ROUGE-1, ROUGE-2 and ROUGE-L F-measures
+    against the `reference` (0 to 1)."""
+    scorer = rouge_scorer()
+    return np.array(
+        [
+            np.mean([score.fmeasure for name, score in scorer.score(reference, text).items() if name != "rougeLsum"])
+            for text in texts
+        ]
+    )
+
+
+class BeamReranker:
+    """Linear weights over `FEATURES` (and a bias); `choose` takes the allowed candidate with the highest
+    prediction, the top beam where none is allowed."""
+
+    def __init__(self, weights: dict[str, float], keywords: int = KEYWORDS):
+        missing = {"bias", *FEATURES} - set(weights)
+        if missing:
+            raise ValueError(f"BeamReranker weights lack {sorted(missing)}")
+        self.weights = {name: float(weights[name]) for name in ("bias", *FEATURES)}
+        self.keywords = keywords
+
+    @classmethod
+    def fit(cls, features: list[np.ndarray], targets: list[np.ndarray], keywords: int = KEYWORDS) -> "BeamReranker":
+        """Least squares over every candidate of every article (`features` and `targets` per article)."""
+        if not features or len(features) != len(targets):
+            raise ValueError(f"need features and targets for the same articles, got {len(features)} and {len(targets)}")
+        design = np.concatenate(features)
+        design = np.concatenate([np.ones((len(design), 1)), design], axis=1)
+        solution = np.linalg.lstsq(design, np.concatenate(targets), rcond=None)[0]
+        return cls(dict(zip(("bias", *FEATURES), solution.tolist())), keywords)
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        return self.weights["bias"] + features @ np.array([self.weights[name] for name in FEATURES])
+
+    def choose(self, features: np.ndarray, allowed=None) -> int:
+        """The index of the chosen candidate; `allowed` (a boolean per candidate) limits the choice, the top beam
+        (index 0) always allowed."""
+        predictions = self.predict(features)
+        if allowed is not None:
+            allowed = np.asarray(allowed, dtype=bool).copy()
+            allowed[0] = True
+            predictions = np.where(allowed, predictions, -np.inf)
+        return int(np.argmax(predictions))
+
+    def save(self, path) -> None:
+        Path(path).write_text(
+            json.dumps({"features": list(FEATURES), "keywords": self.keywords, "weights": self.weights}, indent=2)
+            + "\n"
+        )
+
+    @classmethod
+    def load(cls, path) -> "BeamReranker":
+        saved = json.loads(Path(path).read_text())
+        if list(saved.get("features", ())) != list(FEATURES):
+            raise ValueError(f"{path} was fit on the features {saved.get('features')}, this version reads {FEATURES}")
+        return cls(saved["weights"], saved["keywords"])
+
+
+def cross_validated_choices(features, targets, allowed, folds: int = 5) -> list[int]:
+    """Each article's choice by a reranker fit on the other folds (article i in fold i % `folds`): an estimate of
+    the reranker on the split it is fit on."""
+    if len(features) < 2:
+        raise ValueError(f"cross-validation needs at least 2 articles, got {len(features)}")
+    folds = min(folds, len(features))
+    choices = []
+    fitted = [
+        BeamReranker.fit(
+            [item for index, item in enumerate(features) if index % folds != fold],
+            [item for index, item in enumerate(targets) if index % folds != fold],
+        )
+        for fold in range(folds)
+    ]
+    for index, (article_features, article_allowed) in enumerate(zip(features, allowed)):
+        choices.append(fitted[index % folds].choose(article_features, article_allowed))
+    return choices
