@@ -1,11 +1,12 @@
 """Choosing a summary among the beams of generate(): a linear reranker, fit on a validation split.
 
-Beam search keeps `num_beams` candidates and returns the one with the highest length-normalized log probability. A
-`BeamReranker` scores each candidate from what generate() and the article tell about it (its beam rank and score,
-its length, how many of the article's salient words it holds: `FEATURES`) with weights fit by least squares to the
-candidates' ROUGE against the references of a validation split, and chooses the candidate with the highest
-prediction among those `allowed` (run_summarization.py: the top beam and the beams that copy one span of the article
-up to a clause's end, `SourceSpanLogitsProcessor.copied_to_clause_end`). The weights are a small JSON file beside the model (`save` / `load`).
+Beam search keeps `num_beams` candidates and returns the one with the highest score. A `BeamReranker` scores each
+candidate from what generate() and the article tell about it (its beam rank and score, its length, how many of the
+article's salient words it holds: `FEATURES`) with weights fit by least squares to the candidates' ROUGE against the
+references of a validation split, and chooses the candidate with the highest prediction among those `allowed`
+(run_summarization.py: the top beam and the beams that copy one span of the article up to a clause's end,
+`SourceSpanLogitsProcessor.copied_to_clause_end`). The weights, with the decoding settings they were fit under, are a
+small JSON file beside the model (`save` / `load`).
 
     reranker = BeamReranker.fit([candidate_features(...) for each article], [candidate_targets(...) for each article])
     choice = reranker.choose(candidate_features(texts, scores, article), allowed)
@@ -16,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .summarization import headline_words, is_content_word, keyword_headline, rouge_scorer, word_stem
+from .summarization import cached_rouge_scorer, headline_words, is_content_word, keyword_headline, word_stem
 
 FEATURES = (
     "rank",  # 0 for the top beam
-    "score",  # generate()'s sequence score: the log probability over the length ** length_penalty
+    "score",  # generate()'s sequence score: the sum of its processed log probabilities over length ** length_penalty
     "score_minus_top",
     "words",  # as ROUGE counts them (`headline_words`)
     "words_minus_top",
@@ -50,7 +51,7 @@ def candidate_features(texts: list[str], scores, article: str, keywords: int = K
 def candidate_targets(texts: list[str], reference: str) -> np.ndarray:
     """What the reranker learns to predict: each candidate's mean of its ROUGE-1, ROUGE-2 and ROUGE-L F-measures
     against the `reference` (0 to 1)."""
-    scorer = rouge_scorer()
+    scorer = cached_rouge_scorer()
     return np.array(
         [
             np.mean([score.fmeasure for name, score in scorer.score(reference, text).items() if name != "rougeLsum"])
@@ -60,25 +61,26 @@ def candidate_targets(texts: list[str], reference: str) -> np.ndarray:
 
 
 class BeamReranker:
-    """Linear weights over `FEATURES` (and a bias); `choose` takes the allowed candidate with the highest
-    prediction, the top beam where none is allowed."""
+    """Linear weights over `FEATURES` (and a bias), and the `decoding` settings of the beams they were fit on (the
+    rank and the score mean what those settings make of them); `choose` takes the allowed candidate with the highest
+    prediction, the top beam always among them."""
 
-    def __init__(self, weights: dict[str, float], keywords: int = KEYWORDS):
+    def __init__(self, weights: dict[str, float], decoding: dict | None = None):
         missing = {"bias", *FEATURES} - set(weights)
         if missing:
             raise ValueError(f"BeamReranker weights lack {sorted(missing)}")
         self.weights = {name: float(weights[name]) for name in ("bias", *FEATURES)}
-        self.keywords = keywords
+        self.decoding = dict(decoding or {})
 
     @classmethod
-    def fit(cls, features: list[np.ndarray], targets: list[np.ndarray], keywords: int = KEYWORDS) -> "BeamReranker":
+    def fit(cls, features: list[np.ndarray], targets: list[np.ndarray], decoding: dict | None = None) -> "BeamReranker":
         """Least squares over every candidate of every article (`features` and `targets` per article)."""
         if not features or len(features) != len(targets):
             raise ValueError(f"need features and targets for the same articles, got {len(features)} and {len(targets)}")
         design = np.concatenate(features)
         design = np.concatenate([np.ones((len(design), 1)), design], axis=1)
         solution = np.linalg.lstsq(design, np.concatenate(targets), rcond=None)[0]
-        return cls(dict(zip(("bias", *FEATURES), solution.tolist())), keywords)
+        return cls(dict(zip(("bias", *FEATURES), solution.tolist())), decoding)
 
     def predict(self, features: np.ndarray) -> np.ndarray:
         return self.weights["bias"] + features @ np.array([self.weights[name] for name in FEATURES])
@@ -93,18 +95,25 @@ class BeamReranker:
             predictions = np.where(allowed, predictions, -np.inf)
         return int(np.argmax(predictions))
 
+    def check_decoding(self, decoding: dict) -> None:
+        """Refuses `decoding` settings that differ from those the reranker was fit under (a setting it does not
+        record is not compared)."""
+        differ = {name: (self.decoding[name], decoding[name]) for name in decoding.keys() & self.decoding.keys()}
+        differ = {name: pair for name, pair in differ.items() if pair[0] != pair[1]}
+        if differ:
+            said = ", ".join(f"{name} {fit} (now {now})" for name, (fit, now) in sorted(differ.items()))
+            raise ValueError(f"the beam reranker was fit on beams decoded with {said}")
+
     def save(self, path) -> None:
-        Path(path).write_text(
-            json.dumps({"features": list(FEATURES), "keywords": self.keywords, "weights": self.weights}, indent=2)
-            + "\n"
-        )
+        saved = {"features": list(FEATURES), "weights": self.weights, "decoding": self.decoding}
+        Path(path).write_text(json.dumps(saved, indent=2) + "\n")
 
     @classmethod
     def load(cls, path) -> "BeamReranker":
         saved = json.loads(Path(path).read_text())
         if list(saved.get("features", ())) != list(FEATURES):
             raise ValueError(f"{path} was fit on the features {saved.get('features')}, this version reads {FEATURES}")
-        return cls(saved["weights"], saved["keywords"])
+        return cls(saved["weights"], saved.get("decoding"))
 
 
 def cross_validated_choices(features, targets, allowed, folds: int = 5) -> list[int]:
@@ -113,7 +122,6 @@ def cross_validated_choices(features, targets, allowed, folds: int = 5) -> list[
     if len(features) < 2:
         raise ValueError(f"cross-validation needs at least 2 articles, got {len(features)}")
     folds = min(folds, len(features))
-    choices = []
     fitted = [
         BeamReranker.fit(
             [item for index, item in enumerate(features) if index % folds != fold],
@@ -121,6 +129,6 @@ def cross_validated_choices(features, targets, allowed, folds: int = 5) -> list[
         )
         for fold in range(folds)
     ]
-    for index, (article_features, article_allowed) in enumerate(zip(features, allowed)):
-        choices.append(fitted[index % folds].choose(article_features, article_allowed))
-    return choices
+    return [
+        fitted[index % folds].choose(item, permitted) for index, (item, permitted) in enumerate(zip(features, allowed))
+    ]

@@ -223,7 +223,7 @@ def pseudo_summary_pairs(texts, held_out, mode: str = "lead", lead_words: int | 
 
 
 @functools.cache
-def rouge_scorer():
+def cached_rouge_scorer():
     """rouge_score's scorer of `ROUGE_TYPES`, with its Porter stemmer, as the `evaluate` rouge metric builds it."""
     try:
         from rouge_score import rouge_scorer  # noqa: PLC0415  (the [train] extra)
@@ -235,8 +235,8 @@ def rouge_scorer():
 def rouge(predictions: list[str], references: list[str]) -> dict[str, float]:
     """ROUGE F-measures x 100, aggregated as the `evaluate` rouge metric does, without the Hub; the bootstrap
     resampling is seeded, so the same texts always give the same numbers."""
-    scorer = rouge_scorer()
-    from rouge_score import scoring  # noqa: PLC0415  (the [train] extra: rouge_scorer says so where it is missing)
+    scorer = cached_rouge_scorer()
+    from rouge_score import scoring  # noqa: PLC0415  (the [train] extra: cached_rouge_scorer says where it is missing)
 
     aggregator = scoring.BootstrapAggregator()
     for prediction, reference in zip(predictions, references):

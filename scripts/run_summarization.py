@@ -30,6 +30,7 @@ from transformers import (
     Seq2SeqTrainingArguments,
     set_seed,
 )
+from transformers.utils import cached_file
 
 from fastformer.reranking import (
     BeamReranker,
@@ -188,10 +189,13 @@ class DataTrainingArguments(DataArguments):
         metadata={
             "help": "Write the beam that a linear reranker chooses, not the top beam: from the top beam and the beams "
             "that copy one span of the article up to a clause's end, by their rank, score, length and the article's "
-            "keywords held (fastformer.reranking.BeamReranker). Fit after --do_eval on the validation split's beams (its "
-            "5-fold estimate logged as eval_reranked_*), saved as beam_reranker.json in --output_dir and applied to "
-            "the test split; without --do_eval, read from --model_name_or_path. Needs --source_span_bonus (its "
-            "clause ends) and more than one beam; each split's beams are written to {eval,test}_beams.jsonl."
+            "keywords held (fastformer.reranking.BeamReranker). Fit after --do_eval on the validation split's beams "
+            "(eval_rouge* score its top beams, eval_reranked_* the reranker's 5-fold estimate there), saved as "
+            "beam_reranker.json in --output_dir and applied to the test split (test_rouge* score the chosen beams, "
+            "test_top_beam_* the top beams); --do_predict without --do_eval reads it from --model_name_or_path. "
+            "Needs --predict_with_generate, --source_span_bonus (its clause ends) and more than one beam; each "
+            "split's beams go to {eval,test}_beams.jsonl. generate() keeps every step's scores for this: a "
+            "(batch x beams, vocabulary) copy per step, so a smaller --per_device_eval_batch_size may be needed."
         },
     )
     clean_sources: bool = field(
@@ -312,8 +316,9 @@ class BeamChoice:
     that `reranker` chooses (the top beam while there is none yet); each article's candidates are kept in `articles`
     (texts as written, features, which end a clause of the article, the reference, the choice) until `take()`."""
 
-    def __init__(self, tokenizer, styled: bool, span: SourceSpanLogitsProcessor, reranker: BeamReranker | None = None):
+    def __init__(self, tokenizer, styled: bool, span: SourceSpanLogitsProcessor, reranker=None, decoding=None):
         self.tokenizer, self.styled, self.span, self.reranker = tokenizer, styled, span, reranker
+        self.decoding = decoding  # the settings a reranker fit here is saved with
         self.articles = []
 
     def generate(self, generate, beams: int, *positional, **named) -> torch.Tensor:
@@ -386,7 +391,7 @@ class SummarizationTrainer(ModelCardTrainerMixin, SplitOrderTrainerMixin, Seq2Se
                     raise ValueError("--source_span_bonus reads each batch's articles: the batch has no input_ids")
                 processor.set_source(inputs["input_ids"], inputs.get("attention_mask"))
         copies_states = inputs.get("encoder_outputs") is not None
-        chooses = generates and self.beam_choice is not None
+        chooses = generates and self.beam_choice is not None and not self.is_in_train  # not in evaluations in training
         if not copies_states and not chooses:
             return super().prediction_step(model, inputs, prediction_loss_only, *args, **kwargs)
         generate = self.model.generate
@@ -406,18 +411,63 @@ class SummarizationTrainer(ModelCardTrainerMixin, SplitOrderTrainerMixin, Seq2Se
             del self.model.generate
 
 
+def reranked_decoding(model, data_args, training_args) -> dict:
+    """The decoding settings that a beam reranker's rank and score features depend on (saved with it, and checked
+    where a saved one is applied)."""
+    beams = training_args.generation_num_beams or model.generation_config.num_beams
+    length_penalty = model.generation_config.length_penalty
+    settings = {"num_beams": beams, "length_penalty": 1.0 if length_penalty is None else length_penalty}  # generate's
+    return settings | {
+        name: getattr(data_args, name) for name in ("source_span_bonus", "stay_on_span", "headline_style")
+    }
+
+
+def prepare_beam_choice(model, tokenizer, processors, model_args, data_args, training_args) -> BeamChoice:
+    """--rerank_beams: its checks, and with --do_predict but no --do_eval the reranker saved beside the model."""
+    decoding = reranked_decoding(model, data_args, training_args)
+    if decoding["num_beams"] < 2:
+        fail("--rerank_beams chooses among beams: give --num_beams 2 or more")
+    if not training_args.predict_with_generate or training_args.prediction_loss_only:
+        fail("--rerank_beams chooses among generated beams: give --predict_with_generate")
+    if training_args.world_size > 1:
+        fail("--rerank_beams keeps each article's beams in one process: run it in a single process")
+    reranker = None
+    if not training_args.do_eval:
+        if training_args.do_train or not training_args.do_predict:
+            fail("--rerank_beams fits its reranker on the validation split after training: give --do_eval")
+        if model_args.model_name_or_path is None:
+            fail("--rerank_beams without --do_eval reads the reranker saved beside --model_name_or_path: give it")
+        saved = cached_file(
+            model_args.model_name_or_path, "beam_reranker.json", _raise_exceptions_for_missing_entries=False
+        )
+        if saved is None:
+            fail(
+                f"--rerank_beams without --do_eval reads beam_reranker.json from {model_args.model_name_or_path}: "
+                "there is none (fit one with --do_eval)"
+            )
+        reranker = BeamReranker.load(saved)
+        try:
+            reranker.check_decoding(decoding)
+        except ValueError as error:
+            fail(f"--rerank_beams: {error}")
+    span = next(processor for processor in processors if isinstance(processor, SourceSpanLogitsProcessor))
+    return BeamChoice(tokenizer, data_args.headline_style, span, reranker, decoding)
+
+
 def fit_reranker(beam_choice: BeamChoice, output_dir: str) -> dict:
     """--rerank_beams after evaluation: the reranker fit on the validation split's beams (saved as beam_reranker.json
     in `output_dir`) and given to `beam_choice`; returns its 5-fold estimate on the split (eval_reranked_*) and how
     many articles it changes there."""
     articles = beam_choice.take()
+    if len(articles) < 2:
+        fail(f"--rerank_beams fits its reranker on the validation split's beams: {len(articles)} article(s) is too few")
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     features = [article["features"] for article in articles]
     targets = [candidate_targets(article["texts"], article["reference"]) for article in articles]
     allowed = [article["allowed"] for article in articles]
     choices = cross_validated_choices(features, targets, allowed)
     write_beams(articles, Path(output_dir) / "eval_beams.jsonl", choices)
-    reranker = BeamReranker.fit(features, targets)
+    reranker = BeamReranker.fit(features, targets, beam_choice.decoding)
     reranker.save(Path(output_dir) / "beam_reranker.json")
     beam_choice.reranker = reranker
     chosen = [article["texts"][choice] for article, choice in zip(articles, choices)]
@@ -427,7 +477,9 @@ def fit_reranker(beam_choice: BeamChoice, output_dir: str) -> dict:
 
 
 def write_beams(articles: list[dict], path: Path, choices: list[int]) -> None:
-    """Each article's beams as a JSON line: texts as written, scores, which end a clause of the article, the choice."""
+    """Each article's beams as a JSON line: texts as written, scores, which may be chosen (`allowed`: copied up to a
+    clause's end), and `choice`: on the validation split the cross-validated reranker's, on the test split the
+    written one."""
     with open(path, "w") as file:
         for article, choice in zip(articles, choices):
             line = {name: article[name] for name in ("texts", "scores", "allowed")}
@@ -524,18 +576,7 @@ def main():
     )
     beam_choice = None
     if data_args.rerank_beams:
-        if (training_args.generation_num_beams or model.generation_config.num_beams) < 2:
-            fail("--rerank_beams chooses among beams: give --num_beams 2 or more")
-        if training_args.world_size > 1:
-            fail("--rerank_beams keeps each article's beams in one process: run it in a single process")
-        reranker = None
-        if not training_args.do_eval:
-            saved = Path(model_args.model_name_or_path or "") / "beam_reranker.json"
-            if not saved.is_file():
-                fail(f"--rerank_beams without --do_eval reads {saved}: there is none (fit one with --do_eval)")
-            reranker = BeamReranker.load(saved)
-        span = next(processor for processor in processors if isinstance(processor, SourceSpanLogitsProcessor))
-        beam_choice = BeamChoice(tokenizer, data_args.headline_style, span, reranker)
+        beam_choice = prepare_beam_choice(model, tokenizer, processors, model_args, data_args, training_args)
 
     pad = label_pad_token_id(tokenizer, data_args)
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=pad)
@@ -558,10 +599,8 @@ def main():
         beam_choice=beam_choice,
     )
 
-    def fit(metrics: dict) -> dict:
-        return fit_reranker(beam_choice, training_args.output_dir)
-
-    eval_metrics = train_and_evaluate(trainer, prepared, add_eval_metrics=None if beam_choice is None else fit)
+    fit = None if beam_choice is None else lambda metrics: fit_reranker(beam_choice, training_args.output_dir)
+    eval_metrics = train_and_evaluate(trainer, prepared, add_eval_metrics=fit)
 
     if training_args.do_predict:
         output = trainer.predict(prepared["test"], metric_key_prefix="test")

@@ -45,7 +45,7 @@ def test_reranker_fit_recovers_a_linear_target_and_chooses_among_the_allowed(tmp
     weights = {"bias": 0.2, **{name: generator.normal() for name in FEATURES}}
     articles = [generator.normal(size=(4, len(FEATURES))) for _ in range(30)]
     targets = [weights["bias"] + article @ np.array([weights[name] for name in FEATURES]) for article in articles]
-    reranker = BeamReranker.fit(articles, targets)
+    reranker = BeamReranker.fit(articles, targets, {"num_beams": 4})
     assert reranker.weights == pytest.approx(weights)
     features = articles[0]
     best = int(np.argmax(targets[0]))
@@ -58,7 +58,10 @@ def test_reranker_fit_recovers_a_linear_target_and_chooses_among_the_allowed(tmp
         assert reranker.choose(features, [False] * 4) == 0
     reranker.save(tmp_path / "beam_reranker.json")
     loaded = BeamReranker.load(tmp_path / "beam_reranker.json")
-    assert loaded.weights == reranker.weights and loaded.keywords == reranker.keywords
+    assert loaded.weights == reranker.weights and loaded.decoding == {"num_beams": 4}
+    loaded.check_decoding({"num_beams": 4, "length_penalty": 1.0})  # what it does not record is not compared
+    with pytest.raises(ValueError, match="fit on beams decoded with num_beams 4 \\(now 8\\)"):
+        loaded.check_decoding({"num_beams": 8})
     saved = json.loads((tmp_path / "beam_reranker.json").read_text())
     saved["features"] = ["rank", "score"]
     (tmp_path / "other.json").write_text(json.dumps(saved))

@@ -17,9 +17,10 @@ import torch
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
+from transformers.generation.utils import GenerateBeamEncoderDecoderOutput
 
 from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerForMaskedLM, summarization
-from fastformer.reranking import FEATURES
+from fastformer.reranking import FEATURES, BeamReranker
 from fastformer.summarization import SourceSpanLogitsProcessor, headline_quality, headline_words, rouge
 from fastformer.training import (
     ModelArguments,
@@ -798,12 +799,79 @@ def test_summarization_rerank_beams_fits_on_validation_and_writes_the_chosen_bea
     again = (tmp_path / "again" / "generated_predictions.txt").read_text().splitlines()
     assert again == written
     (out / "beam_reranker.json").unlink()
-    process = run(run_summarization, "--output_dir", tmp_path / "refused", *summarize_saved, check=False)
-    assert process.returncode == 1 and "beam_reranker.json: there is none" in process.stderr
-    process = run(
-        run_summarization, "--output_dir", tmp_path / "refused", *summarize_saved, "--num_beams", 1, check=False
-    )
+    refused = ["--output_dir", tmp_path / "refused", "--predict_with_generate", *summarize_saved]
+    process = run(run_summarization, *refused, check=False)
+    assert process.returncode == 1 and "beam_reranker.json from" in process.stderr and "there is none" in process.stderr
+    process = run(run_summarization, *refused, "--num_beams", 1, check=False)
     assert process.returncode == 1 and "--rerank_beams chooses among beams" in process.stderr
+
+
+def test_beam_choice_returns_the_chosen_beam_of_each_article_and_keeps_every_beam(tokenizer):
+    """--rerank_beams' generate(): all beams asked for with their scores, grouped per article (best first), the
+    reranker's choice returned among the beams copied up to a clause's end (the top beam while there is no
+    reranker), each article's beams kept with its reference (none without labels)."""
+    articles = ["floods hit the coast, killing two. prices rose", "prices rose 4.5 percent; floods hit the town."]
+    encoded = tokenizer(articles, padding=True, return_tensors="pt")
+    span = SourceSpanLogitsProcessor(tokenizer, 1.0, eos_token_id=tokenizer.sep_token_id)
+    span.set_source(encoded["input_ids"], encoded["attention_mask"])
+    beams = [["floods hit the coast", "floods hit", "killing two"], ["prices rose", "floods hit the town", "floods"]]
+    rows = [
+        [tokenizer.cls_token_id, *tokenizer(text, add_special_tokens=False)["input_ids"]]
+        for texts in beams
+        for text in texts
+    ]
+    width = max(map(len, rows))
+    sequences = torch.tensor([row + [tokenizer.pad_token_id] * (width - len(row)) for row in rows])
+    scores = torch.tensor([-0.1, -0.2, -0.3, -0.4, -0.5, -0.6])
+    asked = {}
+
+    def generate(**named):
+        asked.update(named)
+        return GenerateBeamEncoderDecoderOutput(sequences=sequences, sequences_scores=scores)
+
+    labels = tokenizer(["floods kill two", "prices rise"], padding=True, return_tensors="pt")["input_ids"]
+    choice = run_summarization.BeamChoice(tokenizer, False, span)
+    top = choice.generate(generate, 3, input_ids=encoded["input_ids"], labels=labels)
+    assert asked["num_return_sequences"] == 3 and asked["return_dict_in_generate"] and asked["output_scores"]
+    assert torch.equal(top, sequences[[0, 3]])
+    kept = choice.take()
+    assert [article["texts"] for article in kept] == beams and choice.take() == []
+    assert [article["allowed"] for article in kept] == [[True, False, True], [False, True, False]]
+    assert [article["scores"] for article in kept] == [
+        pytest.approx([-0.1, -0.2, -0.3]),
+        pytest.approx([-0.4, -0.5, -0.6]),
+    ]
+    assert [article["reference"] for article in kept] == ["floods kill two", "prices rise"]
+    # a reranker that prefers later beams: the last allowed one, the top beam where no other is allowed
+    choice.reranker = BeamReranker({"bias": 0.0, **dict.fromkeys(FEATURES, 0.0), "rank": 1.0})
+    chosen = choice.generate(generate, 3, input_ids=encoded["input_ids"])
+    assert torch.equal(chosen, sequences[[2, 4]])
+    assert [article["choice"] for article in choice.articles] == [2, 1]
+    assert all(article["reference"] is None for article in choice.take())
+
+
+@pytest.mark.slow
+def test_summarization_rerank_beams_refuses_what_it_cannot_do(tmp_path, headlines):
+    """--rerank_beams needs generated beams, a validation split to fit on after training, and, applied from a saved
+    reranker, the decoding it was fit under."""
+    common = ["--num_beams", 2, "--source_span_bonus", 1.0, "--rerank_beams", "--max_steps", 1, *COMMON]
+    data = ["--train_file", headlines[0], "--validation_file", headlines[1], "--test_file", headlines[1]]
+    for flags, said in (
+        (["--do_eval"], "give --predict_with_generate"),
+        (["--do_train", "--do_predict", "--predict_with_generate"], "give --do_eval"),
+        (["--do_predict", "--predict_with_generate"], "give it"),
+    ):
+        process = run(run_summarization, "--output_dir", tmp_path / "refused", *common, *data, *flags, check=False)
+        assert process.returncode == 1 and said in process.stderr, process.stderr[-2000:]
+    folder = tmp_path / "saved"
+    folder.mkdir()
+    BeamReranker({"bias": 0.0, **dict.fromkeys(FEATURES, 0.0)}, {"num_beams": 4}).save(folder / "beam_reranker.json")
+    tokenizer_and_model = ["--model_name_or_path", tmp_path / "model"]
+    summarize(tmp_path / "model", headlines)
+    (tmp_path / "model" / "beam_reranker.json").write_text((folder / "beam_reranker.json").read_text())
+    flags = [*tokenizer_and_model, "--do_predict", "--predict_with_generate"]
+    process = run(run_summarization, "--output_dir", tmp_path / "refused", *common, *data, *flags, check=False)
+    assert process.returncode == 1 and "fit on beams decoded with num_beams 4 (now 2)" in process.stderr
 
 
 def test_summarization_copied_punctuation_and_stay_on_span_reach_the_span_processor_and_need_its_bonus(tokenizer):
