@@ -381,6 +381,12 @@ PASSIVE_PARTICIPLES = SIMPLE_PAST_PARTICIPLES | frozenset(
     forbidden forgiven forgotten frozen given gone grown hidden known ridden risen run seen shaken shown shrunk slain
     spoken sprung stolen stung sunk sworn swung taken thrown torn withdrawn worn written""".split()
 )
+# the day of the news, which headlines leave out ("trump signs order", not "trump signs order on monday"), with the
+# words that go with it ("on", "late", "night"); not after a word that makes it a name ("good friday", "usa today")
+DAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday today tonight yesterday".split())
+BEFORE_DAYS = frozenset("on last this next early late".split())
+PARTS_OF_DAYS = frozenset("morning afternoon evening night".split())
+NAMING_DAYS = frozenset("ash black blue cyber easter good holy mail maundy palm russia shrove super usa".split())
 NOT_PARTICIPLES = frozenset(  # words in -ed that are no verb's participle
     "bed bleed breed creed embed feed greed hundred indeed naked need red reed seed shed sled speed steed weed".split()
 )
@@ -393,34 +399,54 @@ def is_participle(word: str, passive: bool = True) -> bool:
     return word in irregular or (len(word) > 3 and word.endswith("ed") and word not in NOT_PARTICIPLES)
 
 
+def day_of_the_news(bare: list[str], alone: list[bool], i: int) -> int:
+    """How many words from the `i`th say the day of the news (0 where none): a day with the word before it that goes
+    with it ("on monday", "late friday") and the part of the day after it ("tuesday night"), none with punctuation
+    attached (`bare`: the words lowercased without it, `alone`: whether a word had none; both with two more entries,
+    "" and False, after the words); after "on" or another such word anywhere, else only before a function word or the
+    end and not first ("said wednesday he plans"; not "sunday times", "today is"), and never after a word that makes
+    the day a name ("good friday", "usa today")."""
+    start = i + (alone[i] and bare[i] in BEFORE_DAYS)
+    if not (alone[start] and bare[start] in DAYS) or (i and bare[i - 1] in NAMING_DAYS):
+        return 0
+    end = start + 1 + (alone[start + 1] and bare[start + 1] in PARTS_OF_DAYS)
+    last = end == len(bare) - 2
+    dated = start > i or (i > 0 and (last or (alone[end] and bare[end] in FUNCTION_WORDS)))
+    return end - i if dated else 0
+
+
 def headline_style(text: str) -> str:
     """`text` as English headlines write it: without articles ("a", "an", "the"); without the auxiliary of a passive
     ("people were killed" -> "people killed", "has been placed" -> "placed"; not after "who", "which" or "that") or of a
     perfect whose participle is also the simple past ("has signed" -> "signed"; "has become" stays, and so does "have"
     after a modal or "to": "could have signed"); "is to" / "are to" -> "to" and "will" before a verb -> "to" ("trump
     will visit" -> "trump to visit"; not after a pronoun, a relative or a question word, nor at the start or before an
-    adverb of likelihood: "they will vote", "will likely fall"). Word by word on whitespace: the rules read each word
-    lowercased without the punctuation around it ("killed," is a participle), so that tokenizer-decoded and written text
-    give the same headline; a word with punctuation attached is never left out, and the others keep their case (a
-    capital left out at the start moves to the next word). The rules read words, not grammar: "has limited options"
-    loses its "has", and a capitalised "Will" is taken for a name."""
+    adverb of likelihood: "they will vote", "will likely fall"); without the day of the news ("met on monday" ->
+    "met", `day_of_the_news`). Word by word on whitespace: the rules read each word lowercased without the punctuation
+    around it ("killed," is a participle), so that tokenizer-decoded and written text give the same headline; a word
+    with punctuation attached is never left out, and the others keep their case (a capital left out at the start moves
+    to the next word). The rules read words, not grammar: "has limited options" loses its "has", and a capitalised
+    "Will" is taken for a name."""
     words = text.split()
     bare = [word.strip(string.punctuation + "\u201c\u201d\u2018\u2019").lower() for word in words] + ["", ""]
+    alone = [word.lower() == plain for word, plain in zip(words, bare)] + [False, False]  # no punctuation attached
     kept, i = [], 0
     while i < len(words):
         word, after, then = bare[i : i + 3]
-        alone = words[i].lower() == word  # no punctuation attached: the word may be left out
         before = bare[i - 1] if i else ""
-        perfect = alone and word in PERFECT_AUXILIARIES and not (word == "have" and before in MODALS)
-        if alone and word in ARTICLES:
+        perfect = alone[i] and word in PERFECT_AUXILIARIES and not (word == "have" and before in MODALS)
+        day = day_of_the_news(bare, alone, i)
+        if day:
+            i += day
+        elif alone[i] and word in ARTICLES:
             i += 1
-        elif perfect and after == "been" and words[i + 1].lower() == after and is_participle(then):
+        elif perfect and after == "been" and alone[i + 1] and is_participle(then):
             i += 2
         elif perfect and is_participle(after, passive=False):
             i += 1
-        elif alone and word in PASSIVE_AUXILIARIES and before not in RELATIVES and is_participle(after):
+        elif alone[i] and word in PASSIVE_AUXILIARIES and before not in RELATIVES and is_participle(after):
             i += 1
-        elif alone and word in ("is", "are") and after == "to":
+        elif alone[i] and word in ("is", "are") and after == "to":
             i += 1
         else:
             verb = after.isalpha() and (after not in FUNCTION_WORDS or after in ("be", "have"))

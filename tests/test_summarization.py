@@ -443,6 +443,21 @@ def test_baselines_lead_k_and_keywords_in_article_order():
         ("acaba will fly to the station", "acaba to fly to station"),
         ("the will of the people", "will of people"),
         ("russia ' s   ambassador", "russia ' s ambassador"),  # tokenizer-decoded text; whitespace made single
+        # the day of the news, with the words that go with it ("on", "last", "night"), before a function word or the end
+        ("ministers met in tokyo on Monday", "ministers met in tokyo"),
+        ("comey said wednesday he plans to serve", "comey said he plans to serve"),
+        ("an address on tuesday night has drawn praise", "address has drawn praise"),
+        ("a wall released late friday", "wall released"),
+        ("four tornadoes touched down today", "four tornadoes touched down"),
+        ("trump on thursday renewed his call", "trump renewed his call"),  # "on" makes it a date before any word
+        ("a vote friday, police said", "vote friday, police said"),  # punctuation attached: never left out
+        ("the sunday times reported", "sunday times reported"),  # a day before a content word names something
+        ("the good friday agreement", "good friday agreement"),
+        ("crowds marked ash wednesday at galway", "crowds marked ash wednesday at galway"),  # a day's name
+        ("he told usa today on monday", "he told usa today"),
+        ("monday's morning email", "monday's morning email"),
+        ("today is the day", "today is day"),  # the first word, not "on" before it: a subject
+        ("On Monday the president spoke", "President spoke"),
         ("", ""),
     ],
 )
