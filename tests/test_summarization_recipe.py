@@ -24,7 +24,8 @@ RECIPE = Path("configs/summarization/news_headlines.json")
 PRETRAINING = Path("configs/summarization/pseudo_summaries.json")
 # the copy-head row chosen on the validation split, Fastformer's settings in rows.fastformer
 CHOICE = Path("docs/results_summarization/issue34-copy-head.json")
-MEASURED = Path("docs/results_summarization/headline-style.json")  # docs/TRAINING.md's scores and the decoding chosen
+MEASURED = Path("docs/results_summarization/day-of-the-news.json")  # docs/TRAINING.md's scores and the decoding chosen
+CONSTRAINTS = Path("configs/summarization/constraints.txt")  # the package versions that wrote MEASURED
 PATH_KEYS = ("model_name_or_path", "output_dir", "train_file", "validation_file", "test_file")
 
 
@@ -99,6 +100,19 @@ def test_readme_summarization_commands_are_the_ones_measured(repo_root):
     assert [line for line in readme if line in measured] == measured
 
 
+def test_constraints_pin_the_environment_that_wrote_the_record(repo_root):
+    """configs/summarization/constraints.txt pins each package the record's environment names to the version it
+    names: `pip install -c` with it installs what wrote the recorded headlines."""
+    lines = (repo_root / CONSTRAINTS).read_text().splitlines()
+    pins = dict(line.split("==") for line in lines if line and not line.startswith("#"))
+    assert all(version and "+" not in version for version in pins.values())  # a local build is no index's version
+    environment = json.loads((repo_root / MEASURED).read_text())["environment"]
+    assert {"torch", "transformers", "accelerate", "datasets", "tokenizers", "numpy"} <= environment.keys()
+    assert {name: pins.get(name) for name in environment} == {
+        name: version.split("+")[0] for name, version in environment.items()
+    }
+
+
 def test_pretraining_argument_file_is_the_benchmarks_stage(repo_root, monkeypatch):
     """configs/summarization/pseudo_summaries.json is the pretraining stage the summarization benchmark runs, with
     the README's paths, and the copy head, its span gate and source context and the decoder's convolution added (the
@@ -119,7 +133,7 @@ def test_argument_files_hold_what_was_chosen_on_validation(repo_root, recipe, tm
     split: the start, the pseudo-summaries and the copy head of its pretraining stage, label smoothing, no second
     stage, everything else as the runs had it; then the span gate, the source context and the decoder's convolution,
     and the decoding chosen on the validation split of the recipe's own run with them
-    (docs/results_summarization/headline-style.json)."""
+    (docs/results_summarization/day-of-the-news.json), and the beam reranker fit after evaluation."""
     record = json.loads((repo_root / CHOICE).read_text())
     row = record["rows"]["fastformer"]
     settings, decoding = row["settings"], dict(row["chosen"])
@@ -230,9 +244,10 @@ def test_recipe_trains_a_converted_checkpoint_and_generates(repo_root, recipe, c
     state = json.loads((output / "trainer_state.json").read_text())
     assert state["global_step"] == 2
     assert len((output / "generated_predictions.txt").read_text().splitlines()) == 4
-    assert {"test_rouge1", "eval_rouge1", "eval_gen_len"} <= json.loads(
+    assert {"test_rouge1", "eval_rouge1", "eval_gen_len", "eval_reranked_rouge1", "test_top_beam_rouge1"} <= json.loads(
         (output / "all_results.json").read_text()
     ).keys()
+    assert (output / "beam_reranker.json").is_file()  # the reranker fit on the validation beams, beside the model
     model = AutoModelForSeq2SeqLM.from_pretrained(output)
     # the decoding the recipe was evaluated with is saved with the model
     for key in ("num_beams", "length_penalty", "no_repeat_ngram_size"):

@@ -68,7 +68,7 @@ BERT2BERT_DROPOUT = {"encoder_attention_probs_dropout_prob": 0.0, "decoder_atten
 TUNED = {"model_name_or_path", "output_dir", "label_smoothing_factor", "min_target_length", "generation_max_length"}
 TUNED |= GREEDY.keys() | {"repetition_penalty", "no_repeat_content_words", "whole_words", "end_on_content_words"}
 # decoding flags too: rows decode by DECODING or --chosen
-TUNED |= {"source_span_bonus", "copied_punctuation", "stay_on_span", "headline_style"}
+TUNED |= {"source_span_bonus", "copied_punctuation", "stay_on_span", "headline_style", "rerank_beams"}
 # batches of articles of about the same length: random batches of 16 pad to 2.4x their tokens at 2,048
 GROUPED = {"max_source_length": 2048, "train_sampling_strategy": "group_by_length"}
 # a row: (label, its family (None: lead-k), the settings it changes)
