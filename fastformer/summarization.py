@@ -386,7 +386,13 @@ PASSIVE_PARTICIPLES = SIMPLE_PAST_PARTICIPLES | frozenset(
 DAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday today tonight yesterday".split())
 BEFORE_DAYS = frozenset("on last this next early late".split())
 PARTS_OF_DAYS = frozenset("morning afternoon evening night".split())
-NAMING_DAYS = frozenset("ash black blue cyber easter good holy mail maundy palm russia shrove super usa".split())
+NAMING_DAYS = frozenset("ash black bloody blue cyber easter good holy mail maundy palm russia shrove super usa".split())
+# a day after these is what the phrase is about ("set for friday", "deadline is friday"), before these it is joined
+# to more ("monday and tuesday", "last sunday of the month"); "said friday was" makes it a subject
+NOT_AFTER_DAYS = (FUNCTION_WORDS - {"said", "says"}) | frozenset("each every one same since through till until".split())
+NOT_BEFORE_DAYS = DAYS | frozenset("of through till until".split())
+JOINING_DAYS = frozenset("and or nor".split())  # "monday and tuesday" (not "yesterday and taken")
+AUXILIARIES = frozenset("are can could had has is may might must should was were will would".split())
 NOT_PARTICIPLES = frozenset(  # words in -ed that are no verb's participle
     "bed bleed breed creed embed feed greed hundred indeed naked need red reed seed shed sled speed steed weed".split()
 )
@@ -400,19 +406,33 @@ def is_participle(word: str, passive: bool = True) -> bool:
 
 
 def day_of_the_news(bare: list[str], alone: list[bool], i: int) -> int:
-    """How many words from the `i`th say the day of the news (0 where none): a day with the word before it that goes
-    with it ("on monday", "late friday") and the part of the day after it ("tuesday night"), none with punctuation
-    attached (`bare`: the words lowercased without it, `alone`: whether a word had none; both with two more entries,
-    "" and False, after the words); after "on" or another such word anywhere, else only before a function word or the
-    end and not first ("said wednesday he plans"; not "sunday times", "today is"), and never after a word that makes
-    the day a name ("good friday", "usa today")."""
-    start = i + (alone[i] and bare[i] in BEFORE_DAYS)
-    if not (alone[start] and bare[start] in DAYS) or (i and bare[i - 1] in NAMING_DAYS):
+    """How many words from the `i`th say the day of the news (0 where none): a day with the words before it that go
+    with it ("on monday", "on this sunday", "late friday") and the part of the day after it ("tuesday night"), none
+    with punctuation attached (`bare`: the words lowercased without it, `alone`: whether a word had none; both with two
+    more entries, "" and False, after the words). After "on" (or "late", ...) before any word but one that joins the
+    day to more ("on monday and tuesday") and after any word but a verb's auxiliary ("vote is on monday"); otherwise
+    not first, not after a function word or a preposition ("deadline is friday", "set for friday"; "said" aside) and
+    only before a function word or the end ("said wednesday he plans"; not "sunday times", "said friday was"); never
+    after a word that makes the day a name ("good friday", "mail on sunday")."""
+    start = i
+    while start < i + 2 and alone[start] and bare[start] in BEFORE_DAYS:
+        start += 1
+    before = bare[i - 1] if i else ""
+    if not (alone[start] and bare[start] in DAYS) or before in NAMING_DAYS:
         return 0
-    end = start + 1 + (alone[start + 1] and bare[start + 1] in PARTS_OF_DAYS)
-    last = end == len(bare) - 2
-    dated = start > i or (i > 0 and (last or (alone[end] and bare[end] in FUNCTION_WORDS)))
-    return end - i if dated else 0
+    end = start + 1
+    if bare[end] in PARTS_OF_DAYS:
+        if not alone[end]:  # "tuesday night," ends a clause: left whole
+            return 0
+        end += 1
+    following, last = bare[end], end == len(bare) - 2
+    joined = following in JOINING_DAYS and bare[end + 1] in DAYS | BEFORE_DAYS
+    if (following in NOT_BEFORE_DAYS or joined) and not last:
+        return 0
+    if start > i:  # "on monday", "late friday"; not "the vote is on monday"
+        return end - i if before not in AUXILIARIES | {"be", "been"} else 0
+    ends = last or (following in FUNCTION_WORDS and not (before in ("said", "says") and following in AUXILIARIES))
+    return end - i if i > 0 and before not in NOT_AFTER_DAYS and ends else 0
 
 
 def headline_style(text: str) -> str:
@@ -430,14 +450,14 @@ def headline_style(text: str) -> str:
     words = text.split()
     bare = [word.strip(string.punctuation + "\u201c\u201d\u2018\u2019").lower() for word in words] + ["", ""]
     alone = [word.lower() == plain for word, plain in zip(words, bare)] + [False, False]  # no punctuation attached
-    kept, i = [], 0
+    kept, i, left_out_day = [], 0, 0  # left_out_day: the words of the day left out just before the ith
     while i < len(words):
         word, after, then = bare[i : i + 3]
-        before = bare[i - 1] if i else ""
+        before = bare[i - 1 - left_out_day] if i > left_out_day else ""  # "they on monday will vote": "they"
+        day, left_out_day = day_of_the_news(bare, alone, i), 0
         perfect = alone[i] and word in PERFECT_AUXILIARIES and not (word == "have" and before in MODALS)
-        day = day_of_the_news(bare, alone, i)
-        if day:
-            i += day
+        if day and day < len(words):  # never the whole text
+            i, left_out_day = i + day, day
         elif alone[i] and word in ARTICLES:
             i += 1
         elif perfect and after == "been" and alone[i + 1] and is_participle(then):

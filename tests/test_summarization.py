@@ -457,6 +457,24 @@ def test_baselines_lead_k_and_keywords_in_article_order():
         ("he told usa today on monday", "he told usa today"),
         ("monday's morning email", "monday's morning email"),
         ("today is the day", "today is day"),  # the first word, not "on" before it: a subject
+        # a day that is what a phrase is about, not when: after a preposition, joined to another day, a subject
+        ("the deadline is friday", "deadline is friday"),
+        ("a vote set for friday", "vote set for friday"),
+        ("polls closed until monday", "polls closed until monday"),
+        ("talks from monday to friday", "talks from monday to friday"),
+        ("he said friday was the deadline", "he said friday was deadline"),
+        ("they met on monday and tuesday", "they met on monday and tuesday"),
+        ("held on the last sunday of the month", "held on last sunday of month"),
+        ("minister cavusoglu late wednesday threatened", "minister cavusoglu threatened"),
+        ("he was arrested yesterday and taken to court", "he arrested and taken to court"),
+        ("i had a dead leg one sunday morning and", "i had dead leg one sunday morning and"),
+        ("they met on this sunday", "they met"),
+        ("met on tuesday night, police said", "met on tuesday night, police said"),  # "night," ends a clause
+        ("the mail on sunday said", "mail on sunday said"),
+        ("remembering bloody sunday", "remembering bloody sunday"),
+        ("they on monday will vote", "they will vote"),  # "will" after the pronoun before the day
+        ("on monday", "on monday"),  # never the whole text
+        ("the vote is on monday", "vote is on monday"),
         ("On Monday the president spoke", "President spoke"),
         ("", ""),
     ],
