@@ -102,11 +102,14 @@ def test_readme_summarization_commands_are_the_ones_measured(repo_root):
 
 def test_constraints_pin_the_environment_that_wrote_the_record(repo_root):
     """configs/summarization/constraints.txt pins each package the record's environment names to the version it
-    names: `pip install -c` with it installs what wrote the recorded headlines."""
-    lines = (repo_root / CONSTRAINTS).read_text().splitlines()
-    pins = dict(line.split("==") for line in lines if line and not line.startswith("#"))
+    names (torch without its local build tag), and the record names the file."""
+    lines = [line for line in (repo_root / CONSTRAINTS).read_text().splitlines() if line and not line.startswith("#")]
+    assert all(line.count("==") == 1 for line in lines), "one name==version per line (pip freeze --exclude-editable)"
+    pins = dict(line.split("==") for line in lines)
     assert all(version and "+" not in version for version in pins.values())  # a local build is no index's version
-    environment = json.loads((repo_root / MEASURED).read_text())["environment"]
+    record = json.loads((repo_root / MEASURED).read_text())
+    assert record["constraints"].startswith(str(CONSTRAINTS))
+    environment = record["environment"]
     assert {"torch", "transformers", "accelerate", "datasets", "tokenizers", "numpy"} <= environment.keys()
     assert {name: pins.get(name) for name in environment} == {
         name: version.split("+")[0] for name, version in environment.items()
