@@ -392,7 +392,6 @@ NAMING_DAYS = frozenset("ash black bloody blue cyber easter good holy mail maund
 NOT_AFTER_DAYS = (FUNCTION_WORDS - {"said", "says"}) | frozenset("each every one same since through till until".split())
 NOT_BEFORE_DAYS = DAYS | frozenset("of through till until".split())
 JOINING_DAYS = frozenset("and or nor".split())  # "monday and tuesday" (not "yesterday and taken")
-AUXILIARIES = frozenset("are can could had has is may might must should was were will would".split())
 NOT_PARTICIPLES = frozenset(  # words in -ed that are no verb's participle
     "bed bleed breed creed embed feed greed hundred indeed naked need red reed seed shed sled speed steed weed".split()
 )
@@ -403,6 +402,9 @@ def is_participle(word: str, passive: bool = True) -> bool:
     `passive=False` only one that is also the simple past, so that leaving out "has" keeps the meaning."""
     irregular = PASSIVE_PARTICIPLES if passive else SIMPLE_PAST_PARTICIPLES
     return word in irregular or (len(word) > 3 and word.endswith("ed") and word not in NOT_PARTICIPLES)
+
+
+AUXILIARIES = PASSIVE_AUXILIARIES | PERFECT_AUXILIARIES | (MODALS - {"to"})
 
 
 def day_of_the_news(bare: list[str], alone: list[bool], i: int) -> int:
