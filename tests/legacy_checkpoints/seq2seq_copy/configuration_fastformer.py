@@ -1,0 +1,284 @@
+"""Fastformer configuration: a typed `@strict` dataclass, as transformers' own configs."""
+
+import copy
+import os
+from typing import Literal
+
+from huggingface_hub.dataclasses import strict, validated_field
+from transformers import PreTrainedConfig
+from transformers.activations import ACT2FN
+from transformers.dynamic_module_utils import custom_object_save
+
+from .functional import INTERACTIONS
+
+
+def _requires(requirement: str, holds):
+    """A field factory, used as `name: int = _positive_int(default)`. A value must pass `holds` (None is left to
+    the annotation, which allows it or not); `requirement` words the rule for the error message, which `@strict`
+    prefixes with the field's name."""
+
+    def check(value):
+        if value is not None and not holds(value):
+            raise ValueError(f"must be {requirement}, got {value!r}")
+
+    return lambda default: validated_field(check, default=default)
+
+
+_positive_int = _requires("a positive integer", lambda value: value >= 1)
+_positive_number = _requires("a positive number", lambda value: value > 0)
+_probability = _requires("a number in [0, 1)", lambda value: 0 <= value < 1)
+_convolution_kernel = _requires("0 (none) or a kernel of at least 2 tokens", lambda value: value == 0 or value >= 2)
+_activation = _requires(f"one of {tuple(sorted(ACT2FN))}", lambda value: value in ACT2FN)
+
+
+# the Hub code names of the config and the heads, as `auto_map` and `custom_pipelines` write them ("file.Class")
+AUTO_MAP = {
+    "AutoConfig": "configuration_fastformer.FastformerConfig",
+    "AutoModel": "modeling_fastformer.FastformerModel",
+    "AutoModelForSequenceClassification": "modeling_fastformer.FastformerForSequenceClassification",
+    "AutoModelForMaskedLM": "modeling_fastformer.FastformerForMaskedLM",
+    "AutoModelForSeq2SeqLM": "modeling_fastformer.FastformerForConditionalGeneration",
+    "AutoModelForCausalLM": "modeling_fastformer.FastformerForCausalLM",
+}
+SUMMARIZATION_PIPELINE = {
+    "summarization": {
+        "impl": "pipeline_fastformer.SummarizationPipeline",
+        "pt": ["AutoModelForSeq2SeqLM"],
+        "type": "text",
+    }
+}
+
+
+def check_copy_context_window(window: int, copy_mechanism: bool = True):
+    """Refuses a `copy_context_window` (`FastformerConfig`'s, or a BERT2BERT decoder config's) without the copy head,
+    or that is no odd window of at least 3 tokens centred on each one (0: none)."""
+    if window and not copy_mechanism:
+        raise ValueError("`copy_context_window` widens the copy head's source states and needs `copy_mechanism=True`")
+    if window != 0 and (window < 3 or window % 2 == 0):
+        raise ValueError(
+            f"`copy_context_window` must be 0 (none) or an odd window of at least 3 tokens centred on each one, got "
+            f"{window}"
+        )
+
+
+@strict
+class FastformerConfig(PreTrainedConfig):
+    r"""Configuration of a Fastformer encoder (Wu et al., 2021, arXiv:2108.09084).
+
+    The defaults are the paper's final classification model: hidden size 256, 16 heads, 2 layers, dropout
+    0.2, element-wise product interaction, query-value and layer-wise parameter sharing, additive-attention
+    pooling for classification.
+
+    A bad value raises `@strict`'s `StrictDataclassFieldValidationError` (at construction and at assignment), which
+    names the field, what it must be and the value given; fields that do not fit together raise its
+    `StrictDataclassClassValidationError` (at the end of construction, and by `validate()` and `save_pretrained`),
+    which names the validator and the rule broken.
+
+    Saved while the class is registered for Hub code (`register_for_auto_class`), a config names the classes of
+    every head in `auto_map`, and an encoder-decoder's declares the summarization pipeline (`save_pretrained`).
+
+    Args:
+        vocab_size (`int`, defaults to 30522): number of token ids (bert-base-uncased WordPiece).
+        hidden_size (`int`, defaults to 256): width of the token representations.
+        embedding_size (`int`, *optional*): width of the word and position embeddings, projected to `hidden_size`
+            when it differs (as ELECTRA's and ALBERT's); `hidden_size` if None (`embedding_width` reads it). A
+            generative model (whose LM head is the word embedding matrix) needs it equal to `hidden_size`.
+        num_hidden_layers (`int`, defaults to 2): number of Fastformer layers applied.
+        num_attention_heads (`int`, defaults to 16): heads; must divide `hidden_size`.
+        intermediate_size (`int`, defaults to 1024): width of the feed-forward block.
+        hidden_act (`str`, defaults to `"gelu"`): feed-forward activation, a key of `transformers.activations.ACT2FN`.
+        hidden_dropout_prob (`float`, defaults to 0.2): dropout on embeddings and on each sub-layer's output.
+        max_position_embeddings (`int`, defaults to 2048): longest input; positions are learned embeddings.
+        layer_norm_eps (`float`, defaults to 1e-12): LayerNorm epsilon.
+        initializer_range (`float`, defaults to 0.02): std of the normal init of every weight matrix and of w_q, w_k.
+        pad_token_id (`int`, defaults to 0): padding id (its embedding starts at zero).
+        classifier_dropout (`float`, *optional*): dropout before the classifier; `hidden_dropout_prob` if None.
+        tie_word_embeddings (`bool`, defaults to True): the masked-LM output matrix is the input embedding matrix.
+        share_query_value (`bool`, defaults to True): query-value sharing (RQ3): values use the query
+            transformation (W_v = W_q), so the layer has no W_v.
+        share_layers (`bool`, defaults to True): layer-wise sharing (RQ3): one layer's parameters applied
+            `num_hidden_layers` times.
+        share_heads (`bool`, defaults to False): head-wise sharing (RQ3): all heads use one w_q and one w_k (and
+            one interaction projection with `interaction="concat"`). These are the only per-head parameters of
+            Fastformer, since W_q, W_k, W_v and W_r are full hidden-by-hidden matrices. The paper found it hurts.
+        interaction (`str`, defaults to `"product"`): how a global vector meets each token (RQ2): `"product"`
+            (p_i = q * k_i, u_i = k * v_i), `"add"` (q + k_i, k + v_i) or `"concat"` ([q; k_i] P with a learned
+            projection P of shape (2 * head_dim, head_dim) per head, one for each of the two interactions).
+        query_residual (`bool`, defaults to True): the paper's query residual, the attention output r_i + q_i (the
+            authors' code); False gives r_i alone, the attention output of a softmax Transformer, which is what
+            models converted from BERT use (`fastformer.conversion`): there the residual adds a term the teacher
+            does not have.
+        chunk_size_feed_forward (`int`, defaults to 0): every feed-forward block runs on at most this many tokens
+            at a time (0, transformers' default: all at once): the same result; without gradients, a long batch's
+            (tokens x intermediate_size) activations are then never held at once (docs/PRETRAINED.md, memory), at
+            the cost of a kernel launch per chunk on a GPU.
+        pooler_type (`str`, defaults to `"additive"`): how `FastformerModel` pools the last layer into
+            `pooler_output` for classification: `"additive"` (the paper's: a tanh MLP gives one logit per token,
+            masked softmax, weighted sum), `"cls"` (the first real token) or `"mean"` (mean of real tokens).
+        additive_attention_mode (`str`, defaults to `"auto"`): how the encoder layers (`FastformerLayer`) compute
+            the attention sub-layer, the same function either way (up to rounding). `"plain"`: the paper's steps
+            one by one (the Q, K, V projections, additive attention, W_r, the query residual, then the
+            sub-layer's output dense layer). `"collapsed"`: W_q, W_v, W_r and the output dense layer folded
+            exactly into one (hidden x hidden) matrix per sequence, fewer operations; needs
+            `interaction="product"`. `"auto"`: collapsed with the product interaction for sequences of at least
+            `hidden_size / 2` tokens (`hidden_size` with gradients) in batches of at least 16 * `hidden_size`
+            tokens, where the arithmetic it saves outweighs its extra kernel launches on a GPU; plain otherwise
+            (`FastformerLayer.uses_collapsed_attention`). The causal decoder always uses its own causal computation.
+            Not to be confused with transformers' `attn_implementation` ("sdpa", "eager"), which selects the
+            function of the softmax cross-attention of `FastformerForConditionalGeneration`. Configs saved with the
+            former name of this field, `attention_implementation`, load with their value here.
+
+    Generation (`FastformerForConditionalGeneration`, `FastformerForCausalLM`):
+        num_decoder_layers (`int`, *optional*): decoder layers; `num_hidden_layers` if None. The decoder uses the
+            same switches as the encoder (sharing, interaction), with causal (prefix) additive attention.
+        cross_attention_type (`str`, defaults to `"softmax"`): how decoder tokens read the encoder output:
+            `"softmax"` (multi-head scaled dot-product attention, O(target x source) and a cache of the
+            encoder's keys and values) or `"additive"` (one context per head pooled from the encoder values,
+            c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j, then c * q_t for each decoder token: O(source) once,
+            O(1) per generated token, and a cache of one vector per head).
+        decoder_conv_kernel (`int`, defaults to 0): a kernel K of at least 2 (0: none): every decoder layer's causal
+            attention reads each token plus a learned depthwise convolution of it and the K - 1 tokens before it
+            (`functional.causal_convolution`; initialized as the other weights), the short convolution that Mamba2 and
+            Qwen3-Next run beside their linear attention's state: a pooled prefix holds no order, and the
+            convolution gives each token the ones just before it, in order. The cache then also keeps each layer
+            application's last K - 1 inputs. Padding reads as zero inputs: where it is (the start of a prompt, the
+            end of a training row) a sequence gets what it has alone; padding between tokens would be read as zeros.
+        tie_encoder_embeddings (`bool`, defaults to True): the encoder-decoder's encoder reads the decoder's word
+            embeddings (one matrix for the encoder, the decoder and the LM head); False gives the encoder its own,
+            as `fastformer.summarization.freeze_encoder` does so that a frozen encoder stays fixed (the decoder and
+            the LM head still share theirs).
+        copy_mechanism (`bool`, defaults to False): `FastformerForConditionalGeneration` can also copy source
+            tokens, as See et al.'s pointer-generator (2017): each decoder output attends over the encoder output
+            (one softmax head of its own), and a learned gate mixes the LM head's distribution over the vocabulary
+            with that attention summed per source token id; the logits are then the mixture's log-probabilities.
+            The source's ids are read at every step (`input_ids`, or `source_ids` beside `encoder_outputs`).
+            Logits processors that scale logits act on log-probabilities then: `repetition_penalty` multiplies
+            their (negative) values and barely moves a likely token; `no_repeat_ngram_size` blocks as before.
+        copy_spans (`bool`, defaults to False): with `copy_mechanism`, the copy head can continue a span of the
+            source: its attention adds a learned gate g_t = u . h_t + c to the score of every source position whose
+            previous token is the decoder's input token t (the token just written), so that copying it writes the
+            source's next token, in order. Additive attention has no token-to-token scores from which a decoder
+            could learn this (an induction head, in softmax attention). The decoder's input ids are read then
+            (`decoder_input_ids` or `labels`). Where the decoder starts with the source's first token (BERT's [CLS]
+            for both), the first step scores the source's first word too: the gate starts a copy at the lead.
+        copy_context_window (`int`, defaults to 0): with `copy_mechanism`, an odd window W of at least 3 (0: none):
+            the copy head reads every source position (its attention's key, and the context its gate reads) as its
+            encoder output plus a learned depthwise convolution of the W outputs centred on it (starting at zero),
+            so that whether a copy may start or stop there is scored from its neighbours.
+        bos_token_id, decoder_start_token_id (`int`, *optional*): special ids for generation.
+        eos_token_id (`int` or `list[int]`, *optional*): the id, or ids, that end a generated sequence.
+        use_cache (`bool`, defaults to True): return the decoder's generation state (`FastformerCache`).
+    """
+
+    model_type = "fastformer"
+
+    vocab_size: int = _positive_int(30522)
+    hidden_size: int = _positive_int(256)
+    embedding_size: int | None = _positive_int(None)
+    num_hidden_layers: int = _positive_int(2)
+    num_attention_heads: int = _positive_int(16)
+    intermediate_size: int = _positive_int(1024)
+    hidden_act: str = _activation("gelu")
+    hidden_dropout_prob: float | int = _probability(0.2)
+    max_position_embeddings: int = _positive_int(2048)
+    layer_norm_eps: float | int = _positive_number(1e-12)
+    initializer_range: float | int = _positive_number(0.02)
+    pad_token_id: int | None = 0
+    classifier_dropout: float | int | None = _probability(None)
+    tie_word_embeddings: bool = True
+    share_query_value: bool = True
+    share_layers: bool = True
+    share_heads: bool = False
+    interaction: Literal[INTERACTIONS] = "product"  # the tuple of functional.py, the one list of interactions
+    query_residual: bool = True
+    chunk_size_feed_forward: int = 0
+    pooler_type: Literal["additive", "cls", "mean"] = "additive"
+    additive_attention_mode: Literal["auto", "plain", "collapsed"] = "auto"
+    num_decoder_layers: int | None = _positive_int(None)
+    cross_attention_type: Literal["softmax", "additive"] = "softmax"
+    decoder_conv_kernel: int = _convolution_kernel(0)
+    tie_encoder_embeddings: bool = True
+    copy_mechanism: bool = False
+    copy_spans: bool = False
+    copy_context_window: int = 0
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+    decoder_start_token_id: int | None = None
+    use_cache: bool = True
+
+    def __post_init__(self, **kwargs):
+        if "attention_implementation" in kwargs:  # this field's former name, in configs saved before the rename
+            self.additive_attention_mode = kwargs.pop("attention_implementation")
+        if self.num_decoder_layers is None:  # as T5: the decoder mirrors the encoder
+            self.num_decoder_layers = self.num_hidden_layers
+        super().__post_init__(**kwargs)
+
+    def for_encoder_decoder(self) -> "FastformerConfig":
+        """This config if `is_encoder_decoder`, else a copy that is (what generate() reads): the config of
+        `FastformerForConditionalGeneration`, which leaves the one it is given as it was (it may serve an encoder
+        too)."""
+        if self.is_encoder_decoder:
+            return self
+        config = copy.deepcopy(self)
+        config.is_encoder_decoder = True
+        return config
+
+    def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs):
+        """As `PreTrainedConfig.save_pretrained`, which, where the class is registered for Hub code
+        (`register_for_auto_class`), copies its code beside the config and names it in `auto_map`. There `auto_map`
+        also names the class of every head, so that the checkpoint of any head loads into all of them as Hub code
+        (`trust_remote_code=True`), and an encoder-decoder's config declares the summarization pipeline
+        (`custom_pipelines`), whose file is copied beside it. Entries the config already has are kept."""
+        if self.is_remote_code():
+            self.auto_map = {**AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
+            if self.is_encoder_decoder:
+                # here, as it imports transformers' pipelines; a relative import all the same, so that transformers
+                # ships the pipeline's file with this one as Hub code (with its relative imports): a config loaded
+                # as Hub code can save it again
+                from .pipeline_fastformer import SummarizationPipeline
+
+                pipelines = getattr(self, "custom_pipelines", None) or {}
+                self.custom_pipelines = {**copy.deepcopy(SUMMARIZATION_PIPELINE), **pipelines}
+                os.makedirs(save_directory, exist_ok=True)
+                custom_object_save(SummarizationPipeline, save_directory)
+        super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
+
+    @property
+    def embedding_width(self) -> int:
+        """The width of the word and position embeddings: `embedding_size`, or `hidden_size` where it is None (read
+        at use, so that a `hidden_size` changed after init, as by `--config_overrides`, still sizes them)."""
+        return self.embedding_size or self.hidden_size
+
+    def validate_architecture(self):
+        """Part of `@strict`-powered validation: the fields that must fit together."""
+        super().validate_architecture()
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"`hidden_size` ({self.hidden_size}) must be divisible by `num_attention_heads` "
+                f"({self.num_attention_heads})"
+            )
+        if self.chunk_size_feed_forward < 0:
+            raise ValueError(
+                f"`chunk_size_feed_forward` must be 0 (no chunks) or more, got {self.chunk_size_feed_forward}"
+            )
+        if self.copy_spans and not self.copy_mechanism:
+            raise ValueError("`copy_spans` continues the copy head's spans and needs `copy_mechanism=True`")
+        check_copy_context_window(self.copy_context_window, self.copy_mechanism)
+        if self.additive_attention_mode == "collapsed" and self.interaction != "product":
+            raise ValueError(
+                '`additive_attention_mode="collapsed"` folds the product interaction\'s linear maps and needs '
+                f'`interaction="product"`, got interaction={self.interaction!r}; use "auto" or "plain"'
+            )
+
+    def validate_token_ids(self):
+        """Part of `@strict`-powered validation: special ids lie in the vocabulary (transformers only warns)."""
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = getattr(self, name)
+            ids = value if isinstance(value, list) else [] if value is None else [value]
+            if not all(0 <= token_id < self.vocab_size for token_id in ids):
+                allowed = "None, an id or a list of ids" if name == "eos_token_id" else "None or an id"
+                raise ValueError(f"`{name}` must be {allowed} in [0, {self.vocab_size}), got {value!r}")
+        super().validate_token_ids()
+
+
+__all__ = ["FastformerConfig"]
