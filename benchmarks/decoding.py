@@ -16,7 +16,7 @@ from transformers.cache_utils import Cache, EncoderDecoderCache
 from benchmarks import harness
 from benchmarks.encoder import median_by
 from benchmarks.harness import DOCS, log_log, plt, save_figure, table
-from fastformer import FastformerCache, FastformerConfig, FastformerForConditionalGeneration
+from fastformer import FastformerConfig, FastformerForConditionalGeneration
 
 MODELS = ("Fastformer", "BART")
 SIZE = {"hidden-size": 256, "heads": 16, "intermediate-size": 1024, "encoder-layers": 2, "decoder-layers": 4}
@@ -24,15 +24,13 @@ WINDOW = 16  # steps averaged per length
 
 
 def cache_nbytes(cache: Cache) -> int:
-    """Bytes held by a transformers generation cache: its layers' keys and values or recurrent and convolution states, a
-    `FastformerCache`'s positions, both parts of an `EncoderDecoderCache`."""
+    """Bytes held by a transformers generation cache: its layers' keys and values or recurrent and convolution states,
+    both parts of an `EncoderDecoderCache`."""
     if isinstance(cache, EncoderDecoderCache):
         return cache_nbytes(cache.self_attention_cache) + cache_nbytes(cache.cross_attention_cache)
     tensors = [getattr(layer, name, None) for layer in cache.layers for name in ("keys", "values")]
     for name in ("recurrent_states", "conv_states"):
         tensors += [t for layer in cache.layers for t in getattr(layer, name, {}).values()]
-    if isinstance(cache, FastformerCache):
-        tensors.append(cache.positions)
     return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 

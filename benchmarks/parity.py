@@ -57,9 +57,11 @@ def comparisons(seq_len, decode_tokens, devices):
     source = torch.randint(1, config.vocab_size, (2, 64))  # 64 source tokens
     target = torch.randint(1, config.vocab_size, (2, decode_tokens))
     full = model(source, decoder_input_ids=target, use_cache=False).logits[:, None].double()
-    cache, encoded, steps = model.new_cache(), model.get_encoder()(source), []
+    cache, encoded, steps = None, model.get_encoder()(source), []
     for t in range(decode_tokens):
-        steps.append(model(encoder_outputs=encoded, decoder_input_ids=target[:, [t]], cache=cache).logits)
+        step = model(encoder_outputs=encoded, decoder_input_ids=target[:, [t]], cache=cache, use_cache=True)
+        steps.append(step.logits)
+        cache = step.cache
     result, mask = torch.cat(steps, 1)[:, None], torch.ones(2, decode_tokens, dtype=torch.bool)
     yield "seq2seq decoding, token by token", "cpu", torch.float32, "full forward", result, full, mask
 

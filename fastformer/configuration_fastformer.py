@@ -244,6 +244,24 @@ class FastformerConfig(PreTrainedConfig):
         super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
     @property
+    def layer_types(self) -> list[str]:
+        """Every layer application's cache layer type, as `DynamicCache(config=...)` and generate() read it from the
+        decoder's config (`get_text_config(decoder=True)`): "fastformer" (`FastformerCacheLayer`)."""
+        return ["fastformer"] * self.num_hidden_layers
+
+    def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
+        """As transformers', and the decoder's config has `num_decoder_layers` as its `num_hidden_layers` (the number
+        of layer applications a decoder's cache holds)."""
+        config = super().get_text_config(decoder=decoder, encoder=encoder)
+        if decoder and not encoder and self.num_decoder_layers != config.num_hidden_layers:
+            config = copy.deepcopy(config)
+            config.num_hidden_layers = self.num_decoder_layers
+        return config
+
+    def validate_layer_type(self):
+        """Part of `@strict`-powered validation: `layer_types` is made here, of Fastformer's own cache layers."""
+
+    @property
     def embedding_width(self) -> int:
         """The width of the word and position embeddings: `embedding_size`, or `hidden_size` where it is None (read
         at use, so that a `hidden_size` changed after init, as by `--config_overrides`, still sizes them)."""

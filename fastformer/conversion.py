@@ -433,10 +433,11 @@ def convert_bert(
         copy_bert_weights(bert, model.embeddings, model.layers)
     else:
         model = FastformerForConditionalGeneration(config)
-        copy_bert_weights(bert, model.fastformer.embeddings, model.fastformer.layers)
-        copy_bert_weights(bert, model.decoder.embeddings, model.decoder.layers)
+        encoder, decoder = model.get_encoder(), model.get_decoder()
+        copy_bert_weights(bert, encoder.embeddings, encoder.layers)
+        copy_bert_weights(bert, decoder.embeddings, decoder.layers)
         if cross_attention_init == "self_attention":
-            copy_bert_cross_attention(bert, model.decoder.layers)
+            copy_bert_cross_attention(bert, decoder.layers)
     return model.to(bert.dtype).eval()
 
 

@@ -78,7 +78,7 @@ class CopyEncoderDecoderModel(CopyHeadSourceMixin, EncoderDecoderModel):
         encoder_states = outputs.encoder_last_hidden_state
         if source_ids is None:
             source_ids = input_ids
-        source_ids = self.checked_source_ids(source_ids, BaseModelOutput(last_hidden_state=encoder_states))
+        source_ids = self.checked_source_ids(source_ids, encoder_states)
         hidden_states = outputs.decoder_hidden_states[-1]
         outputs.logits = self.copy_head(
             hidden_states, outputs.logits, encoder_states, attention_mask, source_ids, decoder_input_ids

@@ -99,7 +99,7 @@ class CopyHeadSourceMixin:
     encoder's output, and kept by generate() for every decoding step. For `FastformerForConditionalGeneration`
     and for the BERT2BERT baseline with the same head (`fastformer.copy_encoder_decoder`)."""
 
-    def checked_source_ids(self, source_ids, encoder_outputs) -> torch.Tensor:
+    def checked_source_ids(self, source_ids, encoder_hidden_states) -> torch.Tensor:
         """The source ids the copy head reads, refused where there are none, where they do not match the encoder's
         output in shape, or (inside `checks.value_checks()`) hold an id outside the vocabulary."""
         if source_ids is None:
@@ -107,10 +107,10 @@ class CopyHeadSourceMixin:
                 "config.copy_mechanism copies source tokens by their ids: pass `input_ids`, or `source_ids` (the "
                 "source's token ids) beside `encoder_outputs` or `inputs_embeds`"
             )
-        if source_ids.shape != encoder_outputs.last_hidden_state.shape[:2]:
+        if source_ids.shape != encoder_hidden_states.shape[:2]:
             raise ValueError(
                 f"`source_ids` {tuple(source_ids.shape)} must be the source's ids, one per encoder output position "
-                f"{tuple(encoder_outputs.last_hidden_state.shape[:2])}"
+                f"{tuple(encoder_hidden_states.shape[:2])}"
             )
         check_inputs(source_ids, None, self.config.get_text_config(decoder=True), name="source_ids")
         return source_ids

@@ -16,10 +16,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 
-from .functional import CausalAttentionState, initial_pooling_state
-from .modeling_fastformer import FastformerCache, FastformerPreTrainedModel
+from .functional import CausalAttentionState, PoolingState, initial_pooling_state
+from .modeling_fastformer import FastformerPreTrainedModel
 
 INPUT_NAMES = ("input_ids", "attention_mask")
 # a head's outputs, by the ModelOutput field names that transformers' pipelines read
@@ -119,16 +119,16 @@ class Seq2SeqEncoderGraph(torch.nn.Module):
 
     def forward(self, input_ids, attention_mask):
         encoded = self.model.get_encoder()(input_ids, attention_mask=attention_mask).last_hidden_state
-        layers = self.model.decoder.layers
+        layers = self.model.get_decoder().layers
         pairs = (layer.cross_attention.encode(encoded, attention_mask) for layer in layers)
         # new tensors for every output: the additive cross-attention's key and value are one tensor
         cross = tuple(tensor.clone() for pair in pairs for tensor in pair)
         return (*cross, encoded) if self.model.copy_head is not None else cross
 
 
-def state_tensors(cache: FastformerCache) -> list[torch.Tensor]:
-    """Every layer application's states of `cache`, flat, in layer order: its recurrent states in slot order, then
-    its short convolution's (with `config.decoder_conv_kernel`)."""
+def state_tensors(cache: Cache) -> list[torch.Tensor]:
+    """Every layer application's states of a decoder's cache (`FastformerCacheLayer`s), flat, in layer order: its
+    recurrent states in slot order, then its short convolution's (with `config.decoder_conv_kernel`)."""
     return [
         state
         for layer in cache.layers
@@ -138,15 +138,15 @@ def state_tensors(cache: FastformerCache) -> list[torch.Tensor]:
     ]
 
 
-def load_state_tensors(cache: FastformerCache, tensors, config=None):
+def load_state_tensors(cache: Cache, tensors, config=None):
     """Sets the states of `cache` from `state_tensors`' list of another cache of `config` (with its short
     convolutions' states where `config.decoder_conv_kernel`; None: a config without them)."""
     tensors = iter(tensors)
-    for layer_idx, layer in enumerate(cache.layers):
-        for slot in range(layer.number_of_states):
-            cache.update_recurrent_state(next(tensors), layer_idx, slot)
+    for layer in cache.layers:
+        query, key = (PoolingState(next(tensors), next(tensors)) for _ in range(2))
+        layer.update_attention_state(CausalAttentionState(query, key), tokens=0)
         if config is not None and config.decoder_conv_kernel:
-            cache.update_conv_state(next(tensors), layer_idx)
+            layer.update_conv_state(next(tensors))
 
 
 class DecoderStepGraph(torch.nn.Module):
@@ -154,40 +154,40 @@ class DecoderStepGraph(torch.nn.Module):
     (input_ids (B, 1), positions (B,), encoder_attention_mask (B, M), cross: the encoder graph's outputs, state:
     `state_tensors(cache)`, source_ids (B, M): the source's ids, read by the copy head only) -> (logits (B, vocab),
     positions + 1, the new state). It runs the model's own decoder over an `EncoderDecoderCache` rebuilt from
-    those tensors, and its `output_logits`; `initial_state` gives the state before the first token."""
+    those tensors, and its copy head; `initial_state` gives the state before the first token."""
 
     def __init__(self, model):
         super().__init__()
         self.model = model
 
     def forward(self, input_ids, positions, encoder_attention_mask, cross, state, source_ids=None):
-        states = FastformerCache(self.model.config)
-        load_state_tensors(states, state, self.model.config)
-        states.positions = positions
+        model, decoder = self.model, self.model.get_decoder()
+        states = DynamicCache(config=model.config)
+        load_state_tensors(states, state, model.config)
         cross_cache = DynamicCache()
-        encoded = cross[-1] if self.model.copy_head is not None else None  # the encoder's output, for copying
-        for index in range(len(self.model.decoder.layers)):
+        for index in range(len(decoder.layers)):
             cross_cache.update(cross[2 * index], cross[2 * index + 1], index)
         cache = EncoderDecoderCache(states, cross_cache)
-        hidden_states = self.model.decoder(input_ids, encoder_attention_mask=encoder_attention_mask, cache=cache)
-        last = hidden_states.last_hidden_state[:, -1:]
-        logits = self.model.output_logits(last, encoded, encoder_attention_mask, source_ids, input_ids)[:, -1]
-        return logits, states.positions, tuple(state_tensors(states))
+        hidden_states = decoder(
+            input_ids, position_ids=positions[:, None], encoder_attention_mask=encoder_attention_mask, cache=cache
+        ).last_hidden_state[:, -1:]
+        logits = model.lm_head(hidden_states)
+        if model.copy_head is not None:  # the encoder's output is the last of `cross`
+            logits = model.copy_head(hidden_states, logits, cross[-1], encoder_attention_mask, source_ids, input_ids)
+        return logits[:, -1], positions + 1, tuple(state_tensors(states))
 
 
 def initial_state(config, batch_size: int) -> list[torch.Tensor]:
     """The decoding state before the first token, as `DecoderStepGraph` takes it (`state_tensors`
     of a cache whose every pooling is `initial_pooling_state`, and whose short convolutions have zero inputs)."""
     heads, dim = config.num_attention_heads, config.hidden_size // config.num_attention_heads
-    cache = FastformerCache(config)
-    for layer_idx in range(config.num_decoder_layers):
+    state = []
+    for _ in range(config.num_decoder_layers):
         # new tensors for every slot: the same tensor twice would be traced as one input
-        state = CausalAttentionState(*(initial_pooling_state(batch_size, heads, dim) for _ in range(2)))
-        cache.update_attention_state(state, layer_idx)
+        state += [tensor for _ in range(2) for tensor in initial_pooling_state(batch_size, heads, dim)]
         if config.decoder_conv_kernel:
-            inputs = torch.zeros(batch_size, config.hidden_size, config.decoder_conv_kernel - 1)
-            cache.update_conv_state(inputs, layer_idx)
-    return state_tensors(cache)
+            state.append(torch.zeros(batch_size, config.hidden_size, config.decoder_conv_kernel - 1))
+    return state
 
 
 def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
@@ -208,7 +208,7 @@ def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
     batch = torch.export.Dim("batch")
     source = torch.export.Dim("source", max=config.max_position_embeddings)
     encoder = Seq2SeqEncoderGraph(model)
-    layers = len(model.decoder.layers)
+    layers = len(model.get_decoder().layers)
     with torch.no_grad():
         cross = encoder(input_ids, attention_mask)
     step = DecoderStepGraph(model)

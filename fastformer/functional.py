@@ -427,17 +427,14 @@ def causal_additive_pooling(
     attention_mask: torch.Tensor | None = None,
     state: PoolingState | None = None,
     chunk_size: int = 64,
-    *,
-    in_place: bool = False,
 ) -> tuple[torch.Tensor, PoolingState]:
     """Prefix additive pooling: for every t, sum_{i<=t} softmax_{i<=t}(w . x_i / sqrt(D)) x_i.
 
     x: (B, H, N, D); weight: (H, D); attention_mask: (B, N), padding takes no part (bool or int, or float and
-    additive as `causal_mask` makes it); `state` continues an earlier call, and with `in_place` the new state is
-    written into its tensors (which keep their addresses, as CUDA graphs and a compiled decoding step replay them;
-    no gradient goes through such a state). Returns the pooled vectors (B, H, N, D) in x's dtype (zeros where no
-    token has been seen yet; for one token, a decoding step, in the state's dtype: the caller's next product takes
-    it as it is, without a cast) and the state after the last position.
+    additive as `causal_mask` makes it); `state` continues an earlier call (the new state is new tensors: a cache
+    copies them into its own). Returns the pooled vectors (B, H, N, D) in x's dtype (zeros where no token has been
+    seen yet; for one token, a decoding step, in the state's dtype: the caller's next product takes it as it is,
+    without a cast) and the state after the last position.
 
     A two-level scan, with no cumsum of exp(): within chunks of `chunk_size` tokens a masked (C x C) matrix of
     exp(logit_i - running max_t) weights; across chunks the same on the chunk summaries. Every exponent is
@@ -447,7 +444,7 @@ def causal_additive_pooling(
     if state is None:
         state = initial_pooling_state(batch, heads, dim, accumulation_dtype(x.dtype), x.device)
     if length == 1:  # one decoding step: update the streaming softmax directly
-        return _pooling_step(x, weight, attention_mask, state, in_place)
+        return _pooling_step(x, weight, attention_mask, state)
     acc = state.pooled.dtype
     lowest = torch.finfo(acc).min
     # a head split (a transposed view) copied once, contiguous: the matmuls below would each copy it to merge its
@@ -508,10 +505,6 @@ def causal_additive_pooling(
     seen = has_tokens[..., -1, -1]
     log_normalizer = running[..., -1, -1] + torch.where(seen, denominator[..., -1, -1], 1.0).log()
     new_state = PoolingState(log_normalizer.masked_fill(~seen, lowest), pooled[..., -1, -1, :].clone())
-    if in_place:
-        state.log_normalizer.copy_(new_state.log_normalizer)
-        state.pooled.copy_(new_state.pooled)
-        new_state = state
     return pooled.view(batch, heads, -1, dim)[:, :, :length].to(x.dtype), new_state
 
 
@@ -532,21 +525,32 @@ def _scaled_logits(logits, dim, attention_mask, dtype):
     return logits.masked_fill(~attention_mask.to(torch.bool)[:, None, :], float("-inf"))
 
 
-def _pooling_step(x, weight, attention_mask, state, in_place):
+def _step_logits(token, weight, attention_mask, dtype):
+    """w . x / sqrt(D) of one token per (batch, head), in `dtype`, -inf for padding: token (B, H, D), weight (H, D),
+    attention_mask (B, 1) or None. Where the token and the weight are in `dtype` already and the mask is additive
+    (`causal_mask`), one product batched over the heads, the mask as its input, the scale as its alpha."""
+    scale = token.shape[-1] ** -0.5
+    if token.dtype == weight.dtype == dtype and (attention_mask is None or attention_mask.dtype == dtype):
+        per_head, weight = token.transpose(0, 1), weight.unsqueeze(-1)  # (H, B, D), (H, D, 1)
+        if attention_mask is None:  # beta=0: the input is not read, a view of the right shape stands in
+            return torch.baddbmm(weight[:, :1], per_head, weight, beta=0, alpha=scale).squeeze(-1).T
+        return torch.baddbmm(attention_mask.T.unsqueeze(-1), per_head, weight, alpha=scale).squeeze(-1).T
+    return _scaled_logits((token * weight).sum(dim=-1, keepdim=True), token.shape[-1], attention_mask, dtype)[..., 0]
+
+
+def _pooling_step(x, weight, attention_mask, state):
     """`causal_additive_pooling` for a single token: x (B, H, 1, D), attention_mask (B, 1) or None. In decoding, the
     count of tensor operations is what a step costs (on a GPU, its kernel launches), so no cast: the products promote
     x to the state's dtype. The new token's share of the softmax so far is exp(logit - log_normalizer), and the
     pooling moves towards it by that share (a lerp)."""
     token = x[:, :, 0]  # (B, H, D)
-    logit = _scaled_logits((token * weight).sum(dim=-1, keepdim=True), x.shape[-1], attention_mask, state.pooled.dtype)
-    logit = logit.squeeze(-1)  # (B, H)
-    log_normalizer = torch.logaddexp(state.log_normalizer, logit, out=state.log_normalizer if in_place else None)
+    logit = _step_logits(token, weight, attention_mask, state.pooled.dtype)  # (B, H)
+    log_normalizer = torch.logaddexp(state.log_normalizer, logit)
     share = (logit - log_normalizer).exp().unsqueeze(-1)  # in [0, 1]; 0 for padding (logit -inf)
-    out = state.pooled if in_place else None
     if token.dtype == state.pooled.dtype:
-        pooled = torch.lerp(state.pooled, token, share, out=out)
+        pooled = torch.lerp(state.pooled, token, share)
     else:
-        pooled = torch.addcmul(state.pooled, share, token - state.pooled, out=out)
+        pooled = torch.addcmul(state.pooled, share, token - state.pooled)
     return pooled.unsqueeze(2), PoolingState(log_normalizer, pooled)
 
 
@@ -564,7 +568,6 @@ def causal_additive_attention(
     key_value_projection: torch.Tensor | None = None,
     chunk_size: int = 64,
     return_weights: bool = False,
-    state_in_place: bool = False,
 ) -> CausalAttentionOutput:
     """Causal Fastformer attention: the paper's Eqs. 3-6 over prefixes, so position t sees tokens 1..t only.
 
@@ -575,8 +578,7 @@ def causal_additive_attention(
         u_t            = global key_t * v_t
     Padding (attention_mask 0, e.g. left padding; or -inf in a float mask, `causal_mask`) takes no part in the
     prefix pools. `state` (returned by an earlier call) continues a sequence: running it in two chunks, passing the
-    state along, equals running it whole; with `state_in_place`, the new state is written into the given one's
-    tensors (`causal_additive_pooling`'s `in_place`). One token with a state costs O(D) per head, whatever the
+    state along, equals running it whole. One token with a state costs O(D) per head, whatever the
     number of tokens before it.
     Returns `CausalAttentionOutput(output=u, state, weights)`: u is (B, H, N, D), the state the one after the last
     token; `weights` is None, or with `return_weights` the two poolings' weights (`causal_pooling_weights`) stacked
@@ -586,14 +588,9 @@ def causal_additive_attention(
     if return_weights and state is not None:
         raise ValueError("return_weights=True needs the whole sequence: a `state` does not keep the tokens before it")
     query_state, key_state = state if state is not None else (None, None)
-    in_place = state_in_place and state is not None
-    global_query, query_state = causal_additive_pooling(
-        query, query_weight, attention_mask, query_state, chunk_size, in_place=in_place
-    )
+    global_query, query_state = causal_additive_pooling(query, query_weight, attention_mask, query_state, chunk_size)
     p = interact(global_query, key, interaction, query_key_projection)  # (B, H, N, D)
-    global_key, key_state = causal_additive_pooling(
-        p, key_weight, attention_mask, key_state, chunk_size, in_place=in_place
-    )
+    global_key, key_state = causal_additive_pooling(p, key_weight, attention_mask, key_state, chunk_size)
     # a decoding step pools in the state's dtype: one cast back, at the end
     u = interact(global_key, value, interaction, key_value_projection).to(value.dtype)
     weights = None

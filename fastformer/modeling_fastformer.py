@@ -18,17 +18,27 @@ from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache, LinearAttentionLayer
+from transformers.cache_utils import (
+    DYNAMIC_LAYER_TYPE_MAPPING,
+    STATIC_LAYER_TYPE_MAPPING,
+    Cache,
+    DynamicCache,
+    EncoderDecoderCache,
+    LinearAttentionLayer,
+)
+from transformers.conversion_mapping import register_checkpoint_conversion_mapping
+from transformers.core_model_loading import WeightRenaming
 from transformers.loss.loss_utils import ForMaskedLMLoss
 from transformers.masking_utils import create_bidirectional_mask, find_packed_sequence_indices
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
-    BaseModelOutputWithCrossAttentions,
+    BaseModelOutputWithPastAndCrossAttentions,
     BaseModelOutputWithPooling,
     CausalLMOutputWithPast,
     MaskedLMOutput,
     Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
     SequenceClassifierOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, slice_logits_to_keep
@@ -183,33 +193,29 @@ class FastformerAttention(nn.Module):
 class FastformerShortConvolution(nn.Module):
     """The decoder attention's input with its recent past (`config.decoder_conv_kernel`): every token plus a learned
     depthwise convolution of it and the K - 1 tokens before it (`functional.causal_convolution`; `weight` (D, 1, K)
-    as a depthwise `nn.Conv1d`'s), initialized as the other weights (normal, `config.initializer_range`): started at
-    zero, the identity, its weights stayed near zero through the recipe (docs/RESULTS.md). With a cache it continues
-    from the layer application's last K - 1 inputs, and packed rows convolve each sequence alone. Padding reads as
-    zero inputs: at the start of a prompt or the end of a training row, where the padding is, a sequence gets what it
-    has alone."""
+    as a depthwise `nn.Conv1d`'s), initialized as the other weights. With a cache it continues from the layer
+    application's last K - 1 inputs, and packed rows convolve each sequence alone. Padding reads as zero inputs: at
+    the start of a prompt or the end of a training row, where the padding is, a sequence gets what it has alone."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(config.hidden_size, 1, config.decoder_conv_kernel))
 
-    def forward(self, hidden_states, token_mask=None, cache=None, layer_idx=None, packed=None):
+    def forward(self, hidden_states, token_mask=None, cache_layer=None, packed=None):
         if packed is not None:  # a sequence a row, zeros after its end
             rows = unpack(hidden_states[:, None], packed)
             return repack(causal_convolution(rows[:, 0], self.weight)[0][:, None], packed)[:, 0]
-        state = None if cache is None else cache.conv_state(layer_idx)
+        state = None if cache_layer is None else cache_layer.conv_state()
         out, new_state = causal_convolution(hidden_states, self.weight, token_mask, state)
-        if state is not None and not torch.is_grad_enabled():
-            state.copy_(new_state)  # in place, as the attention's state: its address stays, for CUDA graphs
-        elif cache is not None:
-            cache.update_conv_state(new_state, layer_idx)
+        if cache_layer is not None:
+            cache_layer.update_conv_state(new_state)
         return out
 
 
 class FastformerCausalAttention(FastformerAttention):
-    """The decoder's attention: every position pools its prefix only. With a `cache` (a `FastformerCache`), the
-    state of layer application `layer_idx` continues a sequence and is updated. With `packed` (`PackedRows`), the
-    rows hold several sequences each, and every one pools its own prefix only.
+    """The decoder's attention: every position pools its prefix only. With `cache_layer` (a `FastformerCacheLayer`),
+    the state of this layer application continues a sequence and is updated. With `packed` (`PackedRows`), the rows
+    hold several sequences each, and every one pools its own prefix only.
 
     Returns the output and, with `output_attentions`, the two poolings' weights (B, H, 2, N, N) (row t: the
     weights of tokens 1..t; `functional.causal_pooling_weights`), else None. They need the whole sequence in one
@@ -226,13 +232,13 @@ class FastformerCausalAttention(FastformerAttention):
         self,
         hidden_states,
         attention_mask=None,
-        cache=None,
-        layer_idx=None,
+        cache_layer=None,
         output_attentions=False,
         packed=None,
         token_mask=None,
     ):
-        if output_attentions and cache is not None and cache.attention_state(layer_idx) is not None:
+        state = None if cache_layer is None else cache_layer.attention_state()
+        if output_attentions and state is not None:
             # refused before the convolution moves its state on: the cache stays as it was
             raise ValueError(
                 "`output_attentions=True` needs the decoder's whole sequence in one forward pass, but the cache holds "
@@ -240,28 +246,17 @@ class FastformerCausalAttention(FastformerAttention):
                 "in generate(..., use_cache=False))"
             )
         if self.convolution is not None:
-            hidden_states = self.convolution(hidden_states, token_mask, cache, layer_idx, packed)
+            hidden_states = self.convolution(hidden_states, token_mask, cache_layer, packed)
         query, q, k, v = self._project(hidden_states)
         vectors, settings = self._attention_arguments()
         if packed is not None:  # a sequence a row (S, H, L, D), the rows' mask; back to packed rows after
             q, k, v = (unpack(x, packed) for x in (q, k, v))
             attention_mask = packed.mask
-        state = None if cache is None else cache.attention_state(layer_idx)
-        # without gradients, a step writes the state into the cache's tensors: their addresses stay, for CUDA graphs
-        in_place = state is not None and not torch.is_grad_enabled()
         u, state, weights = causal_additive_attention(
-            q,
-            k,
-            v,
-            *vectors,
-            attention_mask,
-            state,
-            return_weights=output_attentions,
-            state_in_place=in_place,
-            **settings,
+            q, k, v, *vectors, attention_mask, state, return_weights=output_attentions, **settings
         )
-        if cache is not None and not in_place:
-            cache.update_attention_state(state, layer_idx)
+        if cache_layer is not None:
+            cache_layer.update_attention_state(state, hidden_states.shape[1])
         if packed is not None:
             u = repack(u, packed)
         return self._output(u, query), weights
@@ -513,8 +508,8 @@ class FastformerDecoderLayer(GradientCheckpointingLayer):
 
     `cross_key`, `cross_value`: `cross_attention.encode(...)` of the encoder output, computed once per distinct
     layer by the caller (positional, so that reentrant gradient checkpointing sends their gradients back once);
-    `cache` and `layer_idx`: the generation state of this layer application; `token_mask`: the attention mask as
-    the short convolution reads it (`FastformerCausalAttention`).
+    `cache_layer`: the generation state of this layer application (`FastformerCacheLayer`); `token_mask`: the
+    attention mask as the short convolution reads it (`FastformerCausalAttention`).
     """
 
     def __init__(self, config: FastformerConfig, cross_attention: bool):
@@ -535,15 +530,12 @@ class FastformerDecoderLayer(GradientCheckpointingLayer):
         cross_key=None,
         cross_value=None,
         source_mask=None,
-        cache=None,
-        layer_idx=None,
+        cache_layer=None,
         output_attentions=False,
         packed: PackedRows | None = None,
         token_mask=None,
     ):
-        attention, _ = self.attention(
-            hidden_states, attention_mask, cache, layer_idx, output_attentions, packed, token_mask
-        )
+        attention, _ = self.attention(hidden_states, attention_mask, cache_layer, output_attentions, packed, token_mask)
         hidden_states = self.attention_output(attention, hidden_states)
         if self.cross_attention is not None:
             cross, _ = self.cross_attention(
@@ -664,12 +656,15 @@ class FastformerStack(FastformerPreTrainedModel):
             return None
         return find_packed_sequence_indices(position_ids.expand(batch_size, -1))
 
-    def embed(self, input_ids, attention_mask, position_ids, inputs_embeds, past_tokens=0, past_positions=None):
+    def embed(self, input_ids, attention_mask, position_ids, inputs_embeds, past_tokens=0):
         """The checked inputs' embeddings (B, N, hidden_size) and their attention mask as booleans; `past_tokens`: the
-        columns before these (in generation), which the mask may cover too, as generate() passes it."""
+        columns before these (in generation), which the mask may cover too, as generate() passes it. Without
+        `position_ids`, positions count the real tokens of a mask over all the columns, else continue after
+        `past_tokens`."""
         batch_size, length = check_inputs(input_ids, inputs_embeds, self.config, self.input_name)
+        whole_mask = None
         if past_tokens and attention_mask is not None and attention_mask.shape[-1] == past_tokens + length:
-            attention_mask = attention_mask[:, past_tokens:]
+            whole_mask, attention_mask = attention_mask.bool(), attention_mask[:, past_tokens:]
         if attention_mask is not None and tuple(attention_mask.shape) != (batch_size, length):
             raise ValueError(
                 f"`attention_mask` must have shape (batch, seq_len) = {(batch_size, length)}, got "
@@ -681,13 +676,14 @@ class FastformerStack(FastformerPreTrainedModel):
         if position_ids is not None:
             check_position_ids(position_ids, (batch_size, length), max_positions)
             return self.embeddings(input_ids, position_ids, inputs_embeds), attention_mask
-        if attention_mask is None:
+        if whole_mask is not None:  # a bool mask's cumsum counts in int64
+            position_ids = (whole_mask.cumsum(dim=-1) - 1).clamp(min=0)[:, past_tokens:]
+        elif attention_mask is None:
             device = (input_ids if input_ids is not None else inputs_embeds).device
-            position_ids = torch.arange(length, device=device).expand(batch_size, -1)
+            position_ids = torch.arange(past_tokens, past_tokens + length, device=device).expand(batch_size, -1)
         else:
-            position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)  # a bool mask's cumsum counts in int64
-        if past_positions is not None:
-            position_ids = position_ids + past_positions[:, None]
+            position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
+            position_ids = position_ids + past_tokens if past_tokens else position_ids
         # every column counts against the table, padding too: whether a row's real tokens fit would take its values
         if past_tokens + length > max_positions:
             name = self.input_name if inputs_embeds is None else self.input_name.replace("input_ids", "inputs_embeds")
@@ -897,55 +893,90 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
 
 
 class FastformerCacheLayer(LinearAttentionLayer):
-    """The generation state of one decoder layer application, as transformers' linear-attention cache layer: the
-    causal attention's `CausalAttentionState` in four recurrent-state slots (the query's pooling, then the key's:
-    a (B, H) log normalizer and a (B, H, D) pooled vector each) and, with `config.decoder_conv_kernel` K, the short
-    convolution's last K - 1 inputs (B, D, K - 1) in the first convolution-state slot. No state before the first
-    token."""
+    """The cache of one decoder layer application, registered as the layer type "fastformer" (`config.layer_types`),
+    so that `DynamicCache(config=config)` and generate() build it. In a self-attention cache it holds the causal
+    attention's `CausalAttentionState` in four recurrent-state slots (the query's pooling, then the key's: a (B, H) log
+    normalizer and a (B, H, D) pooled vector each), with `config.decoder_conv_kernel` K the short convolution's last
+    K - 1 inputs (B, D, K - 1) in the first convolution slot, and the number of columns read (`get_seq_length`). In
+    the cross-attention cache of an `EncoderDecoderCache` it holds the source's keys and values (`update`), written
+    once, on the first step.
 
-    # a pooled state cannot be rolled back (transformers' linear-attention layers can, from a history they record)
+    A state is copied into the layer's tensors, whose addresses then stay (CUDA graphs, a compiled decoding step), as
+    transformers' linear-attention layers do. A state with gradients is kept as it is instead (a later step writing
+    into it would change what the backward pass reads), and so is one that replaces an inference tensor outside
+    `torch.inference_mode()`. `reset` zeroes the tensors. A pooled state cannot be rolled back: no `crop`."""
+
+    _layer_type = "fastformer"
     is_croppable = False
+    holds_beams = False  # reordered by beam search: the rows are the last step's beams
 
-    def __init__(self):
+    def __init__(self, **kwargs):
         super().__init__(number_of_states=4)
+        self.tokens = 0
+        self.keys = self.values = None
+        self.is_initialized = False
 
-    def update_recurrent_state(self, recurrent_states: torch.Tensor, state_idx: int = 0, **kwargs) -> torch.Tensor:
-        # a new state (a prompt's, or a step's with gradients, through which autograd may go back) is kept as it is,
-        # at a static address: the decoding steps without gradients then write into it (`FastformerCausalAttention`),
-        # as transformers' layers copy into theirs, so that CUDA graphs replay the same tensors
-        if self.device is None:
-            self.device, self.dtype = recurrent_states.device, recurrent_states.dtype
-        if not is_torchdynamo_compiling():
-            torch._dynamo.mark_static_address(recurrent_states)
-        self.recurrent_states[state_idx] = recurrent_states
-        self.is_recurrent_states_initialized[state_idx] = True
-        self.has_previous_state[state_idx] = True
-        return recurrent_states
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Keeps the source's keys and values (a cross-attention cache)."""
+        self.keys, self.values, self.is_initialized = key_states, value_states, True
+        return key_states, value_states
+
+    def get_seq_length(self) -> int:
+        return self.keys.shape[-2] if self.is_initialized else self.tokens
+
+    def attention_state(self) -> CausalAttentionState | None:
+        """The causal attention's state, None before the first token."""
+        if not self.has_previous_state[0]:
+            return None
+        states = self.recurrent_states
+        return CausalAttentionState(PoolingState(states[0], states[1]), PoolingState(states[2], states[3]))
+
+    def conv_state(self) -> torch.Tensor | None:
+        """The short convolution's last inputs (B, D, K - 1), None before the first token."""
+        return self.conv_states[0] if self.has_previous_state[0] and self.is_conv_states_initialized[0] else None
+
+    def update_attention_state(self, state: CausalAttentionState, tokens: int):
+        """Keeps the state after `tokens` more columns."""
+        for index, tensor in enumerate(tensor for pooling in state for tensor in pooling):
+            self.recurrent_states[index] = self._write(self.recurrent_states[index], tensor)
+            self.is_recurrent_states_initialized[index] = self.has_previous_state[index] = True
+        self.tokens += tokens
 
     def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, **kwargs) -> torch.Tensor:
-        """Keeps a new convolution state, the last K - 1 inputs `functional.causal_convolution` returns (a prompt's,
-        or a step's with gradients; transformers' layers take the new inputs and join them to the state here), as
-        `update_recurrent_state` does: on its own, at a static address (a slice of a longer tensor would keep all of
-        it), which the steps without gradients then write into (`FastformerShortConvolution`). Leaves
-        `has_previous_state` to the attention."""
-        if self.device is None:
-            self.device, self.dtype = conv_states.device, conv_states.dtype
-        conv_states = conv_states.contiguous()
-        if not is_torchdynamo_compiling():
-            torch._dynamo.mark_static_address(conv_states)
-        self.conv_states[state_idx] = conv_states
-        self.conv_kernel_size[state_idx] = conv_states.shape[-1]  # the inputs kept, as transformers counts them
+        """Keeps the short convolution's last inputs (`functional.causal_convolution`'s state)."""
+        self.conv_states[state_idx] = self._write(self.conv_states[state_idx], conv_states)
+        self.conv_kernel_size[state_idx] = conv_states.shape[-1]
         self.is_conv_states_initialized[state_idx] = True
-        return conv_states
+        return self.conv_states[state_idx]
+
+    def _write(self, held: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
+        """`new` copied into `held` in place, or kept at a static address of its own where it cannot be."""
+        self.device, self.dtype = new.device, new.dtype
+        in_place = (
+            held is not None
+            and held.shape == new.shape
+            and not new.requires_grad
+            and (is_torchdynamo_compiling() or torch.is_inference_mode_enabled() or not held.is_inference())
+        )
+        if in_place:
+            return held.copy_(new)
+        new = new.contiguous()  # a state of its own: a slice would keep the whole tensor it was cut from
+        if not is_torchdynamo_compiling():
+            torch._dynamo.mark_static_address(new)
+        return new
 
     def reset(self) -> None:
-        """Empty, as a new layer: the next sequence may have another batch size."""
-        for index in range(self.number_of_states):
-            self.recurrent_states[index] = self.conv_states[index] = None
-            self.is_recurrent_states_initialized[index] = self.is_conv_states_initialized[index] = False
-            self.has_previous_state[index] = False
+        super().reset()
+        self.tokens, self.holds_beams = 0, False
+        self.keys = self.values = None
+        self.is_initialized = False
+
+    def crop(self, tokens_to_remove: int) -> None:
+        raise ValueError("A Fastformer cache holds a pooled state, which cannot be rolled back (cropped)")
 
     def _map_rows(self, rows):
+        if self.is_initialized:  # the cross-attention's keys and values
+            self.keys, self.values = rows(self.keys), rows(self.values)
         for states, initialized in (
             (self.recurrent_states, self.is_recurrent_states_initialized),
             (self.conv_states, self.is_conv_states_initialized),
@@ -954,6 +985,10 @@ class FastformerCacheLayer(LinearAttentionLayer):
                 if held:
                     states[index] = rows(states[index])
 
+    def reorder_cache(self, beam_idx: torch.LongTensor):
+        self._map_rows(lambda tensor: tensor.index_select(0, beam_idx.to(tensor.device)))
+        self.holds_beams = True
+
     def batch_select_indices(self, indices: torch.Tensor):
         self._map_rows(lambda tensor: tensor[indices])
 
@@ -961,97 +996,21 @@ class FastformerCacheLayer(LinearAttentionLayer):
         self._map_rows(lambda tensor: tensor.repeat_interleave(repeats, dim=0))
 
 
-class FastformerCache(DynamicCache):
-    """What a Fastformer decoder needs to continue generating, of a size that does not grow with the number of
-    generated tokens: per decoder layer application a `FastformerCacheLayer` (the recurrent state, and with
-    `config.decoder_conv_kernel` the short convolution's last inputs), and per row the count of real tokens so far
-    (the next position id). An encoder-decoder keeps it as the self-attention part of an `EncoderDecoderCache`,
-    whose cross-attention part (a `DynamicCache`) holds the source's keys and values once per distinct decoder
-    layer (one with `share_layers`).
-
-    Beam search reorders it. A recurrent state cannot be rolled back (`crop`): the cache is not `is_croppable`,
-    so transformers refuses assisted decoding.
-    """
-
-    def __init__(self, config: FastformerConfig):
-        # a DynamicCache (EncoderDecoderCache's batch methods ask for one) made of Fastformer's layers
-        Cache.__init__(self, layers=[FastformerCacheLayer() for _ in range(config.num_decoder_layers)])
-        self.seen_tokens = 0  # columns consumed, padding included
-        self.positions = None  # (B,) real tokens consumed per row
-        self.holds_beams = False  # reordered by beam search: rows are beams, not the returned sequences
-
-    def attention_state(self, layer_idx: int) -> CausalAttentionState | None:
-        """Layer application `layer_idx`'s causal attention state, None before the first token."""
-        layer = self.layers[layer_idx]
-        if not layer.has_previous_state[0]:
-            return None
-        states = layer.recurrent_states
-        return CausalAttentionState(PoolingState(states[0], states[1]), PoolingState(states[2], states[3]))
-
-    def update_attention_state(self, state: CausalAttentionState, layer_idx: int):
-        for index, tensor in enumerate(tensor for pooling in state for tensor in pooling):
-            self.update_recurrent_state(tensor, layer_idx, index)
-
-    def conv_state(self, layer_idx: int) -> torch.Tensor | None:
-        """Layer application `layer_idx`'s short convolution state (B, D, K - 1), None before the first token."""
-        layer = self.layers[layer_idx]
-        return layer.conv_states[0] if layer.is_conv_states_initialized[0] else None
-
-    def advance(self, attention_mask: torch.Tensor | None, batch_size: int, length: int, device):
-        """Counts `length` more columns, and per row the real tokens among them (all, without a mask)."""
-        self.seen_tokens += length
-        consumed = length if attention_mask is None else attention_mask.sum(dim=-1)
-        if self.positions is None:
-            self.positions = torch.zeros(batch_size, dtype=torch.long, device=device) + consumed
-            if not is_torchdynamo_compiling():
-                torch._dynamo.mark_static_address(self.positions)
-        else:  # in place, at its static address
-            self.positions.add_(consumed)
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.seen_tokens
-
-    def _map_positions(self, rows):
-        if self.positions is not None:
-            self.positions = rows(self.positions)
-
-    def reorder_cache(self, beam_idx: torch.LongTensor):
-        super().reorder_cache(beam_idx)
-        self.holds_beams = True
-        self._map_positions(lambda tensor: tensor.index_select(0, beam_idx.to(tensor.device)))
-
-    def batch_select_indices(self, indices: torch.Tensor):
-        super().batch_select_indices(indices)
-        self._map_positions(lambda tensor: tensor[indices])
-
-    def batch_repeat_interleave(self, repeats: int):
-        super().batch_repeat_interleave(repeats)
-        self._map_positions(lambda tensor: tensor.repeat_interleave(repeats, dim=0))
-
-    def crop(self, tokens_to_remove: int) -> None:
-        raise ValueError("FastformerCache holds a recurrent state, which cannot be rolled back (cropped)")
-
-    def reset(self):
-        super().reset()
-        self.seen_tokens, self.positions, self.holds_beams = 0, None, False
-
-
-class FastformerEncoderDecoderCache(EncoderDecoderCache):
-    """The encoder-decoder's generation cache: a `FastformerCache` and the cross-attention's `DynamicCache`. Beam
-    search reorders the decoder's state only: it picks beams among those of the same source, whose cross-attention
-    rows are equal copies, so copying every source's keys and values at every step would change nothing."""
-
-    def reorder_cache(self, beam_idx: torch.LongTensor):
-        self.self_attention_cache.reorder_cache(beam_idx)
+# transformers registers a layer class by its `_layer_type` where it subclasses `CacheLayerMixin` (attention caches);
+# a linear-attention layer is registered here, for both kinds of cache, as cache_utils registers its own: a
+# `StaticCache` (`generate(cache_implementation="static")`) is the one generate() compiles its decoding steps for
+DYNAMIC_LAYER_TYPE_MAPPING[FastformerCacheLayer._layer_type] = FastformerCacheLayer
+STATIC_LAYER_TYPE_MAPPING[FastformerCacheLayer._layer_type] = FastformerCacheLayer
 
 
 class FastformerDecoder(FastformerStack):
     """Token and position embeddings, then `config.num_decoder_layers` causal Fastformer layers (with
-    cross-attention to an encoder output when `cross_attention`). Positions count real tokens only and
-    continue from the cache, so left padding and incremental decoding give the same positions as one pass.
+    cross-attention to an encoder output when `cross_attention`). Positions count real tokens only and continue
+    from the cache (`FastformerStack.embed`).
 
-    `cache`: a `FastformerCache`, or for cross-attention an `EncoderDecoderCache` of a `FastformerCache` and a
-    `DynamicCache` (the source's keys and values, computed on the first step)."""
+    `cache`: a `DynamicCache` of `FastformerCacheLayer`s (`DynamicCache(config=config)`), or for cross-attention an
+    `EncoderDecoderCache` of two, the second holding the source's keys and values from the first step on, as BART's.
+    With `use_cache` and no cache, the decoder makes one."""
 
     # `output_attentions`: per layer application, the causal attention's pooling weights (B, H, 2, T, T) and the
     # softmax cross-attention's weights (B, H, T, M)
@@ -1129,6 +1088,56 @@ class FastformerDecoder(FastformerStack):
             )
         return packed_rows(segment_ids)
 
+    def checked_cache(self, cache: Cache | None, use_cache: bool | None, batch_size: int) -> Cache | None:
+        """The cache this forward reads and updates: the one given (whatever `use_cache` says, as transformers' models
+        read it), else with `use_cache` a new one. Its self-attention part is made of `FastformerCacheLayer`s: an empty
+        transformers cache (`DynamicCache()`) gets them, and a cache of `batch_size / k` rows (a returned cache
+        that generate() continues with k beams or samples per row) is repeated per row. Refused: a cache of keys and
+        values (PEFT's prefix tuning), and a cache with the layers checkpointed (gradient checkpointing recomputes
+        the layers, and the state cannot be read twice)."""
+        if self.training and torch.is_grad_enabled() and self.is_activation_checkpointing:
+            if cache is not None and cache.get_seq_length() > 0:
+                raise ValueError(
+                    "The decoder continues from a cache, which gradient checkpointing cannot recompute from: call "
+                    "model.gradient_checkpointing_disable(), or train on the whole sequence without a cache"
+                )
+            if use_cache or cache is not None:
+                logger.warning_once(
+                    "`use_cache=True` is incompatible with gradient checkpointing. Setting `use_cache=False`."
+                )
+            return None
+        cross = self.layers[0].cross_attention is not None
+        if cache is None:
+            if not use_cache:
+                return None
+            cache = DynamicCache(config=self.config)
+            return EncoderDecoderCache(cache, DynamicCache(config=self.config)) if cross else cache
+        if cross and not isinstance(cache, EncoderDecoderCache):
+            raise ValueError(
+                "The encoder-decoder continues from an EncoderDecoderCache (as BART), got "
+                f"{type(cache).__name__}: pass EncoderDecoderCache(DynamicCache(config=config), "
+                "DynamicCache(config=config)), or the cache a forward or generate() returned"
+            )
+        states = cache.self_attention_cache if cross else cache
+        layers = getattr(states, "layers", None)
+        if layers is not None and not all(isinstance(layer, FastformerCacheLayer) for layer in layers):
+            if states.get_seq_length() > 0:
+                raise ValueError(
+                    f"The cache holds keys and values ({type(states).__name__}), as PEFT's prefix tuning passes them, "
+                    "but Fastformer's decoder continues from a recurrent state: prefix tuning is not supported (prompt "
+                    "tuning and LoRA are)"
+                )
+            layers.clear()
+        if layers is not None and not layers:
+            layers.extend(FastformerCacheLayer() for _ in range(self.num_layers))
+        state = states.layers[0].attention_state()
+        rows = None if state is None else state.query.pooled.shape[0]
+        if rows is not None and rows != batch_size:
+            if batch_size % rows:
+                raise ValueError(f"The cache holds {rows} rows, which a batch of {batch_size} cannot continue")
+            cache.batch_repeat_interleave(batch_size // rows)
+        return cache
+
     @capture_outputs
     def forward(
         self,
@@ -1139,18 +1148,16 @@ class FastformerDecoder(FastformerStack):
         inputs_embeds=None,
         encoder_hidden_states=None,
         encoder_attention_mask=None,
-        cache: FastformerCache | EncoderDecoderCache | None = None,
+        cache: Cache | None = None,
+        use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
-    ) -> BaseModelOutputWithCrossAttentions:
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
         check_keywords(kwargs, type(self).__name__, causal=True)
+        batch_size = (input_ids if input_ids is not None else inputs_embeds).shape[0]
+        cache = self.checked_cache(cache, use_cache, batch_size)
         states = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
-        hidden_states, attention_mask = self.embed(
-            input_ids,
-            attention_mask,
-            position_ids,
-            inputs_embeds,
-            *((0, None) if states is None else (states.seen_tokens, states.positions)),
-        )
+        past_tokens = 0 if states is None else states.get_seq_length()
+        hidden_states, attention_mask = self.embed(input_ids, attention_mask, position_ids, inputs_embeds, past_tokens)
         check_single_segment(token_type_ids, hidden_states.shape[:2])
         packed = self.packed(position_ids, attention_mask, hidden_states.shape[0], states, kwargs)
         cross_inputs = self.cross_attention_inputs(encoder_hidden_states, encoder_attention_mask, cache)
@@ -1170,20 +1177,17 @@ class FastformerDecoder(FastformerStack):
                 key,
                 value,
                 source_mask,
-                cache=states,
-                layer_idx=index,
+                cache_layer=None if states is None else states.layers[index],
                 output_attentions=output_attentions,
                 packed=packed,
                 token_mask=token_mask,
             )
-        if states is not None:
-            states.advance(attention_mask, *hidden_states.shape[:2], hidden_states.device)
-        return BaseModelOutputWithCrossAttentions(last_hidden_state=hidden_states)
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, cache=cache)
 
 
 class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
-    """What generate() needs from a model whose decoder carries a recurrent state instead of a KV cache: the
-    base of `FastformerForConditionalGeneration` and `FastformerForCausalLM`."""
+    """What the generative heads (`FastformerForConditionalGeneration`, `FastformerForCausalLM`) share: a decoder
+    whose cache is a recurrent state, which generate() builds from `config.layer_types` as it builds any cache."""
 
     _supported_generation_modes = ("greedy_search", "sample", "beam_search", "beam_sample")
 
@@ -1195,141 +1199,169 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
             )
         super().__init__(config)
 
-    @classmethod
-    def _supports_default_dynamic_cache(cls) -> bool:
-        return False  # the model makes its own FastformerCache on the first forward with use_cache=True
-
-    def checked_cache(self, cache: Cache | None, use_cache: bool) -> Cache | None:
-        """The cache this forward reads and updates: the one given, whatever `use_cache` says (as transformers'
-        models read it), else a new one with `use_cache`; None while the layers are checkpointed (as transformers'
-        `GradientCheckpointingLayer` drops it). An `EncoderDecoderCache` whose self-attention part is an empty
-        transformers cache (BART's `EncoderDecoderCache(DynamicCache(), DynamicCache())`) gets the decoder's state in
-        its place, so that the caller's object carries on. Refused: any other cache that is not the decoder's
-        state (`new_cache()`), as an empty `DynamicCache()` could not be filled in place, and a cache of keys and
-        values (PEFT's prefix tuning), which a recurrent state cannot continue from."""
-        if self.checkpoints_layers():
-            if cache is not None:
-                logger.warning_once("Caching is incompatible with gradient checkpointing: the given cache is not read")
-            return None
-        if cache is None:
-            return self.new_cache() if use_cache else None
-        states = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
-        if isinstance(states, FastformerCache):
-            return cache
-        if isinstance(states, Cache) and states.get_seq_length() == 0:
-            if isinstance(cache, EncoderDecoderCache):
-                cache.self_attention_cache = FastformerCache(self.config)
-                return cache
-            raise ValueError(
-                f"A Fastformer decoder continues from its own state, `model.new_cache()` (a DynamicCache of "
-                f"linear-attention layers), not from an empty {type(states).__name__}, which it cannot fill: pass "
-                "`cache=model.new_cache()` (generate() takes an empty one and makes its own)"
-            )
-        raise ValueError(
-            f"The cache holds keys and values ({type(states).__name__}), as PEFT's prefix tuning passes them, but "
-            "Fastformer's decoder continues from a recurrent state (`model.new_cache()`): prefix tuning is not "
-            "supported (prompt tuning and LoRA are)"
-        )
-
-    def checkpoints_layers(self) -> bool:
-        """Whether this forward checkpoints the layers, which then run without the cache (so none is kept); the
-        cheap conditions first: generation, in eval mode or without gradients, never walks the modules."""
-        return self.training and torch.is_grad_enabled() and self.is_activation_checkpointing
-
-    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
-        """As generate()'s, where an empty transformers cache given to generate() (`DynamicCache()`) makes way for the
-        model's own, which the first forward makes (`checked_cache`)."""
-        cache = model_kwargs.get("cache")
-        states = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
-        if isinstance(states, Cache) and not isinstance(states, FastformerCache) and not states.get_seq_length():
-            model_kwargs["cache"] = None if states is cache else self.checked_cache(cache, True)
-        return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
-
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
-    def prepare_inputs_for_generation(
-        self,
-        input_ids,
-        next_sequence_length=None,
-        cache=None,
-        attention_mask=None,
-        inputs_embeds=None,
-        is_first_iteration=False,
-        **kwargs,
-    ):
-        """As transformers', and generation that continues from a returned cache takes only the new tokens:
-        transformers trims the cached tokens only for caches that count them (attention caches), not for a
-        recurrent state."""
-        states = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
-        if is_first_iteration and isinstance(states, FastformerCache) and states.seen_tokens:
-            embeds = inputs_embeds is not None and not self.config.is_encoder_decoder
-            length = (inputs_embeds if embeds else input_ids).shape[1]
-            new_tokens = self.tokens_to_continue(states, input_ids, length, attention_mask, kwargs)
+    def prepare_inputs_for_generation(self, input_ids, cache=None, is_first_iteration=False, **kwargs):
+        """As transformers', where generation continues from a returned cache: a seq2seq decoder input without a mask
+        is taken to be the whole sequence so far, of which the cached tokens are left out (generate() leaves them
+        out where a mask tells it so), and forms that cannot continue are refused."""
+        if is_first_iteration and cache is not None and cache.get_seq_length() > 0:
+            new_tokens = self.tokens_to_continue(cache, input_ids, kwargs)
             if new_tokens is not None:
-                next_sequence_length = new_tokens
-            rows = states.positions.shape[0]
-            if input_ids.shape[0] != rows and input_ids.shape[0] % rows == 0:  # beams or several samples per row
-                cache.batch_repeat_interleave(input_ids.shape[0] // rows)
+                kwargs["next_sequence_length"] = new_tokens
         inputs = super().prepare_inputs_for_generation(
-            input_ids,
-            next_sequence_length=next_sequence_length,
-            cache=cache,
-            attention_mask=attention_mask,
-            inputs_embeds=inputs_embeds,
-            is_first_iteration=is_first_iteration,
-            **kwargs,
+            input_ids, cache=cache, is_first_iteration=is_first_iteration, **kwargs
         )
-        # the causal LM's mask over the cached and the new tokens, as generate() widens it at every step: the new
-        # tokens' columns only (what the forward reads), so that every decoding step has the same shapes (a compiled
-        # step, CUDA graphs)
-        mask, ids = inputs.get("attention_mask"), inputs.get("input_ids")
-        if not self.config.is_encoder_decoder and isinstance(states, FastformerCache) and states.seen_tokens:
-            if mask is not None and ids is not None and mask.shape[-1] == states.seen_tokens + ids.shape[-1]:
-                inputs["attention_mask"] = mask[:, states.seen_tokens :]
+        # the causal LM's mask as generate() widens it at every step, cut to the new tokens' columns (the positions
+        # come from generate() too): every decoding step then has the same shapes (a compiled step, CUDA graphs)
+        mask, seen = inputs.get("attention_mask"), 0 if cache is None else cache.get_seq_length()
+        if not self.config.is_encoder_decoder and seen and mask is not None and "position_ids" in inputs:
+            inputs["attention_mask"] = mask[:, seen:]
         return inputs
 
-    def tokens_to_continue(self, states, input_ids, length, attention_mask, kwargs) -> int | None:
-        """How many of the `length` input tokens generation continuing from `states` runs: the ones after the
-        cached tokens for the whole sequence (a mask as wide as the input, or none), None (all) for new tokens only
-        with a mask that covers the cached tokens too (causal LM). Any other form is refused."""
+    def tokens_to_continue(self, cache, input_ids, kwargs) -> int | None:
+        """How many of the input tokens generation that continues from `cache` runs, None to leave it to generate():
+        a seq2seq decoder input without a mask, longer than the cached tokens, is the whole sequence so far. Refused:
+        a cache of beam search (its rows are the last step's beams, not the returned sequences), and a mask that is
+        neither as wide as the input (and longer than the cached tokens) nor as wide as the cached and the input
+        tokens."""
         seq2seq = self.config.is_encoder_decoder
         name = "decoder_input_ids" if seq2seq else "input_ids"
-        seen = states.seen_tokens
-        if states.holds_beams:
+        seen, length = cache.get_seq_length(), input_ids.shape[1]
+        states = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+        if any(getattr(layer, "holds_beams", False) for layer in states.layers):
             raise ValueError(
                 "This cache comes from beam search: it holds the state of every beam at the last step, not of the "
                 "returned sequences. Continue from a cache of greedy search or sampling, or without a cache"
             )
-        if seq2seq:
-            mask = kwargs.get("decoder_attention_mask")
-        else:  # generate() may drop an all-ones mask after making position ids from it
-            mask = attention_mask if attention_mask is not None else kwargs.get("position_ids")
-        width = length if mask is None else mask.shape[-1]
-        if width == length and length > seen:
+        mask = kwargs.get("decoder_attention_mask" if seq2seq else "attention_mask")
+        if mask is None and seq2seq and length > seen:
             return length - seen
+        # generate() leaves out as many tokens as the cache has read where the input is as wide as its mask (it may
+        # have dropped a mask of ones, after making position ids from it), and nothing where it is not
+        new_tokens = kwargs.get("next_sequence_length")
+        width = (mask if mask is not None else kwargs.get("position_ids", input_ids)).shape[-1]
         # generate() puts `decoder_start_token_id` before decoder inputs that do not start with it, and widens
         # their mask, so that new tokens alone would continue after a second start token
         prepended = seq2seq and length > 1 and bool((input_ids[:, 0] == self.config.decoder_start_token_id).all())
-        if width == seen + length and not prepended:
-            return None
-        new_tokens = "" if seq2seq else ", or only the new tokens with a mask of the cached and new tokens"
+        whole = width == length and length > seen
+        cached_and_new = mask is not None and width == seen + length and not prepended
+        if (new_tokens is None or new_tokens > 0) and (mask is None or whole or cached_and_new):
+            return new_tokens
+        also = "" if seq2seq else ", or only the new tokens with a mask of the cached and new tokens"
         raise ValueError(
             f"Generation continues from a cache that has read {seen} tokens, but `{name}` has {length} and its "
             f"attention mask {width}: pass the whole sequence so far (the `sequences` generate() returned, then the "
-            f"new tokens) with a mask as wide or none{new_tokens}"
+            f"new tokens) with a mask as wide or none{also}"
+        )
+
+
+class FastformerSeq2SeqModel(FastformerPreTrainedModel):
+    """The bare encoder-decoder, as BART's `BartModel`: a Fastformer encoder (`FastformerModel` without its pooler)
+    and a causal Fastformer decoder with cross-attention. The decoder's word embeddings are the encoder's (its own
+    with `config.tie_encoder_embeddings=False`). `decoder_input_ids` are the decoder's inputs as they are: the head
+    (`FastformerForConditionalGeneration`) makes them from `labels`."""
+
+    base_model_prefix = "model"
+    _no_split_modules = ["FastformerLayer", "FastformerDecoderLayer"]
+
+    def __init__(self, config: FastformerConfig):
+        super().__init__(config.for_encoder_decoder())
+        self.encoder = FastformerModel(self.config, add_pooling_layer=False)
+        self.decoder = FastformerDecoder(self.config, cross_attention=True)
+        self.post_init()
+
+    @property
+    def _tied_weights_keys(self) -> dict[str, str]:
+        if not self.config.tie_encoder_embeddings:
+            return {}
+        return {"decoder.embeddings.word_embeddings.weight": "encoder.embeddings.word_embeddings.weight"}
+
+    def get_input_embeddings(self):
+        return self.encoder.get_input_embeddings()
+
+    def set_input_embeddings(self, value):
+        self.encoder.set_input_embeddings(value)  # the decoder's are tied to them (`tie_weights`) where they share
+
+    @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @deprecate_kwarg("cache_params", "5.40.0", new_name="cache")
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        decoder_position_ids: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        cache: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqModelOutput:
+        r"""
+        cache: the generation state to continue, an `EncoderDecoderCache` (`past_key_values` and `cache_params` are
+            its former names): read whenever given, returned with `use_cache`.
+        token_type_ids, position_ids: the encoder's (`FastformerModel`), read where it runs (no `encoder_outputs`).
+        """
+        # the cache checked before the encoder runs (the decoder takes it as it is then)
+        decoder_inputs = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
+        if decoder_inputs is not None:
+            cache = self.decoder.checked_cache(cache, use_cache, decoder_inputs.shape[0])
+        if encoder_outputs is None:
+            rows = None if position_ids is None else position_ids.shape[0]
+            if self.encoder.packed_sequences(position_ids, attention_mask, rows) is not None:
+                raise ValueError(
+                    "The source rows are packed (`position_ids` restart without an attention mask), which the "
+                    "encoder-decoder does not take apart: pad the sequences to a batch"
+                )
+            encoder_outputs = self.encoder(
+                input_ids,
+                attention_mask=attention_mask,
+                token_type_ids=token_type_ids,
+                position_ids=position_ids,
+                inputs_embeds=inputs_embeds,
+                return_dict=True,
+                **kwargs,
+            )
+        elif isinstance(encoder_outputs, (tuple, list)):  # from return_dict=False
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        decoder_outputs = self.decoder(
+            decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            position_ids=decoder_position_ids,
+            inputs_embeds=decoder_inputs_embeds,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            cache=cache,
+            use_cache=use_cache,
+            return_dict=True,
+            **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            cache=decoder_outputs.cache,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
         )
 
 
 class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerativeModel):
-    """Fastformer encoder + causal Fastformer decoder with cross-attention, for summarization and other
-    sequence-to-sequence tasks. One decoding step costs the same at any output length, and the generation
-    state (`FastformerCache`) does not grow.
+    """`FastformerSeq2SeqModel` with a language-modeling head, for summarization and other sequence-to-sequence
+    tasks, as BART's `BartForConditionalGeneration`. One decoding step costs the same at any output length, and the
+    generation state (`FastformerCacheLayer`s in an `EncoderDecoderCache`) does not grow.
 
-    The encoder is `self.fastformer`, named as in `FastformerModel`, so a seq2seq checkpoint's encoder loads
-    into `FastformerModel` and `FastformerForSequenceClassification` (and an encoder checkpoint warm-starts
-    this model). Encoder embeddings, decoder embeddings and the LM head share one matrix (the encoder has its own
-    with `config.tie_encoder_embeddings=False`). `labels` are the target ids (-100 where ignored);
-    `decoder_input_ids` default to them shifted right after
-    `decoder_start_token_id`.
+    The LM head is the decoder's word embedding matrix (`config.tie_word_embeddings`). `labels` are the target ids
+    (-100 where ignored); `decoder_input_ids` default to them shifted right after `decoder_start_token_id`.
+    Checkpoints are saved with the encoder under `fastformer.` and the decoder under `decoder.`, the names of
+    `FastformerModel` and of earlier releases, and load from them (`transformers.conversion_mapping`): a seq2seq
+    checkpoint's encoder loads into `FastformerModel` and `FastformerForSequenceClassification`.
 
     `output_attentions=True` returns, per layer application, `encoder_attentions` as `FastformerModel`'s (B, H, 2, M),
     `decoder_attentions` the causal attention's pooling weights (B, H, 2, T, T) (index 0 alpha, 1 beta; row t weighs
@@ -1338,37 +1370,27 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
     one pass: a forward that continues a cache refuses `output_attentions=True`.
     """
 
-    _tied_weights_keys = {
-        "decoder.embeddings.word_embeddings.weight": "fastformer.embeddings.word_embeddings.weight",
-        "lm_head.weight": "fastformer.embeddings.word_embeddings.weight",
-    }
-    # with `config.tie_encoder_embeddings=False`: the encoder has word embeddings of its own
-    _decoder_tied_weights_keys = {"lm_head.weight": "decoder.embeddings.word_embeddings.weight"}
+    base_model_prefix = "model"
     _no_split_modules = ["FastformerLayer", "FastformerDecoderLayer"]
     accepts_loss_kwargs = True
 
     def __init__(self, config: FastformerConfig):
         super().__init__(config.for_encoder_decoder())
-        config = self.config
-        if not config.tie_encoder_embeddings:
-            self._tied_weights_keys = self._decoder_tied_weights_keys
-        self.fastformer = FastformerModel(config, add_pooling_layer=False)
-        self.decoder = FastformerDecoder(config, cross_attention=True)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.copy_head = FastformerCopyHead(config) if config.copy_mechanism else None
+        self.model = FastformerSeq2SeqModel(self.config)
+        self.lm_head = nn.Linear(self.config.hidden_size, self.config.vocab_size, bias=False)
+        self.copy_head = FastformerCopyHead(self.config) if self.config.copy_mechanism else None
         self.post_init()
 
+    @property
+    def _tied_weights_keys(self) -> dict[str, str]:
+        source = "encoder" if self.config.tie_encoder_embeddings else "decoder"
+        return {"lm_head.weight": f"model.{source}.embeddings.word_embeddings.weight"}
+
     def get_encoder(self, modality=None):
-        return self.fastformer
+        return self.model.encoder
 
     def get_decoder(self):
-        return self.decoder
-
-    def get_input_embeddings(self):
-        return self.fastformer.get_input_embeddings()
-
-    def set_input_embeddings(self, value):
-        self.fastformer.set_input_embeddings(value)
+        return self.model.decoder
 
     @merge_with_config_defaults
     @can_return_tuple
@@ -1395,8 +1417,8 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         r"""
-        cache: the generation state to continue (`new_cache()`; `past_key_values` and `cache_params` are its
-            former names): read whenever given, returned with `use_cache` (off with `labels`, as BART's).
+        cache: the generation state to continue, an `EncoderDecoderCache` (`past_key_values` and `cache_params` are
+            its former names): read whenever given, returned with `use_cache` (off with `labels`, as BART's).
         logits_to_keep: the last `logits_to_keep` positions (0: all) or the positions given, whose logits are
             computed (`transformers.modeling_utils.slice_logits_to_keep`); generate() asks for the last one only.
         source_ids: with `config.copy_mechanism`, the source's token ids (B, M) that the copy head copies:
@@ -1406,61 +1428,43 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
         """
         if labels is not None:
             use_cache = False
-        cache = self.checked_cache(cache, use_cache)
-        if encoder_outputs is None:
-            rows = None if position_ids is None else position_ids.shape[0]
-            if self.fastformer.packed_sequences(position_ids, attention_mask, rows) is not None:
-                raise ValueError(
-                    "The source rows are packed (`position_ids` restart without an attention mask), which the "
-                    "encoder-decoder does not take apart: pad the sequences to a batch"
-                )
-            encoder_outputs = self.fastformer(
-                input_ids,
-                attention_mask=attention_mask,
-                token_type_ids=token_type_ids,
-                position_ids=position_ids,
-                inputs_embeds=inputs_embeds,
-                return_dict=True,
-                **kwargs,
-            )
-        elif isinstance(encoder_outputs, (tuple, list)):  # from return_dict=False
-            encoder_outputs = BaseModelOutput(*encoder_outputs)
-        if labels is not None:
             shape = None if decoder_input_ids is None else decoder_input_ids.shape
             labels = checked_token_labels(labels, self.config, shape)
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.shift_labels_right(labels)
         if self.copy_head is not None:
-            source_ids = self.checked_source_ids(source_ids if source_ids is not None else input_ids, encoder_outputs)
             self.copy_head.check_decoder_input_ids(decoder_input_ids)
             if isinstance(logits_to_keep, torch.Tensor) and logits_to_keep.dtype == torch.bool:
                 raise ValueError(
                     "config.copy_mechanism keeps the (batch, position) layout: pass `logits_to_keep` as a count or as "
                     "positions, not as a boolean mask"
                 )
-        if cache is not None and not isinstance(cache, EncoderDecoderCache):
-            raise ValueError(
-                "The encoder-decoder continues from an EncoderDecoderCache(FastformerCache(config), DynamicCache()) "
-                f"(what `new_cache()` returns), got {type(cache).__name__}"
-            )
-
-        decoder_outputs = self.decoder(
-            decoder_input_ids,
-            attention_mask=decoder_attention_mask,
-            position_ids=decoder_position_ids,
-            inputs_embeds=decoder_inputs_embeds,
-            encoder_hidden_states=encoder_outputs.last_hidden_state,
-            encoder_attention_mask=attention_mask,
+        outputs = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            decoder_position_ids=decoder_position_ids,
+            encoder_outputs=encoder_outputs,
             cache=cache,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
             return_dict=True,
             **kwargs,
         )
-        hidden_states = slice_logits_to_keep(decoder_outputs.last_hidden_state, logits_to_keep)
-        if decoder_input_ids is not None:
-            decoder_input_ids = slice_logits_to_keep(decoder_input_ids[..., None], logits_to_keep)[..., 0]
-        logits = self.output_logits(
-            hidden_states, encoder_outputs.last_hidden_state, attention_mask, source_ids, decoder_input_ids
-        )
+        hidden_states = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)
+        logits = self.lm_head(hidden_states)
+        if self.copy_head is not None:
+            source_ids = source_ids if source_ids is not None else input_ids
+            source_ids = self.checked_source_ids(source_ids, outputs.encoder_last_hidden_state)
+            if decoder_input_ids is not None:
+                decoder_input_ids = slice_logits_to_keep(decoder_input_ids[..., None], logits_to_keep)[..., 0]
+            logits = self.copy_head(
+                hidden_states, logits, outputs.encoder_last_hidden_state, attention_mask, source_ids, decoder_input_ids
+            )
         loss = None
         if labels is not None:
             # the labels are aligned with the logits already (no shift): the masked-LM loss is exactly that
@@ -1468,42 +1472,26 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            cache=cache if use_cache else None,
-            decoder_hidden_states=decoder_outputs.hidden_states,
-            decoder_attentions=decoder_outputs.attentions,
-            cross_attentions=decoder_outputs.cross_attentions,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-            encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_attentions=encoder_outputs.attentions,
+            cache=outputs.cache if use_cache else None,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
         )
 
-    def output_logits(
-        self, hidden_states, encoder_hidden_states, encoder_attention_mask=None, source_ids=None, decoder_input_ids=None
-    ):
-        """The LM head's logits of the decoder's output; with the copy head, log-probabilities that also copy
-        `source_ids` (`FastformerCopyHead`; with `config.copy_spans` it reads `decoder_input_ids` at the positions
-        of `hidden_states`)."""
-        logits = self.lm_head(hidden_states)
-        if self.copy_head is None:
-            return logits
-        return self.copy_head(
-            hidden_states, logits, encoder_hidden_states, encoder_attention_mask, source_ids, decoder_input_ids
-        )
-
-    def new_cache(self) -> FastformerEncoderDecoderCache:
-        """An empty generation cache: the decoder's recurrent state, and the cross-attention's keys and values."""
-        return FastformerEncoderDecoderCache(FastformerCache(self.config), DynamicCache())
-
-    def resize_token_embeddings(self, *args, **kwargs):
-        """As transformers', for the shared matrix: with the encoder's own (`tie_encoder_embeddings=False`), resizing
-        it alone would leave the decoder's and the LM head's as they were, so it is refused."""
-        if not self.config.tie_encoder_embeddings:
-            raise ValueError(
-                "resize_token_embeddings resizes the encoder's word embeddings, which are not the decoder's here "
-                "(tie_encoder_embeddings=False): resize before fastformer.summarization.freeze_encoder / "
-                "untie_encoder_embeddings"
-            )
-        return super().resize_token_embeddings(*args, **kwargs)
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True) -> nn.Embedding:
+        """As transformers', and the decoder's word embeddings where they are not the encoder's (with
+        `config.tie_encoder_embeddings=False`, or `tie_word_embeddings=False`, where nothing is tied) are resized
+        as well."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        decoder = self.get_decoder()
+        old = decoder.get_input_embeddings()
+        if old.num_embeddings != embeddings.num_embeddings:  # not tied to the encoder's
+            new = self._get_resized_embeddings(old, embeddings.num_embeddings, mean_resizing=mean_resizing)
+            decoder.set_input_embeddings(new)
+        return embeddings
 
     def shift_labels_right(self, labels: torch.Tensor) -> torch.Tensor:
         """Decoder inputs for teacher forcing: `decoder_start_token_id`, then the labels without the last one."""
@@ -1541,10 +1529,6 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
 
-    def new_cache(self) -> FastformerCache:
-        """An empty generation cache (the decoder's recurrent state)."""
-        return FastformerCache(self.config)
-
     def get_input_embeddings(self):
         return self.decoder.embeddings.word_embeddings
 
@@ -1561,7 +1545,7 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
-        cache: FastformerCache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
@@ -1574,8 +1558,8 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         r"""
         token_type_ids: accepted so that BERT tokenizers' output passes as it is: all zero
             (`checks.check_single_segment`).
-        cache: the generation state to continue (`new_cache()`; `past_key_values` and `cache_params` are its
-            former names): read whenever given, returned with `use_cache` (off with `labels`).
+        cache: the generation state to continue, a `DynamicCache` of `FastformerCacheLayer`s (`past_key_values` and
+            `cache_params` are its former names): read whenever given, returned with `use_cache` (off with `labels`).
         encoder_hidden_states, encoder_attention_mask: GPT-2's with cross-attention; refused, as by GPT-2 without
             it (an encoder-decoder is `FastformerForConditionalGeneration`).
         logits_to_keep: the last `logits_to_keep` positions (0: all) or the positions given, whose logits are
@@ -1589,7 +1573,6 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         if labels is not None:
             use_cache = False
             labels = checked_token_labels(labels, self.config, None if input_ids is None else input_ids.shape)
-        cache = self.checked_cache(cache, use_cache)
         outputs = self.decoder(
             input_ids,
             attention_mask=attention_mask,
@@ -1597,6 +1580,7 @@ class FastformerForCausalLM(FastformerGenerativeModel):
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             cache=cache,
+            use_cache=use_cache,
             return_dict=True,
             **kwargs,
         )
@@ -1609,19 +1593,32 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
-            cache=cache if use_cache else None,
+            cache=outputs.cache if use_cache else None,
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
 
 
+# checkpoints name the encoder-decoder's encoder `fastformer.` and its decoder `decoder.` (as the encoder heads and
+# earlier releases name them): renamed on load, and back on save (the last renaming to a name is the one reversed);
+# an encoder's own checkpoint (`FastformerModel`'s, without a prefix) loads as the encoder too
+register_checkpoint_conversion_mapping(
+    "FastformerForConditionalGeneration",
+    [
+        WeightRenaming(r"^(embeddings|layers)\.", r"model.encoder.\1."),
+        WeightRenaming(r"^fastformer\.", "model.encoder."),
+        WeightRenaming(r"^decoder\.", "model.decoder."),
+    ],
+    overwrite=True,
+)
+
 __all__ = [
-    "FastformerCache",
-    "FastformerEncoderDecoderCache",
+    "FastformerCacheLayer",
     "FastformerForCausalLM",
     "FastformerForConditionalGeneration",
     "FastformerForMaskedLM",
     "FastformerForSequenceClassification",
     "FastformerModel",
     "FastformerPreTrainedModel",
+    "FastformerSeq2SeqModel",
 ]

@@ -33,13 +33,13 @@ def untie_encoder_embeddings(model) -> None:
     `config.tie_encoder_embeddings` becomes False, is saved with the model, and ties the same way on loading."""
     if not model.config.tie_encoder_embeddings:
         return
-    shared = model.get_input_embeddings()
+    encoder = model.get_encoder()
+    shared = encoder.get_input_embeddings()
     own = nn.Embedding(shared.num_embeddings, shared.embedding_dim, padding_idx=shared.padding_idx)
     own.weight = nn.Parameter(shared.weight.detach().clone(), requires_grad=shared.weight.requires_grad)
-    model.set_input_embeddings(own)
-    model.config.tie_encoder_embeddings = False
-    model._tied_weights_keys = model._decoder_tied_weights_keys  # what `__init__` picks for this config
-    model.all_tied_weights_keys = model.get_expanded_tied_weights_keys(all_submodels=False)
+    encoder.set_input_embeddings(own)
+    model.config.tie_encoder_embeddings = False  # the model's tied weights follow it
+    model.all_tied_weights_keys = model.get_expanded_tied_weights_keys(all_submodels=True)
 
 
 def freeze_encoder(model, train_top_layers: int = 0) -> None:

@@ -23,7 +23,7 @@ os.environ["OMP_NUM_THREADS"] = "1"
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from transformers import AutoTokenizer  # noqa: E402
+from transformers import AutoTokenizer, DynamicCache, EncoderDecoderCache  # noqa: E402
 
 from fastformer import FastformerConfig  # noqa: E402
 from tests.hub_server import serve  # noqa: E402  (a loopback server speaking the Hub's HTTP API)
@@ -41,6 +41,13 @@ TINY = dict(
     hidden_dropout_prob=0.0,
     num_labels=3,
 )
+
+
+def empty_cache(model):
+    """An empty generation cache for `model`, made as a transformers user makes one (as for BART or Qwen3-Next)."""
+    if model.config.is_encoder_decoder:
+        return EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
+    return DynamicCache(config=model.config)
 
 
 @pytest.fixture(autouse=True)

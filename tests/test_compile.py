@@ -21,6 +21,7 @@ from fastformer import (
     FastformerModel,
 )
 from fastformer.export import state_tensors
+from tests.conftest import empty_cache
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +89,7 @@ def test_decoding_step_compiles_as_one_graph_that_follows_eager_mode_without_rec
     model = build(FastformerForConditionalGeneration, decoder_conv_kernel=kernel)
     ids, mask = padded_batch()
     encoder_outputs = model.get_encoder()(ids, attention_mask=mask)
-    eager_cache = model.new_cache()
+    eager_cache = empty_cache(model)
     prefix = torch.tensor([[1, 5, 7], [1, 9, 4]])
     model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=prefix, cache=eager_cache)
     compiled_cache = copy.deepcopy(eager_cache)
@@ -101,7 +102,7 @@ def test_decoding_step_compiles_as_one_graph_that_follows_eager_mode_without_rec
         expected, result = model(**inputs, cache=eager_cache), step(**inputs, cache=compiled_cache)
         torch.testing.assert_close(result.logits, expected.logits, rtol=1e-5, atol=1e-5)
         compiled_states, eager_states = compiled_cache.self_attention_cache, eager_cache.self_attention_cache
-        compiled, eager = ([*state_tensors(states), states.positions] for states in (compiled_states, eager_states))
+        compiled, eager = (state_tensors(states) for states in (compiled_states, eager_states))
         for compiled_tensor, eager_tensor in zip(compiled, eager, strict=True):
             torch.testing.assert_close(compiled_tensor, eager_tensor, rtol=1e-5, atol=1e-5)
         token = expected.logits[:, -1].argmax(-1, keepdim=True)
@@ -155,7 +156,7 @@ def test_cached_decoding_compiles_with_dynamic_shapes(build, model_class):
     torch._dynamo.reset()
     model = build(model_class)
     compiled = torch.compile(model, backend="aot_eager", dynamic=True)
-    eager_cache, compiled_cache = model.new_cache(), model.new_cache()
+    eager_cache, compiled_cache = empty_cache(model), empty_cache(model)
     inputs = decoder_inputs(model_class, 7, use_cache=True)
     if model_class is FastformerForConditionalGeneration:  # the encoder once, as generate() runs it
         source = inputs.pop("input_ids")
@@ -173,10 +174,11 @@ def test_cached_decoding_compiles_with_dynamic_shapes(build, model_class):
 
 
 @pytest.mark.slow
-def test_generate_compiles_the_decoding_steps_once_given_the_models_cache(build):
-    """generate() compiles the decoding steps where the cache is compilable (on a GPU by default; here asked for with
-    `compile_config`): with `cache=model.new_cache()` it does, gives eager mode's tokens, and a longer generation
-    compiles nothing again (the steps' inputs keep their shapes: the mask is cut to the new token)."""
+def test_generate_compiles_the_decoding_steps_once_with_a_static_cache(build):
+    """generate() compiles the decoding steps for a compilable cache that is not a `DynamicCache` (on a GPU by
+    default; here asked for with `compile_config`): with `cache_implementation="static"`, as for GPT-2, it does,
+    gives eager mode's tokens, and a longer generation compiles nothing again (the steps' inputs keep their shapes:
+    the mask is cut to the new token)."""
     torch._dynamo.reset()
     model = build(FastformerForCausalLM)
     ids, mask = padded_batch()
@@ -186,7 +188,7 @@ def test_generate_compiles_the_decoding_steps_once_given_the_models_cache(build)
 
     def compiled(new_tokens):
         options = dict(max_new_tokens=new_tokens, do_sample=False, compile_config=compile_config)
-        return model.generate(ids, attention_mask=mask, cache=model.new_cache(), **options)
+        return model.generate(ids, attention_mask=mask, cache_implementation="static", **options)
 
     assert torch.equal(compiled(6), eager) and hasattr(model, "_compiled_call")
     with torch._dynamo.config.patch(error_on_recompile=True):

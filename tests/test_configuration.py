@@ -306,7 +306,7 @@ def test_embedding_width_follows_the_hidden_size_unless_set():
     config.hidden_size = 32  # as --config_overrides hidden_size=32 does
     model = FastformerForConditionalGeneration(config)
     assert config.embedding_size is None and model.get_input_embeddings().weight.shape[1] == 32
-    assert model.fastformer.embeddings.projection is None
+    assert model.get_encoder().embeddings.projection is None
     narrow = FastformerConfig(hidden_size=32, num_attention_heads=4, embedding_size=16)
     assert FastformerModel(narrow).embeddings.projection.in_features == 16
     with pytest.raises(ValueError, match="needs embedding_size == hidden_size"):

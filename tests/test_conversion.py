@@ -285,19 +285,19 @@ def test_seq2seq_conversion_starts_encoder_and_decoder_from_bert(bert, tokenizer
     model = convert_bert(bert, task="seq2seq", decoder_conv_kernel=kernel)
     assert isinstance(model, FastformerForConditionalGeneration)
     if kernel:
-        weights = [layer.attention.convolution.weight for layer in model.decoder.layers]
+        weights = [layer.attention.convolution.weight for layer in model.get_decoder().layers]
         before = [weight.detach().clone() for weight in weights]
-        copy_encoder_layers(model.fastformer, model.decoder.layers)
+        copy_encoder_layers(model.get_encoder(), model.get_decoder().layers)
         assert all(torch.equal(weight, kept) for weight, kept in zip(weights, before, strict=True))
     encoder = convert_bert(bert)
-    for part in (model.fastformer, model.decoder):
+    for part in (model.get_encoder(), model.get_decoder()):
         for name, tensor in encoder.embeddings.state_dict().items():
             torch.testing.assert_close(part.embeddings.state_dict()[name], tensor)
         for layer, decoder_layer in zip(encoder.layers, part.layers, strict=True):
             for name in ("attention", "attention_output", "feed_forward"):
                 for key, tensor in getattr(layer, name).state_dict().items():
                     torch.testing.assert_close(getattr(decoder_layer, name).state_dict()[key], tensor, msg=key)
-    assert model.lm_head.weight.data_ptr() == model.fastformer.embeddings.word_embeddings.weight.data_ptr()
+    assert model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
     article = tokenizer(TEXTS[:2], padding=True, return_tensors="pt")
     generated = model.generate(**article, max_new_tokens=4, num_beams=2)
     assert generated.shape[0] == 2 and generated[0, 0] == tokenizer.cls_token_id
@@ -550,7 +550,7 @@ def test_converted_folder_is_a_hub_ready_checkpoint(converted, bert):
 )
 def test_converted_folder_loads_with_every_auto_class(converted, auto_class, bert):
     model = auto_class.from_pretrained(converted)
-    encoder = model.fastformer if hasattr(model, "fastformer") else model
+    encoder = model.get_encoder() if model.config.is_encoder_decoder else getattr(model, "fastformer", model)
     # the feed-forward blocks train only in the end-to-end stage (2 steps here): close to BERT's, not equal
     expected = bert.encoder.layer[0].intermediate.dense.weight
     torch.testing.assert_close(encoder.layers[0].feed_forward.intermediate.weight, expected, rtol=0, atol=0.1)
@@ -828,10 +828,11 @@ def test_script_seq2seq_decoder_starts_from_the_distilled_encoder(bert_folder, t
     )
     model = AutoModelForSeq2SeqLM.from_pretrained(output)
     assert isinstance(model, FastformerForConditionalGeneration)
-    for layer, decoder_layer in zip(model.fastformer.layers, model.decoder.layers, strict=True):
+    encoder, decoder = model.get_encoder(), model.get_decoder()
+    for layer, decoder_layer in zip(encoder.layers, decoder.layers, strict=True):
         for key, tensor in layer.attention.state_dict().items():
             torch.testing.assert_close(decoder_layer.attention.state_dict()[key], tensor, msg=key)
-    assert not torch.equal(model.fastformer.layers[0].attention.query_weight, torch.zeros(4, 8))  # distilled
+    assert not torch.equal(encoder.layers[0].attention.query_weight, torch.zeros(4, 8))  # distilled
     assert json.loads((output / "conversion.json").read_text())["task"] == "seq2seq"
 
 

@@ -8,9 +8,10 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from benchmarks.decoding import cache_nbytes
-from fastformer import FastformerCache, FastformerForCausalLM, FastformerForConditionalGeneration
+from fastformer import FastformerCacheLayer, FastformerForCausalLM, FastformerForConditionalGeneration
 from fastformer.export import state_tensors
 from fastformer.modeling_fastformer import FastformerCrossAttention
+from tests.conftest import empty_cache
 
 VOCAB, PAD, START, EOS = 61, 0, 1, 2
 
@@ -76,7 +77,7 @@ def test_incremental_decoding_equals_full_forward(build, model_class, variant, p
     mask = torch.ones_like(ids)
     mask[1, :3] = 0  # left padding in row 1
     full = logits(model, ids, mask, use_cache=False)
-    cache, steps, start = model.new_cache(), [], 0
+    cache, steps, start = empty_cache(model), [], 0
     for length in pieces:
         # generate() style: the mask covers every token so far, the ids only the new ones
         steps.append(logits(model, ids[:, start : start + length], mask[:, : start + length], cache=cache))
@@ -134,7 +135,7 @@ def test_generate_fills_a_cache_the_user_made_and_reset_empties_it(build, model_
     model = build(model_class, share_layers=False)
     inputs = tokens(2, 7)
     expected = generate(model, inputs, max_new_tokens=10).sequences
-    cache = model.new_cache()
+    cache = empty_cache(model)
     first = generate(model, inputs, max_new_tokens=6, cache=cache).sequences
     assert torch.equal(first, expected[:, : first.shape[1]]) and cache.get_seq_length() > 0
     if model.config.is_encoder_decoder:
@@ -146,21 +147,23 @@ def test_generate_fills_a_cache_the_user_made_and_reset_empties_it(build, model_
 
 @pytest.mark.parametrize("kernel", [0, 3], ids=["plain", "short-convolution"])
 def test_decoding_steps_update_the_state_in_place_and_a_reset_cache_takes_another_batch_size(build, kernel):
-    """Steps without gradients write the new state into the cache's tensors (with the short convolution, its last
+    """Steps without gradients copy the new state into the cache's tensors (with the short convolution, its last
     inputs too), as transformers' linear-attention layers copy into theirs: the addresses that CUDA graphs (a
-    compiled step, mode="reduce-overhead") replay stay."""
+    compiled step, mode="reduce-overhead") replay stay. `reset()` zeroes them, as transformers' layers."""
     model = build(FastformerForCausalLM, decoder_conv_kernel=kernel)
-    cache = model.new_cache()
+    cache = empty_cache(model)
     logits(model, tokens(4, 5), cache=cache)
-    earlier = state_tensors(cache) + [cache.positions]
+    earlier = state_tensors(cache)
     copies = [tensor.clone() for tensor in earlier]
     for step in range(2):
         logits(model, tokens(4, 1, seed=2 + step), cache=cache)
-    now = state_tensors(cache) + [cache.positions]
+    now = state_tensors(cache)
     assert all(tensor is kept for tensor, kept in zip(now, earlier, strict=True))
     assert not any(torch.equal(tensor, copy) for tensor, copy in zip(now, copies))  # moved on
     cache.reset()
-    assert cache.get_seq_length() == 0 and state_tensors(cache) == []
+    assert cache.get_seq_length() == 0 and all(
+        tensor is kept and not tensor.any() for tensor, kept in zip(now, earlier)
+    )
     one = tokens(1, 5, seed=3)
     torch.testing.assert_close(logits(model, one, cache=cache), logits(model, one, use_cache=False))
 
@@ -168,7 +171,7 @@ def test_decoding_steps_update_the_state_in_place_and_a_reset_cache_takes_anothe
 def test_backward_through_several_cached_steps(build):
     """Training through the recurrent state across calls (e.g. truncated backpropagation through time)."""
     model = build(FastformerForCausalLM).train()
-    cache = model.new_cache()
+    cache = empty_cache(model)
     loss = sum(model(tokens(2, 3, seed=step), cache=cache, use_cache=True).logits.sum() for step in range(3))
     loss.backward()
     assert all(p.grad is not None for name, p in model.named_parameters() if "layers" in name and "weight" in name)
@@ -234,7 +237,8 @@ def test_cache_size_does_not_grow_with_generated_tokens(build, model_class, vari
         output = generate(model, inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens)
         assert output.sequences.shape[1] >= new_tokens
         states = output.cache.self_attention_cache if model.config.is_encoder_decoder else output.cache
-        assert isinstance(states, FastformerCache) and output.cache.get_seq_length() >= new_tokens
+        assert all(isinstance(layer, FastformerCacheLayer) for layer in states.layers)
+        assert output.cache.get_seq_length() >= new_tokens
         sizes[new_tokens] = cache_nbytes(output.cache)
     assert sizes[8] == sizes[160] > 0
 
@@ -313,8 +317,8 @@ def test_gradient_checkpointing_gives_the_same_gradients(build, model_class, var
 
 def test_embeddings_and_lm_head_are_shared(build):
     seq2seq = build(FastformerForConditionalGeneration)
-    shared = seq2seq.fastformer.embeddings.word_embeddings.weight
-    assert seq2seq.decoder.embeddings.word_embeddings.weight is shared and seq2seq.lm_head.weight is shared
+    shared = seq2seq.get_encoder().embeddings.word_embeddings.weight
+    assert seq2seq.get_decoder().embeddings.word_embeddings.weight is shared and seq2seq.lm_head.weight is shared
     causal = build(FastformerForCausalLM)
     assert causal.lm_head.weight is causal.decoder.embeddings.word_embeddings.weight
 
@@ -369,34 +373,33 @@ def test_cache_rows_follow_beam_reordering_and_cannot_be_cropped(build, kernel):
     """Beam search's reordering, and the row selection and repetition of contrastive search and of expanded inputs,
     move every state's rows (with the short convolution, its last inputs too)."""
     model = build(FastformerForCausalLM, decoder_conv_kernel=kernel)
-    cache = model.new_cache()
+    cache = empty_cache(model)
     logits(model, tokens(3, 4), cache=cache)
-    before = [t.clone() for t in [*state_tensors(cache), cache.positions]]
-    assert len(before) == model.config.num_decoder_layers * (5 if kernel else 4) + 1
+    before = [t.clone() for t in state_tensors(cache)]
+    assert len(before) == model.config.num_decoder_layers * (5 if kernel else 4)
     cache.reorder_cache(torch.tensor([2, 0, 0]))
-    for old, new in zip(before, [*state_tensors(cache), cache.positions], strict=True):
+    for old, new in zip(before, state_tensors(cache), strict=True):
         assert torch.equal(new, old[[2, 0, 0]])
     cache.batch_select_indices(torch.tensor([1, 2]))
     cache.batch_repeat_interleave(2)
-    for old, new in zip(before, [*state_tensors(cache), cache.positions], strict=True):
+    for old, new in zip(before, state_tensors(cache), strict=True):
         assert torch.equal(new, old[[0, 0, 0, 0]])
     with pytest.raises(ValueError, match="cannot be rolled back"):
         cache.crop(1)
 
 
-def test_beam_reordering_leaves_the_source_side_alone(build):
-    """Beams of one source share its cross-attention keys and values: reordering moves the decoder's state only."""
+def test_beam_reordering_moves_both_sides_as_bart(build):
+    """An `EncoderDecoderCache` as BART's: beam search reorders the decoder's state and the source's keys and
+    values alike."""
     model = build(FastformerForConditionalGeneration, share_layers=False)
-    cache = model.new_cache()
+    cache = empty_cache(model)
     logits(model, tokens(3, 4), cache=cache)
-    cross = [(layer.keys, layer.values) for layer in cache.cross_attention_cache.layers]
+    cross = [(layer.keys.clone(), layer.values.clone()) for layer in cache.cross_attention_cache.layers]
     states = [tensor.clone() for tensor in state_tensors(cache.self_attention_cache)]
     cache.reorder_cache(torch.tensor([2, 0, 0]))
-    assert all(
-        layer.keys is keys and layer.values is values
-        for layer, (keys, values) in zip(cache.cross_attention_cache.layers, cross)
-    )
-    for old, new in zip(states, state_tensors(cache.self_attention_cache)):
+    for layer, (keys, values) in zip(cache.cross_attention_cache.layers, cross, strict=True):
+        assert torch.equal(layer.keys, keys[[2, 0, 0]]) and torch.equal(layer.values, values[[2, 0, 0]])
+    for old, new in zip(states, state_tensors(cache.self_attention_cache), strict=True):
         assert torch.equal(new, old[[2, 0, 0]])
 
 
@@ -411,11 +414,11 @@ def test_transformers_itself_refuses_assisted_decoding(build, model_class):
     """A recurrent state cannot be rolled back, and transformers must know it without our list of supported modes:
     it reads the cache's `is_croppable` after the first forward."""
     model = build(model_class)
-    assert model.new_cache().is_croppable is False
+    assert empty_cache(model).is_croppable is False
     model._supported_generation_modes = None
     with pytest.raises(ValueError, match="not supported with stateful models|cache that can be cropped"):
         model.generate(
-            tokens(1, 5), max_new_tokens=3, cache=model.new_cache(), assistant_model=build(model_class, seed=1)
+            tokens(1, 5), max_new_tokens=3, cache=empty_cache(model), assistant_model=build(model_class, seed=1)
         )
 
 
@@ -426,10 +429,11 @@ def test_cross_attention_encodes_the_source_once_per_distinct_layer(build, share
     calls = []
     encode = FastformerCrossAttention.encode
     monkeypatch.setattr(FastformerCrossAttention, "encode", lambda *args: calls.append(1) or encode(*args))
-    cache = model.new_cache()
+    cache = empty_cache(model)
     for piece in range(3):  # a prompt and two decoding steps
         logits(model, tokens(2, 4 if piece == 0 else 1, seed=piece), cache=cache)
-    assert len(calls) == distinct and len(cache.cross_attention_cache.layers) == distinct
+    assert len(calls) == distinct
+    assert sum(layer.keys is not None for layer in cache.cross_attention_cache.layers) == distinct
     calls.clear()
     logits(model, tokens(2, 4), use_cache=False)  # a training forward: no cache, still once per distinct layer
     assert len(calls) == distinct
@@ -439,7 +443,7 @@ def test_shared_layers_store_the_encoder_side_once(build):
     shared, unshared = (build(FastformerForConditionalGeneration, share_layers=sharing) for sharing in (True, False))
     sizes = {}
     for model in (shared, unshared):
-        cache = model.new_cache()
+        cache = empty_cache(model)
         logits(model, tokens(2, 4), cache=cache)
         sizes[model.config.share_layers] = cache_nbytes(cache.cross_attention_cache)
     assert sizes[False] == model.config.num_decoder_layers * sizes[True] > 0
@@ -503,7 +507,7 @@ def test_output_attentions_after_cached_tokens_is_refused_not_dropped(build, mod
     """Refused before any state moves on (with the short convolution, whose state is updated first): the same step
     again, without them, gives one pass's logits."""
     model = build(model_class, share_layers=False, decoder_conv_kernel=3)
-    cache = model.new_cache()
+    cache = empty_cache(model)
     logits(model, tokens(2, 4), cache=cache)
     with pytest.raises(ValueError, match=r"`output_attentions=True` needs the decoder's whole sequence"):
         logits(model, tokens(2, 1), cache=cache, output_attentions=True)

@@ -70,7 +70,8 @@ REMOTE_CODE_SCRIPT = textwrap.dedent(
         outputs = {name: value for name, value in model(**inputs, **decoder_inputs).items() if torch.is_tensor(value)}
         if model.base_model is model:
             return {"outputs": outputs}
-        return {"outputs": outputs, "encoder_outputs": dict(model.base_model(**inputs))}
+        encoder = model.get_encoder() if model.config.is_encoder_decoder else model.base_model
+        return {"outputs": outputs, "encoder_outputs": dict(encoder(**inputs))}
 
 
     def error_name(**kwargs):
@@ -129,7 +130,8 @@ def model_outputs(model, inputs, decoder_inputs):
     outputs = {name: value for name, value in model(**inputs, **decoder_inputs).items() if torch.is_tensor(value)}
     if model.base_model is model:
         return {"outputs": outputs}
-    return {"outputs": outputs, "encoder_outputs": dict(model.base_model(**inputs))}
+    encoder = model.get_encoder() if model.config.is_encoder_decoder else model.base_model
+    return {"outputs": outputs, "encoder_outputs": dict(encoder(**inputs))}
 
 
 def assert_same_tensors(actual, expected):

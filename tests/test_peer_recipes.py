@@ -7,6 +7,7 @@ import inspect
 
 import pytest
 import torch
+import transformers
 from transformers import (
     BartConfig,
     BartForConditionalGeneration,
@@ -43,9 +44,10 @@ def gpt2():
     return GPT2LMHeadModel(config).eval()
 
 
-def bart():
+def bart(**overrides):
     torch.manual_seed(0)
     config = BartConfig(
+        **overrides,
         vocab_size=VOCAB,
         d_model=32,
         encoder_layers=2,
@@ -176,11 +178,18 @@ def test_barts_empty_cache_carries_the_state_from_call_to_call(build):
         torch.testing.assert_close(continued, whole, atol=1e-5, rtol=1e-4)
 
 
-def test_an_empty_dynamic_cache_in_forward_is_refused_for_the_state_it_cannot_hold(build):
-    """GPT-2 fills the `DynamicCache()` it is given; a recurrent state cannot live in one, so it is refused, naming
-    the cache to pass (continuing from a new one instead would silently start over at every call)."""
-    with pytest.raises(ValueError, match=r"model.new_cache\(\)"):
-        build(FastformerForCausalLM)(IDS, cache=DynamicCache(), use_cache=True)
+@pytest.mark.parametrize("head", GENERATIVE)
+def test_an_empty_dynamic_cache_in_forward_is_filled_as_gpt2s_and_barts(build, head):
+    """GPT-2 and BART fill the empty `DynamicCache()` (BART: in an `EncoderDecoderCache`) they are given; so does
+    Fastformer, with its own cache layers, and the next token continues from it as from one pass."""
+    _, ours_class, extra = GENERATIVE[head]
+    model = build(ours_class)
+    cache = DynamicCache() if head == "causal" else EncoderDecoderCache(DynamicCache(), DynamicCache())
+    step(model, extra, IDS[:, :5], cache=cache, use_cache=True)
+    states = cache if head == "causal" else cache.self_attention_cache
+    assert len(states.layers) == model.config.num_decoder_layers and cache.get_seq_length() == 5
+    continued = step(model, extra, IDS[:, 5:6], cache=cache, use_cache=True).logits[:, -1]
+    torch.testing.assert_close(continued, step(model, extra, IDS[:, :6]).logits[:, -1], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("head", GENERATIVE)
@@ -365,3 +374,79 @@ def test_packed_source_rows_are_refused_by_the_encoder_decoder(build):
     model = build(FastformerForConditionalGeneration)
     with pytest.raises(ValueError, match="source rows are packed"):
         model(input_ids=packed["input_ids"], position_ids=packed["position_ids"], decoder_input_ids=IDS[:1, :3])
+
+
+# ---- caches in the recipes users run: training, inference mode, chunked prefill, resized vocabularies ------------
+
+
+@pytest.mark.parametrize("head", GENERATIVE)
+def test_checkpointed_training_refuses_a_prefix_cache_and_drops_use_cache_as_the_peer(build, head, caplog):
+    """Under gradient checkpointing GPT-2 and BART set `use_cache=False` with a warning, and fail on a cache holding
+    a prefix; Fastformer does the same, with an error that names the way out (the layers are recomputed, and the
+    state cannot be read twice)."""
+    peer_class, ours_class, extra = GENERATIVE[head]
+    for model in (peer_class(), build(ours_class)):
+        with torch.no_grad():
+            prefix = step(model, extra, IDS[:, :4], use_cache=True).cache
+        model.train()
+        model.gradient_checkpointing_enable()
+        transformers.utils.logging.warning_once.cache_clear()  # each model's warning, not only the first one's
+        with caplog.at_level("WARNING", logger="transformers"):
+            assert step(model, extra, IDS, use_cache=True).cache is None
+        assert "Setting `use_cache=False`" in caplog.text
+        caplog.clear()
+        error = ValueError if isinstance(model, ours_class) else RuntimeError
+        with pytest.raises(error, match="gradient_checkpointing_disable" if error is ValueError else None):
+            step(model, extra, IDS[:, 4:], cache=prefix, labels=IDS[:, 4:])
+
+
+@pytest.mark.parametrize("head", GENERATIVE)
+def test_a_cache_made_in_inference_mode_continues_outside_it_as_the_peers(build, head):
+    peer_class, ours_class, extra = GENERATIVE[head]
+    for model in (peer_class(), build(ours_class)):
+        with torch.inference_mode():
+            cache = step(model, extra, IDS[:, :5], use_cache=True).cache
+        with torch.no_grad():
+            continued = step(model, extra, IDS[:, 5:], cache=cache).logits
+            whole = step(model, extra, IDS).logits[:, 5:]
+        torch.testing.assert_close(continued, whole, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", [0, 3], ids=["plain", "short-convolution"])
+def test_chunked_prefill_generates_as_gpt2_does(build, kernel):
+    """generate(prefill_chunk_size=...) reads the prompt in chunks through the cache: the logits of one prefill."""
+    mask = torch.ones_like(IDS)
+    mask[1, :3] = 0  # a left-padded row
+    for model in (gpt2(), build(FastformerForCausalLM, decoder_conv_kernel=kernel)):
+        outputs = [
+            model.generate(
+                IDS,
+                attention_mask=mask,
+                max_new_tokens=4,
+                do_sample=False,
+                output_logits=True,
+                return_dict_in_generate=True,
+                **chunks,
+            )
+            for chunks in ({}, {"prefill_chunk_size": 4})
+        ]
+        torch.testing.assert_close(torch.stack(outputs[1].logits), torch.stack(outputs[0].logits), rtol=1e-5, atol=1e-5)
+        assert torch.equal(outputs[1].sequences, outputs[0].sequences)
+
+
+@pytest.mark.parametrize("untied", ["tie_word_embeddings", "tie_encoder_embeddings"])
+def test_resized_vocabulary_reaches_an_untied_decoder_as_barts(build, tmp_path, untied):
+    """`resize_token_embeddings` on an encoder-decoder whose decoder has word embeddings of its own resizes them too
+    (BART's share one matrix): a new token id runs through both sides, and the model reloads with its outputs (BART
+    with `tie_word_embeddings=False` does not: transformers 5.25 reloads it without its embeddings)."""
+    new_id = VOCAB + 2
+    source, decoder_ids = torch.tensor([[new_id, 5, 6]]), torch.tensor([[1, new_id, 7]])
+    for model in (bart(tie_word_embeddings=False), build(FastformerForConditionalGeneration, **{untied: False})):
+        model.resize_token_embeddings(VOCAB + 5)
+        with torch.no_grad():
+            logits = model(source, decoder_input_ids=decoder_ids).logits
+        assert logits.shape == (1, 3, VOCAB + 5)
+    model.save_pretrained(tmp_path)
+    reloaded = FastformerForConditionalGeneration.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(source, decoder_input_ids=decoder_ids).logits, logits)

@@ -194,12 +194,16 @@ def test_summarization_pipeline_on_a_saved_checkpoint(build, tmp_path, tokenizer
 
 def encoder_output(model, inputs):
     with torch.no_grad():
-        return model.base_model(**inputs).last_hidden_state
+        encoder = model.get_encoder() if isinstance(model, FastformerForConditionalGeneration) else model.base_model
+        return encoder(**inputs).last_hidden_state
 
 
 def saved_weights(model, prefix):
-    """The names of `model`'s weights under `prefix` as a checkpoint holds them: without tied copies."""
-    return {name for name in model.state_dict() if name.startswith(prefix)} - set(model._tied_weights_keys)
+    """The names of `model`'s weights under `prefix` as a checkpoint holds them: without tied copies, and those of
+    an encoder-decoder under the names it saves them by (`fastformer.`, `decoder.`)."""
+    names = set(model.state_dict()) - set(model.all_tied_weights_keys)
+    names = {name.replace("model.encoder.", "fastformer.").replace("model.decoder.", "decoder.") for name in names}
+    return {name for name in names if name.startswith(prefix)}
 
 
 # the head an encoder checkpoint lacks, as weight-name prefixes
@@ -224,14 +228,14 @@ def test_masked_lm_checkpoint_warm_starts_the_seq2seq_encoder(build, tmp_path, t
     masked_lm = build(FastformerForMaskedLM)
     masked_lm.save_pretrained(tmp_path)
     seq2seq, info = FastformerForConditionalGeneration.from_pretrained(tmp_path, output_loading_info=True)
-    assert info["missing_keys"] == saved_weights(seq2seq, "decoder.")
+    assert info["missing_keys"] == {f"model.{name}" for name in saved_weights(seq2seq, "decoder.")}
     assert info["unexpected_keys"] == saved_weights(masked_lm, "lm_head.")
     inputs = tokenizer(TEXTS, padding=True, return_tensors="pt")
     assert torch.equal(encoder_output(seq2seq, inputs), encoder_output(masked_lm, inputs))
     # decoder embeddings and LM head are tied to the loaded encoder embeddings, not left at their init
     embeddings = masked_lm.fastformer.embeddings.word_embeddings.weight
     assert torch.equal(seq2seq.lm_head.weight, embeddings)
-    assert torch.equal(seq2seq.decoder.embeddings.word_embeddings.weight, embeddings)
+    assert torch.equal(seq2seq.get_decoder().embeddings.word_embeddings.weight, embeddings)
 
 
 def test_text_generation_pipeline_on_causal_lm(build, tmp_path, tokenizer):

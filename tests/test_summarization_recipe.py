@@ -187,7 +187,7 @@ def test_cross_attention_can_start_from_the_same_layers_self_attention(bert, cro
     )
     default = convert_bert(bert, task="seq2seq", cross_attention_type=cross_attention_type)
     for bert_layer, layer, random_layer in zip(
-        bert.encoder.layer, model.decoder.layers, default.decoder.layers, strict=True
+        bert.encoder.layer, model.get_decoder().layers, default.get_decoder().layers, strict=True
     ):
         source, cross = bert_layer.attention.self, layer.cross_attention
         for name in ("query", "key", "value"):
@@ -208,7 +208,7 @@ def test_cross_attention_can_start_from_the_same_layers_self_attention(bert, cro
 
 def test_seq2seq_conversion_decoder_weights_equal_the_source(bert):
     model = convert_bert(bert, task="seq2seq")
-    for bert_layer, layer in zip(bert.encoder.layer, model.decoder.layers, strict=True):
+    for bert_layer, layer in zip(bert.encoder.layer, model.get_decoder().layers, strict=True):
         source = bert_layer.attention.self
         for projection in ("query", "key", "value"):
             torch.testing.assert_close(getattr(layer.attention, projection).weight, getattr(source, projection).weight)
@@ -217,11 +217,11 @@ def test_seq2seq_conversion_decoder_weights_equal_the_source(bert):
         torch.testing.assert_close(layer.feed_forward.output.dense.weight, bert_layer.output.dense.weight)
         torch.testing.assert_close(layer.feed_forward.output.layer_norm.weight, bert_layer.output.LayerNorm.weight)
     word_embeddings = bert.embeddings.word_embeddings.weight
-    torch.testing.assert_close(model.decoder.embeddings.word_embeddings.weight, word_embeddings)
+    torch.testing.assert_close(model.get_decoder().embeddings.word_embeddings.weight, word_embeddings)
     torch.testing.assert_close(model.lm_head.weight, word_embeddings)
     source = bert.embeddings  # segment 0's type embedding is folded into the position rows
     positions = source.position_embeddings.weight + source.token_type_embeddings.weight[0]
-    torch.testing.assert_close(model.decoder.embeddings.position_embeddings.weight, positions)
+    torch.testing.assert_close(model.get_decoder().embeddings.position_embeddings.weight, positions)
 
 
 @pytest.mark.slow
@@ -256,12 +256,12 @@ def test_recipe_trains_a_converted_checkpoint_and_generates(repo_root, recipe, c
     for key in ("num_beams", "length_penalty", "no_repeat_ngram_size"):
         assert getattr(model.generation_config, key) == recipe[key], key
     start = AutoModelForSeq2SeqLM.from_pretrained(converted)
-    cross_attention = model.decoder.layers[0].cross_attention.query.weight
-    assert not torch.equal(cross_attention, start.decoder.layers[0].cross_attention.query.weight)
+    cross_attention = model.get_decoder().layers[0].cross_attention.query.weight
+    assert not torch.equal(cross_attention, start.get_decoder().layers[0].cross_attention.query.weight)
     # --freeze_encoder: the encoder is as converted, its word embeddings too (untied from the decoder's, which train)
     assert recipe["freeze_encoder"] and model.config.tie_encoder_embeddings is False
-    for name, tensor in start.fastformer.state_dict().items():
-        torch.testing.assert_close(model.fastformer.state_dict()[name], tensor, msg=name)
+    for name, tensor in start.get_encoder().state_dict().items():
+        torch.testing.assert_close(model.get_encoder().state_dict()[name], tensor, msg=name)
     assert not torch.equal(model.lm_head.weight, start.lm_head.weight)
     generated = model.generate(torch.tensor([[101, 2023, 2003, 1037, 3231, 102]]), max_new_tokens=5)
     assert generated.shape[0] == 1 and 1 < generated.shape[1] <= 6
@@ -317,7 +317,7 @@ def test_benchmark_tunes_each_family_by_levers_and_scores_the_test_split(
     # the start with the copied cross-attention equals the source's self-attention
     start = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "headlines" / "starts" / "fastformer-self_attention")
     torch.testing.assert_close(
-        start.decoder.layers[1].cross_attention.key.weight, bert.encoder.layer[1].attention.self.key.weight
+        start.get_decoder().layers[1].cross_attention.key.weight, bert.encoder.layer[1].attention.self.key.weight
     )
     # the pseudo-summaries; the recipe, each lever, each pretraining stage (once per model: with the copy head, the
     # stage trains it too), each decoding but greedy search, the test split: each script ran once (lead-k runs none)
@@ -431,7 +431,7 @@ def test_fastformer_start_with_random_cross_attention_from_a_self_attention_conv
     (tmp_path / "conversion.json").write_text(json.dumps({"cross_attention_init": "self_attention"}))
     model, _ = summarization.fastformer_start(str(tmp_path), "random")
     std = model.config.initializer_range
-    for layer, source in zip(model.decoder.layers, bert.encoder.layer, strict=True):
+    for layer, source in zip(model.get_decoder().layers, bert.encoder.layer, strict=True):
         key = layer.cross_attention.key
         assert not torch.allclose(key.weight, source.attention.self.key.weight)
         assert abs(key.weight.std().item() - std) < 0.25 * std and not key.bias.any()
@@ -448,7 +448,7 @@ def test_freeze_encoder_fixes_all_of_a_bert2bert_encoder_and_nothing_of_its_deco
     model = EncoderDecoderModel(EncoderDecoderConfig.from_encoder_decoder_configs(bert.config, decoder_config))
     freeze_encoder(model)
     assert not any(parameter.requires_grad for parameter in model.encoder.parameters())
-    assert all(parameter.requires_grad for parameter in model.decoder.parameters())
+    assert all(parameter.requires_grad for parameter in model.get_decoder().parameters())
 
 
 def test_early_stopping_needs_the_best_model_kept(repo_root, converted, tmp_path):
