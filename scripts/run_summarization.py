@@ -3,7 +3,7 @@ run_summarization.py.
 
 With no data arguments it trains on the bundled news articles -> headlines subset (data/news_headlines).
 Reports ROUGE-1/2/L/Lsum computed with rouge_score (offline), the shares of degenerate headlines
-(fastformer.summarization.headline_quality) and the generation length, writes
+(headline_rules.headline_quality) and the generation length, writes
 eval_results.json / all_results.json, and saves a Hub-ready folder (weights, config, code for
 trust_remote_code, tokenizer, generation config, model card). Any transformers seq2seq model type trains too
 (--model_type bart) for comparisons.
@@ -32,24 +32,11 @@ from transformers import (
 )
 from transformers.utils import cached_file
 
-from fastformer.reranking import (
+from beam_reranking import (
     BeamReranker,
     candidate_features,
     candidate_targets,
     cross_validated_choices,
-)
-from fastformer.summarization import (
-    CachedEncoderStates,
-    ContentWordEndLogitsProcessor,
-    NoRepeatContentWordLogitsProcessor,
-    SourceSpanLogitsProcessor,
-    WholeWordLogitsProcessor,
-    clean_source,
-    freeze_encoder,
-    headline_quality,
-    headline_style,
-    headline_words,
-    rouge,
 )
 from fastformer.training import (
     SPLIT_FLAGS,
@@ -71,6 +58,15 @@ from fastformer.training import (
     tokenize_splits,
     train_and_evaluate,
 )
+from frozen_encoder import CachedEncoderStates, freeze_encoder
+from headline_decoding import (
+    ContentWordEndLogitsProcessor,
+    NoRepeatContentWordLogitsProcessor,
+    SourceSpanLogitsProcessor,
+    WholeWordLogitsProcessor,
+)
+from headline_rules import clean_source, headline_quality, headline_style, headline_words
+from rouge_metric import rouge
 
 logger = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[1]  # the source checkout this script is part of
@@ -131,14 +127,14 @@ class DataTrainingArguments(DataArguments):
         metadata={
             "help": "Generate whole words only in evaluation and prediction: the word pieces of every generated word "
             "spell a word of the training split's articles and summaries or of the articles being summarized "
-            "(fastformer.summarization.WholeWordLogitsProcessor; a host read per step)."
+            "(headline_decoding.WholeWordLogitsProcessor; a host read per step)."
         },
     )
     no_repeat_content_words: bool = field(
         default=False,
         metadata={
             "help": "Never generate a content word twice in evaluation and prediction, but let function words, "
-            "punctuation and word pieces repeat (fastformer.summarization.NoRepeatContentWordLogitsProcessor; not "
+            "punctuation and word pieces repeat (headline_decoding.NoRepeatContentWordLogitsProcessor; not "
             "in the generation config: pass the processor to generate() with the saved model)."
         },
     )
@@ -147,7 +143,7 @@ class DataTrainingArguments(DataArguments):
         metadata={
             "help": "End a summary only after a word that can end a phrase: not after a function word or another "
             "preposition or conjunction, after punctuation that opens or joins, or after a possessive "
-            "(fastformer.summarization.ContentWordEndLogitsProcessor; not in the generation config: pass the "
+            "(headline_decoding.ContentWordEndLogitsProcessor; not in the generation config: pass the "
             "processor to generate() with the saved model)."
         },
     )
@@ -157,7 +153,7 @@ class DataTrainingArguments(DataArguments):
             "help": "In evaluation and prediction, add this to the scores of the tokens that continue, in the "
             "article, the longest run of the last generated tokens found there, so that a copied span goes on "
             "where it goes on in the article, and to the end of sequence where that run ends a clause of the "
-            "article (fastformer.summarization.SourceSpanLogitsProcessor; a host read per step; not in the "
+            "article (headline_decoding.SourceSpanLogitsProcessor; a host read per step; not in the "
             "generation config)."
         },
     )
@@ -181,7 +177,7 @@ class DataTrainingArguments(DataArguments):
         metadata={
             "help": "Write and score the generated summaries in headline style: without articles, without the "
             'auxiliary of a passive or of a perfect in the simple past\'s form, "will", "is to" and "are to" as '
-            '"to" (fastformer.summarization.headline_style; on the decoded text, after generate()).'
+            '"to" (headline_rules.headline_style; on the decoded text, after generate()).'
         },
     )
     rerank_beams: bool = field(
@@ -189,7 +185,7 @@ class DataTrainingArguments(DataArguments):
         metadata={
             "help": "Write the beam that a linear reranker chooses, not the top beam: from the top beam and the beams "
             "that copy one span of the article up to a clause's end, by their rank, score, length and the article's "
-            "keywords held (fastformer.reranking.BeamReranker). Fit after --do_eval on the validation split's beams "
+            "keywords held (beam_reranking.BeamReranker). Fit after --do_eval on the validation split's beams "
             "(eval_rouge* score its top beams, eval_reranked_* the reranker's 5-fold estimate there), saved as "
             "beam_reranker.json in --output_dir and applied to the test split (test_rouge* score the chosen beams, "
             "test_top_beam_* the top beams); --do_predict without --do_eval reads it from --model_name_or_path. "
@@ -202,7 +198,7 @@ class DataTrainingArguments(DataArguments):
         default=False,
         metadata={
             "help": 'Strip what news sources put before their first sentence ("MOSCOW, February 7. /TASS/.") and '
-            "share bars from every input (fastformer.summarization.clean_source)."
+            "share bars from every input (headline_rules.clean_source)."
         },
     )
     early_stopping_patience: int | None = field(
@@ -248,7 +244,7 @@ class SummarizationModelArguments(ModelArguments):
         metadata={
             "help": "With --freeze_encoder: compute the encoder's output once per article (eval mode: no encoder "
             "dropout in training either) and reuse it in every epoch, at evaluation and in generation, so a step "
-            "costs the decoder only (fastformer.summarization.CachedEncoderStates)."
+            "costs the decoder only (frozen_encoder.CachedEncoderStates)."
         },
     )
 

@@ -19,9 +19,9 @@ from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
 from transformers.generation.utils import GenerateBeamEncoderDecoderOutput
 
-from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerForMaskedLM, summarization
-from fastformer.reranking import FEATURES, BeamReranker
-from fastformer.summarization import SourceSpanLogitsProcessor, headline_quality, headline_words, rouge
+import headline_rules
+from beam_reranking import FEATURES, BeamReranker
+from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerForMaskedLM
 from fastformer.training import (
     ModelArguments,
     load_model,
@@ -30,6 +30,9 @@ from fastformer.training import (
     parse_args,
     warn_emulated_bf16,
 )
+from headline_decoding import SourceSpanLogitsProcessor
+from headline_rules import headline_quality, headline_words
+from rouge_metric import rouge
 from scripts import run_classification, run_mlm, run_summarization
 from tests.in_process import run_in_process
 
@@ -712,8 +715,8 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
     validation = headlines[1]
     # headline style marked with the first reference, to see which texts the script edits and scores so
     references = [json.loads(line)["summary"] for line in validation.read_text().splitlines()[:2]]
-    styled, marker = summarization.headline_style, f"{references[0]} | "
-    monkeypatch.setattr(summarization, "headline_style", lambda text: marker + styled(text))
+    styled, marker = headline_rules.headline_style, f"{references[0]} | "
+    monkeypatch.setattr(headline_rules, "headline_style", lambda text: marker + styled(text))
     summarize(
         tmp_path / "out",
         headlines,

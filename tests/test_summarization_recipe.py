@@ -15,8 +15,10 @@ from benchmarks import harness
 from benchmarks.quality import summarization
 from fastformer.cli import convert_bert_to_fastformer
 from fastformer.conversion import bert2bert_model, convert_bert
-from fastformer.summarization import clean_source, freeze_encoder, headline_style, headline_words, rouge
 from fastformer.training import parse_args
+from frozen_encoder import freeze_encoder
+from headline_rules import clean_source, headline_style, headline_words, lead_words
+from rouge_metric import rouge
 from scripts import make_pseudo_summaries, run_summarization
 from tests.in_process import run_in_process
 
@@ -443,7 +445,7 @@ def test_fastformer_start_with_random_cross_attention_from_a_self_attention_conv
 
 def test_freeze_encoder_fixes_all_of_a_bert2bert_encoder_and_nothing_of_its_decoder(bert):
     """BERT2BERT (EncoderDecoderModel) shares no parameter between encoder and decoder: freezing fixes the whole
-    encoder and leaves the decoder trainable (tests/test_summarization.py: the Fastformer's, untied first)."""
+    encoder and leaves the decoder trainable (tests/test_frozen_encoder.py: the Fastformer's, untied first)."""
     decoder_config = BertConfig(**{**bert.config.to_dict(), "is_decoder": True, "add_cross_attention": True})
     model = EncoderDecoderModel(EncoderDecoderConfig.from_encoder_decoder_configs(bert.config, decoder_config))
     freeze_encoder(model)
@@ -521,6 +523,24 @@ def test_rouge_is_deterministic_and_leaves_numpy_random_state_alone():
     assert rouge(predictions, references) == first
     # unigram F1: 2/3 for the first pair (precision 3/6, recall 3/3), 0.4 for the second ("dogs" stems to "dog")
     assert first["rouge1"] == pytest.approx(100 * (2 / 3 + 0.4) / 2)
+
+
+def test_choose_k_takes_the_k_of_the_best_validation_rouge1():
+    article = "Trump advisers met Russia's ambassador. The ambassador met Trump twice, advisers said; Russia denied it."
+    references = ["trump advisers met", "floods hit the coast"]
+    documents = [article, "Floods hit the coast on Monday and closed roads."]
+    k, grid = summarization.choose_k(lead_words, documents, references, ks=range(1, 6))
+    assert set(grid) == {1, 2, 3, 4, 5} and k == max(grid, key=lambda k: grid[k]["rouge1"]) and k in (3, 4)
+
+
+def test_length_window_bounds_generation_by_the_targets_lengths_in_tokens(tokenizer):
+    """Targets of 1 to 20 tokens: with the end of sequence 2 to 21, whose 5th and 95th percentiles are 2.95 and
+    20.05; the minimum rounds down, the maximum up and counts the decoder start."""
+    targets = [" ".join(["news"] * length) for length in range(1, 21)]
+    window = summarization.length_window
+    assert window(tokenizer, targets) == {"min_target_length": 2, "generation_max_length": 22}
+    assert window(tokenizer, targets, (0, 100)) == {"min_target_length": 2, "generation_max_length": 22}
+    assert window(tokenizer, targets, (50, 50)) == {"min_target_length": 11, "generation_max_length": 13}
 
 
 def test_compared_records_are_read_by_their_keys(tmp_path):

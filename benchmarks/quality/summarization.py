@@ -15,6 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, BertModel
 
@@ -22,18 +23,16 @@ from benchmarks import harness
 from benchmarks.harness import DOCS, REPO, SCRIPTS, arguments, flags, machine, minilm, read_json, write_json
 from fastformer import FastformerForConditionalGeneration
 from fastformer.conversion import bert2bert_model, copy_bert_cross_attention
-from fastformer.summarization import (
-    choose_k,
+from scripts.frozen_encoder import token_state_spread
+from scripts.headline_rules import (
     clean_source,
     headline_quality,
     headline_style,
     headline_words,
     keyword_headline,
     lead_words,
-    length_window,
-    rouge,
-    token_state_spread,
 )
+from scripts.rouge_metric import rouge
 
 # every family starts from the recipe with the cross-attention as transformers initializes a new one, and no stage
 LEVER_BASE = {"cross_attention_init": "random", "copy_mechanism": False, "pretrain": None}
@@ -119,6 +118,22 @@ def parse_args(argv=None):
     files = {name: REPO / args.base[f"{name}_file"] for name in SPLITS}
     args.splits = {name: [json.loads(line) for line in path.read_text().splitlines()] for name, path in files.items()}
     return args
+
+
+def length_window(tokenizer, targets: list[str], percentiles: tuple[float, float] = (5, 95)) -> dict[str, int]:
+    """Generation bounds from training targets: `min_target_length` (min_new_tokens) and `generation_max_length`
+    (max_length, the decoder start included) at the given percentiles of the targets' lengths in `tokenizer`'s
+    tokens, the end of sequence counted; run_summarization.py's flags of the same names take them."""
+    tokens = tokenizer(targets, add_special_tokens=False)["input_ids"]
+    low, high = np.percentile([len(ids) + 1 for ids in tokens], percentiles)
+    return {"min_target_length": int(low), "generation_max_length": int(np.ceil(high)) + 1}
+
+
+def choose_k(baseline, documents: list[str], references: list[str], ks=range(1, 41)) -> tuple[int, dict]:
+    """The k of `baseline(text, k)` (`lead_words`, `keyword_headline`) with the best ROUGE-1 on `documents` against
+    `references` (a validation split), and every k's scores."""
+    grid = {k: rouge([baseline(text, k) for text in documents], references) for k in ks}
+    return max(grid, key=lambda k: grid[k]["rouge1"]), grid
 
 
 def run(args, settings: dict) -> dict:
