@@ -2,11 +2,11 @@
 run_summarization.py.
 
 With no data arguments it trains on the bundled news articles -> headlines subset (data/news_headlines).
-Reports ROUGE-1/2/L/Lsum computed with rouge_score (offline), the shares of degenerate headlines
-(headline_rules.headline_quality) and the generation length, writes
-eval_results.json / all_results.json, and saves a Hub-ready folder (weights, config, code for
-trust_remote_code, tokenizer, generation config, model card). Any transformers seq2seq model type trains too
-(--model_type bart) for comparisons.
+Reports ROUGE-1/2/L/Lsum through `evaluate` (the metric of rouge_metric.py beside this script, loaded by its path,
+offline), the shares of degenerate headlines (headline_rules.headline_quality) and the generation length, writes
+eval_results.json / all_results.json, and saves a Hub-ready folder (weights, config, code for trust_remote_code,
+tokenizer, generation config, model card). Any transformers seq2seq model type trains too (--model_type bart) for
+comparisons.
 
     python scripts/run_summarization.py --output_dir runs/headlines --do_train --do_eval --predict_with_generate
 """

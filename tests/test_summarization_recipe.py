@@ -6,7 +6,6 @@ import json
 import shlex
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, BertConfig, BertModel, EncoderDecoderConfig, EncoderDecoderModel
@@ -18,7 +17,6 @@ from fastformer.conversion import bert2bert_model, convert_bert
 from fastformer.training import parse_args
 from frozen_encoder import freeze_encoder
 from headline_rules import clean_source, headline_style, headline_words, lead_words
-from rouge_metric import rouge
 from scripts import make_pseudo_summaries, run_summarization
 from tests.in_process import run_in_process
 
@@ -513,16 +511,6 @@ def test_a_missing_checkpoint_or_a_source_longer_than_the_positions_is_refused(
     )
     assert process.returncode == 1
     assert message in process.stderr.strip().splitlines()[-1]
-
-
-def test_rouge_is_deterministic_and_leaves_numpy_random_state_alone():
-    predictions, references = ["the cat sat on the mat", "a dog"], ["the cat sat", "dogs bark loudly"]
-    state = np.random.get_state()
-    first = rouge(predictions, references)
-    assert np.random.get_state()[1].tolist() == state[1].tolist()
-    assert rouge(predictions, references) == first
-    # unigram F1: 2/3 for the first pair (precision 3/6, recall 3/3), 0.4 for the second ("dogs" stems to "dog")
-    assert first["rouge1"] == pytest.approx(100 * (2 / 3 + 0.4) / 2)
 
 
 def test_choose_k_takes_the_k_of_the_best_validation_rouge1():
