@@ -4,16 +4,19 @@ run_summarization.py.
 With no data arguments it trains on the bundled news articles -> headlines subset (data/news_headlines).
 Reports ROUGE-1/2/L/Lsum through `evaluate` (the metric of rouge_metric.py beside this script, loaded by its path,
 offline), the shares of degenerate headlines (headline_rules.headline_quality) and the generation length, writes
-eval_results.json / all_results.json, and saves a Hub-ready folder (weights, config, code for trust_remote_code,
-tokenizer, generation config, model card). Any transformers seq2seq model type trains too (--model_type bart) for
-comparisons.
+eval_results.json / predict_results.json / all_results.json and generated_predictions.txt, and saves a Hub-ready
+folder (weights, config, code for trust_remote_code, tokenizer, generation config, model card). Any transformers
+seq2seq model type trains too (--model_type bart) for comparisons.
+
+The scores and generated_predictions.txt are the model's own output: what generate() writes, with the decoding
+flags' logits processors, decoded. The recipe's post-edits of that text (--headline_style, --rerank_beams) are scored
+apart, as {eval,predict}_edited_*, and written to edited_predictions.txt.
 
     python scripts/run_summarization.py --output_dir runs/headlines --do_train --do_eval --predict_with_generate
 """
 
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -175,23 +178,27 @@ class DataTrainingArguments(DataArguments):
     headline_style: bool = field(
         default=False,
         metadata={
-            "help": "Write and score the generated summaries in headline style: without articles, without the "
+            "help": "Post-edit the generated summaries into headline style: without articles, without the "
             'auxiliary of a passive or of a perfect in the simple past\'s form, "will", "is to" and "are to" as '
-            '"to" (headline_rules.headline_style; on the decoded text, after generate()).'
+            '"to" (headline_rules.headline_style; on the decoded text, after generate()). The edited summaries are '
+            "written to edited_predictions.txt and scored as {eval,predict}_edited_*, beside the model's own "
+            "(generated_predictions.txt, {eval,predict}_rouge*)."
         },
     )
     rerank_beams: bool = field(
         default=False,
         metadata={
-            "help": "Write the beam that a linear reranker chooses, not the top beam: from the top beam and the beams "
-            "that copy one span of the article up to a clause's end, by their rank, score, length and the article's "
-            "keywords held (beam_reranking.BeamReranker). Fit after --do_eval on the validation split's beams "
-            "(eval_rouge* score its top beams, eval_reranked_* the reranker's 5-fold estimate there), saved as "
-            "beam_reranker.json in --output_dir and applied to the test split (test_rouge* score the chosen beams, "
-            "test_top_beam_* the top beams); --do_predict without --do_eval reads it from --model_name_or_path. "
-            "Needs --predict_with_generate, --source_span_bonus (its clause ends) and more than one beam; each "
-            "split's beams go to {eval,test}_beams.jsonl. generate() keeps every step's scores for this: a "
-            "(batch x beams, vocabulary) copy per step, so a smaller --per_device_eval_batch_size may be needed."
+            "help": "Post-edit by choosing among the beams: the beam that a linear reranker chooses from the top beam "
+            "and the beams that copy one span of the article up to a clause's end, by their rank, score, length and "
+            "the article's keywords held (beam_reranking.BeamReranker). Fit after --do_eval on the validation "
+            "split's beams (eval_reranked_* score its 5-fold estimate there), saved as beam_reranker.json in "
+            "--output_dir and applied to the test split: the chosen beams (in headline style with --headline_style) "
+            "are written to edited_predictions.txt and scored as predict_edited_*, while predict_rouge* and "
+            "generated_predictions.txt stay the model's own top beams. --do_predict without --do_eval reads the "
+            "reranker from --model_name_or_path. Needs --predict_with_generate, --source_span_bonus (its clause "
+            "ends) and more than one beam; each split's beams go to {eval,predict}_beams.jsonl. generate() keeps "
+            "every step's scores for this: a (batch x beams, vocabulary) copy per step, so a smaller "
+            "--per_device_eval_batch_size may be needed."
         },
     )
     clean_sources: bool = field(
@@ -274,7 +281,7 @@ def tokenize(batch, *, tokenizer, data_args, text_column, summary_column, eos_to
 
 def decoded_texts(tokenizer, ids, styled: bool = False) -> list[str]:
     """Token ids as text, -100 read as padding; "russia ' s" and "won ' t" joined as written ("russia's"); with
-    `styled`, in headline style (--headline_style: what is written and scored of the generated summaries)."""
+    `styled`, in headline style (--headline_style's post-edit)."""
     ids = np.where(ids != -100, ids, tokenizer.pad_token_id)
     decoded = tokenizer.batch_decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=True)
     return [headline_style(text) if styled else text.strip() for text in decoded]
@@ -308,9 +315,10 @@ def logits_processors(tokenizer, data_args, raw, text_column, summary_column, eo
 
 
 class BeamChoice:
-    """--rerank_beams: generate() returns every beam of each article with its score, and the trainer sees the beam
-    that `reranker` chooses (the top beam while there is none yet); each article's candidates are kept in `articles`
-    (texts as written, features, which end a clause of the article, the reference, the choice) until `take()`."""
+    """--rerank_beams: generate() returns every beam of each article with its score, and the trainer sees the top
+    beam, the model's own output; each article's candidates are kept in `articles` (texts as edited, features, which
+    end a clause of the article, the reference, and the beam that `reranker` chooses: the top beam while there is
+    none yet) until `take()`."""
 
     def __init__(self, tokenizer, styled: bool, span: SourceSpanLogitsProcessor, reranker=None, decoding=None):
         self.tokenizer, self.styled, self.span, self.reranker = tokenizer, styled, span, reranker
@@ -326,7 +334,6 @@ class BeamChoice:
         sources = self.tokenizer.batch_decode(named["input_ids"], skip_special_tokens=True)
         labels = named.get("labels")
         references = decoded_texts(self.tokenizer, labels.cpu().numpy()) if labels is not None else None
-        choices = []
         for article, candidates in enumerate(sequences.tolist()):
             texts = decoded_texts(self.tokenizer, np.array(candidates), self.styled)
             features = candidate_features(texts, scores[article], sources[article])
@@ -343,12 +350,22 @@ class BeamChoice:
                     "choice": choice,
                 }
             )
-            choices.append(choice)
-        return sequences[torch.arange(len(choices)), torch.tensor(choices)]
+        return sequences[:, 0]
 
     def take(self) -> list[dict]:
         articles, self.articles = self.articles, []
         return articles
+
+
+def edited_texts(predictions: list[str], data_args, beam_choice: BeamChoice | None) -> list[str] | None:
+    """The recipe's post-edit of the model's own summaries `predictions` (one per article, as generated): with
+    --rerank_beams the beam its reranker chose, where this evaluation kept the beams (`beam_choice.articles`: not in
+    the evaluations during training), with --headline_style in headline style; None where nothing is edited."""
+    if beam_choice is not None and len(beam_choice.articles) == len(predictions):
+        return [article["texts"][article["choice"]] for article in beam_choice.articles]
+    if data_args.headline_style:
+        return [headline_style(text) for text in predictions]
+    return None
 
 
 class SummarizationTrainer(ModelCardTrainerMixin, SplitOrderTrainerMixin, Seq2SeqTrainer):
@@ -379,7 +396,7 @@ class SummarizationTrainer(ModelCardTrainerMixin, SplitOrderTrainerMixin, Seq2Se
         """As Seq2SeqTrainer's, but --source_span_bonus's processor is given the batch's articles first, a batch's
         `encoder_outputs` (--cache_encoder_states) reach generate() as a copy (generate() expands them for beam search
         in place, transformers 5.24, and the loss forward that follows reads the same batch), and with --rerank_beams
-        generate() returns the beam that `beam_choice` chooses."""
+        generate() keeps every beam in `beam_choice` and returns the top one."""
         generates = self.args.predict_with_generate and not prediction_loss_only
         for processor in self.logits_processor or ():
             if generates and isinstance(processor, SourceSpanLogitsProcessor):
@@ -473,9 +490,9 @@ def fit_reranker(beam_choice: BeamChoice, output_dir: str) -> dict:
 
 
 def write_beams(articles: list[dict], path: Path, choices: list[int]) -> None:
-    """Each article's beams as a JSON line: texts as written, scores, which may be chosen (`allowed`: copied up to a
+    """Each article's beams as a JSON line: texts as edited, scores, which may be chosen (`allowed`: copied up to a
     clause's end), and `choice`: on the validation split the cross-validated reranker's, on the test split the
-    written one."""
+    one in edited_predictions.txt."""
     with open(path, "w") as file:
         for article, choice in zip(articles, choices):
             line = {name: article[name] for name in ("texts", "scores", "allowed")}
@@ -557,22 +574,29 @@ def main():
     }
     prepared = tokenize_splits(raw, data_args, training_args, preprocess)
 
-    def compute_metrics(prediction):
-        decoded = decoded_texts(tokenizer, prediction.predictions, data_args.headline_style)
-        references = decoded_texts(tokenizer, prediction.label_ids)
-        predictions = np.where(prediction.predictions != -100, prediction.predictions, tokenizer.pad_token_id)
-        lengths = [np.count_nonzero(row != tokenizer.pad_token_id) for row in predictions]
-        special = np.array(sorted(set(tokenizer.all_special_ids)))
-        generated = [int(np.isin(row, special, invert=True).sum()) for row in predictions]  # the headline's tokens
-        quality = headline_quality(decoded, token_counts=generated, min_tokens=data_args.min_target_length)
-        return {**rouge(decoded, references), **quality, "gen_len": float(np.mean(lengths))}
-
     processors = logits_processors(
         tokenizer, data_args, raw, text_column, summary_column, model.generation_config.eos_token_id
     )
     beam_choice = None
     if data_args.rerank_beams:
         beam_choice = prepare_beam_choice(model, tokenizer, processors, model_args, data_args, training_args)
+
+    def compute_metrics(prediction):
+        """The model's own summaries scored (rouge*, the headline counts, gen_len), and the recipe's post-edit of
+        them beside, as edited_* (--headline_style, --rerank_beams)."""
+        decoded = decoded_texts(tokenizer, prediction.predictions)
+        references = decoded_texts(tokenizer, prediction.label_ids)
+        predictions = np.where(prediction.predictions != -100, prediction.predictions, tokenizer.pad_token_id)
+        lengths = [np.count_nonzero(row != tokenizer.pad_token_id) for row in predictions]
+        special = np.array(sorted(set(tokenizer.all_special_ids)))
+        generated = [int(np.isin(row, special, invert=True).sum()) for row in predictions]  # the headline's tokens
+        quality = headline_quality(decoded, token_counts=generated, min_tokens=data_args.min_target_length)
+        metrics = {**rouge(decoded, references), **quality, "gen_len": float(np.mean(lengths))}
+        edited = edited_texts(decoded, data_args, beam_choice)
+        if edited is not None:
+            scores = {**rouge(edited, references), **headline_quality(edited)}
+            metrics |= {f"edited_{name}": value for name, value in scores.items()}
+        return metrics
 
     pad = label_pad_token_id(tokenizer, data_args)
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=pad)
@@ -599,22 +623,23 @@ def main():
     eval_metrics = train_and_evaluate(trainer, prepared, add_eval_metrics=fit)
 
     if training_args.do_predict:
-        output = trainer.predict(prepared["test"], metric_key_prefix="test")
+        output = trainer.predict(prepared["test"], metric_key_prefix="predict")
+        written = {}  # file name -> summaries: the model's own, and the recipe's post-edit of them
+        if training_args.predict_with_generate:
+            generated = decoded_texts(tokenizer, output.predictions)
+            edited = edited_texts(generated, data_args, beam_choice)
+            written = {"generated_predictions.txt": generated, "edited_predictions.txt": edited}
         if beam_choice is not None:
             articles = beam_choice.take()
             choices = [article["choice"] for article in articles]
-            write_beams(articles, Path(training_args.output_dir) / "test_beams.jsonl", choices)
-            if all(article["reference"] is not None for article in articles):
-                top = rouge(
-                    [article["texts"][0] for article in articles], [article["reference"] for article in articles]
-                )
-                output.metrics.update({f"test_top_beam_{name}": value for name, value in top.items()})
-            output.metrics["test_reranked_changed"] = sum(choice != 0 for choice in choices)
-        trainer.log_metrics("test", output.metrics)
-        trainer.save_metrics("test", output.metrics)
-        if trainer.is_world_process_zero() and training_args.predict_with_generate:
-            with open(os.path.join(training_args.output_dir, "generated_predictions.txt"), "w") as file:
-                file.write("\n".join(decoded_texts(tokenizer, output.predictions, data_args.headline_style)) + "\n")
+            write_beams(articles, Path(training_args.output_dir) / "predict_beams.jsonl", choices)
+            output.metrics["predict_reranked_changed"] = sum(choice != 0 for choice in choices)
+        trainer.log_metrics("predict", output.metrics)
+        trainer.save_metrics("predict", output.metrics)
+        if trainer.is_world_process_zero():
+            for name, texts in written.items():
+                if texts is not None:
+                    Path(training_args.output_dir, name).write_text("\n".join(texts) + "\n")
 
     publish(
         trainer,

@@ -31,7 +31,7 @@ from fastformer.training import (
     warn_emulated_bf16,
 )
 from headline_decoding import SourceSpanLogitsProcessor
-from headline_rules import headline_quality, headline_words
+from headline_rules import headline_quality, headline_style, headline_words
 from rouge_metric import rouge
 from scripts import run_classification, run_mlm, run_summarization
 from tests.in_process import run_in_process
@@ -710,8 +710,8 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
     """--num_beams reaches generate in evaluation and prediction (Seq2SeqTrainer reads it from the saved
     generation_num_beams), as --val_max_target_length does generate's max_length, and --no_repeat_content_words,
     --whole_words and --source_span_bonus their logits processors (the last given each batch's articles, without
-    which it refuses to run), with --copied_punctuation and --stay_on_span, which need it; --headline_style edits
-    what is written and scored."""
+    which it refuses to run), with --copied_punctuation and --stay_on_span, which need it; --headline_style
+    post-edits the generated summaries, written and scored apart from the model's own."""
     validation = headlines[1]
     # headline style marked with the first reference, to see which texts the script edits and scores so
     references = [json.loads(line)["summary"] for line in validation.read_text().splitlines()[:2]]
@@ -747,13 +747,16 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
     assert results(tmp_path / "out", "train_results.json")["train_samples"] == 8
     metrics = results(tmp_path / "out")
     assert metrics["eval_samples"] == 6 and 0 < metrics["eval_gen_len"] <= 10 and "eval_rouge1" in metrics
-    written = (tmp_path / "out" / "generated_predictions.txt").read_text().splitlines()
-    # --headline_style: the generated summaries, not the references, in headline style, written as scored
-    assert all(text.startswith(marker) for text in written)
-    scored = results(tmp_path / "out", "test_results.json")["test_rougeL"]
-    predictions = [text.removeprefix(marker) for text in written]
-    assert scored == pytest.approx(rouge(written, references)["rougeL"]) and scored > 0
-    assert scored != pytest.approx(rouge(predictions, references)["rougeL"])
+    predictions = (tmp_path / "out" / "generated_predictions.txt").read_text().splitlines()
+    edited = (tmp_path / "out" / "edited_predictions.txt").read_text().splitlines()
+    # --headline_style: the generated summaries, not the references, post-edited; the model's own written and scored
+    # as generated, the edited ones apart
+    assert edited == [marker + styled(text) for text in predictions]
+    scored = results(tmp_path / "out", "predict_results.json")
+    assert scored["predict_rougeL"] == pytest.approx(rouge(predictions, references)["rougeL"])
+    assert scored["predict_edited_rougeL"] == pytest.approx(rouge(edited, references)["rougeL"])
+    assert scored["predict_edited_rougeL"] > 0 and scored["predict_edited_rougeL"] != scored["predict_rougeL"]
+    assert metrics["eval_edited_rougeL"] != metrics["eval_rougeL"]
     # --no_repeat_content_words reaches generate in evaluation and prediction
     assert len(predictions) == 2 and metrics["eval_repeated"] == 0 and headline_quality(predictions)["repeated"] == 0
     # --whole_words: every generated word is a word of the training split or of the articles (a random model's pieces
@@ -768,8 +771,8 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
 @pytest.mark.slow
 def test_summarization_rerank_beams_fits_on_validation_and_writes_the_chosen_beams(tmp_path, headlines):
     """--rerank_beams: every beam of each article is kept; the reranker is fit on the validation split's beams after
-    evaluation (its 5-fold estimate logged), saved beside the model and applied to the test split, whose written and
-    scored summaries are the chosen beams (the top beam's scores logged beside); a later --do_predict reads the saved
+    evaluation (its 5-fold estimate logged), saved beside the model and applied to the test split, whose chosen beams
+    are the post-edit, written and scored apart from the model's own top beams; a later --do_predict reads the saved
     reranker, and without one, or with one beam, the script refuses."""
     validation = headlines[1]
     references = [json.loads(line)["summary"] for line in validation.read_text().splitlines()[:3]]
@@ -782,25 +785,27 @@ def test_summarization_rerank_beams_fits_on_validation_and_writes_the_chosen_bea
     assert all(0 <= metrics[f"eval_reranked_{name}"] <= 100 for name in ("rouge1", "rouge2", "rougeL"))
     weights = json.loads((out / "beam_reranker.json").read_text())["weights"]
     assert set(weights) == {"bias", *FEATURES}
-    beams = [json.loads(line) for line in (out / "test_beams.jsonl").read_text().splitlines()]
+    beams = [json.loads(line) for line in (out / "predict_beams.jsonl").read_text().splitlines()]
     assert [len(article["texts"]) for article in beams] == [3, 3, 3]
     assert all(
         len(article["scores"]) == 3 and article["scores"] == sorted(article["scores"])[::-1] for article in beams
     )
-    written = (out / "generated_predictions.txt").read_text().splitlines()
-    assert written == [article["texts"][article["choice"]] for article in beams]
+    generated = (out / "generated_predictions.txt").read_text().splitlines()
+    edited = (out / "edited_predictions.txt").read_text().splitlines()
+    assert [headline_style(text) for text in generated] == [article["texts"][0] for article in beams]  # top beams
+    assert edited == [article["texts"][article["choice"]] for article in beams]
     assert all(article["choice"] == 0 or article["allowed"][article["choice"]] for article in beams)
-    scored = results(out, "test_results.json")
-    assert scored["test_rougeL"] == pytest.approx(rouge(written, references)["rougeL"])
-    top = [article["texts"][0] for article in beams]
-    assert scored["test_top_beam_rougeL"] == pytest.approx(rouge(top, references)["rougeL"])
+    scored = results(out, "predict_results.json")
+    assert scored["predict_rougeL"] == pytest.approx(rouge(generated, references)["rougeL"])
+    assert scored["predict_edited_rougeL"] == pytest.approx(rouge(edited, references)["rougeL"])
+    assert scored["predict_reranked_changed"] == sum(article["choice"] != 0 for article in beams)
     assert len((out / "eval_beams.jsonl").read_text().splitlines()) == 6
     # the saved reranker chooses again without the validation split
     summarize_saved = ["--model_name_or_path", out, *COMMON, *common, *test, "--max_source_length", 64]
     summarize_saved += ["--max_target_length", 12]
     run(run_summarization, "--output_dir", tmp_path / "again", "--predict_with_generate", *summarize_saved)
-    again = (tmp_path / "again" / "generated_predictions.txt").read_text().splitlines()
-    assert again == written
+    again = (tmp_path / "again" / "edited_predictions.txt").read_text().splitlines()
+    assert again == edited
     (out / "beam_reranker.json").unlink()
     refused = ["--output_dir", tmp_path / "refused", "--predict_with_generate", *summarize_saved]
     process = run(run_summarization, *refused, check=False)
@@ -809,10 +814,10 @@ def test_summarization_rerank_beams_fits_on_validation_and_writes_the_chosen_bea
     assert process.returncode == 1 and "--rerank_beams chooses among beams" in process.stderr
 
 
-def test_beam_choice_returns_the_chosen_beam_of_each_article_and_keeps_every_beam(tokenizer):
-    """--rerank_beams' generate(): all beams asked for with their scores, grouped per article (best first), the
-    reranker's choice returned among the beams copied up to a clause's end (the top beam while there is no
-    reranker), each article's beams kept with its reference (none without labels)."""
+def test_beam_choice_returns_the_top_beam_and_keeps_every_beam_with_the_rerankers_choice(tokenizer):
+    """--rerank_beams' generate(): all beams asked for with their scores, grouped per article (best first), the top
+    beam returned (the model's own output), each article's beams kept with its reference (none without labels) and
+    the reranker's choice among the beams copied up to a clause's end (the top beam while there is no reranker)."""
     articles = ["floods hit the coast, killing two. prices rose", "prices rose 4.5 percent; floods hit the town."]
     encoded = tokenizer(articles, padding=True, return_tensors="pt")
     span = SourceSpanLogitsProcessor(tokenizer, 1.0, eos_token_id=tokenizer.sep_token_id)
@@ -845,12 +850,30 @@ def test_beam_choice_returns_the_chosen_beam_of_each_article_and_keeps_every_bea
         pytest.approx([-0.4, -0.5, -0.6]),
     ]
     assert [article["reference"] for article in kept] == ["floods kill two", "prices rise"]
+    assert [article["choice"] for article in kept] == [0, 0]
     # a reranker that prefers later beams: the last allowed one, the top beam where no other is allowed
     choice.reranker = BeamReranker({"bias": 0.0, **dict.fromkeys(FEATURES, 0.0), "rank": 1.0})
-    chosen = choice.generate(generate, 3, input_ids=encoded["input_ids"])
-    assert torch.equal(chosen, sequences[[2, 4]])
+    returned = choice.generate(generate, 3, input_ids=encoded["input_ids"])
+    assert torch.equal(returned, sequences[[0, 3]])
     assert [article["choice"] for article in choice.articles] == [2, 1]
     assert all(article["reference"] is None for article in choice.take())
+
+
+def test_summarization_post_edits_are_the_rerankers_choice_or_headline_style_and_none_without_either():
+    """What edited_predictions.txt and *_edited_* hold: the reranker's choice where the evaluation kept the beams
+    (their texts already in headline style with --headline_style), else the summaries in headline style, else
+    nothing (no edit)."""
+    predictions = ["the man was killed", "a flood hit the town"]
+    plain = run_summarization.DataTrainingArguments()
+    styled = run_summarization.DataTrainingArguments(headline_style=True)
+    assert run_summarization.edited_texts(predictions, plain, None) is None
+    assert run_summarization.edited_texts(predictions, styled, None) == ["man killed", "flood hit town"]
+    choice = run_summarization.BeamChoice(None, True, None)
+    choice.articles = [{"texts": ["man killed", "man"], "choice": 1}, {"texts": ["flood hit town"], "choice": 0}]
+    assert run_summarization.edited_texts(predictions, styled, choice) == ["man", "flood hit town"]
+    choice.articles = []  # the evaluations during training keep no beams: the style alone
+    assert run_summarization.edited_texts(predictions, styled, choice) == ["man killed", "flood hit town"]
+    assert run_summarization.edited_texts(predictions, plain, choice) is None
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ from fastformer.conversion import bert2bert_model, convert_bert
 from fastformer.training import parse_args
 from frozen_encoder import freeze_encoder
 from headline_rules import clean_source, headline_style, headline_words, lead_words
+from rouge_metric import rouge
 from scripts import make_pseudo_summaries, run_summarization
 from tests.in_process import run_in_process
 
@@ -246,10 +247,12 @@ def test_recipe_trains_a_converted_checkpoint_and_generates(repo_root, recipe, c
     output = tmp_path / "run"
     state = json.loads((output / "trainer_state.json").read_text())
     assert state["global_step"] == 2
-    assert len((output / "generated_predictions.txt").read_text().splitlines()) == 4
-    assert {"test_rouge1", "eval_rouge1", "eval_gen_len", "eval_reranked_rouge1", "test_top_beam_rouge1"} <= json.loads(
-        (output / "all_results.json").read_text()
-    ).keys()
+    # the model's own summaries, and beside them the recipe's post-edit (the reranker's choice, in headline style)
+    for name in ("generated_predictions.txt", "edited_predictions.txt"):
+        assert len((output / name).read_text().splitlines()) == 4
+    scored = json.loads((output / "all_results.json").read_text())
+    assert {"predict_rouge1", "eval_rouge1", "eval_gen_len", "eval_reranked_rouge1"} <= scored.keys()
+    assert {"eval_edited_rouge1", "predict_edited_rouge1", "predict_reranked_changed"} <= scored.keys()
     assert (output / "beam_reranker.json").is_file()  # the reranker fit on the validation beams, beside the model
     model = AutoModelForSeq2SeqLM.from_pretrained(output)
     # the decoding the recipe was evaluated with is saved with the model
@@ -365,11 +368,12 @@ def toy_benchmark(repo_root, recipe, bert, converted, tmp_path, monkeypatch):
 def test_benchmark_rows_train_with_a_given_choice_without_tuning(
     repo_root, recipe, bert, converted, tmp_path, monkeypatch
 ):
-    """--chosen: the rows train and decode with that choice, their family not tuned; the 1,024-token row reads the
-    512-token row's pretraining stage back."""
+    """--chosen: the rows train and decode with that choice, their family not tuned, and score their own predictions
+    (the choice's headline style kept apart); the 1,024-token row reads the 512-token row's pretraining stage back."""
     argv, _, ran = toy_benchmark(repo_root, recipe, bert, converted, tmp_path, monkeypatch)
+    test_lines = lines_of(tmp_path / "test.jsonl")
     training = {**summarization.LEVER_BASE, **summarization.LEVERS["copyable pseudo-summaries"], "copy_mechanism": True}
-    chosen = {"training": training, "decoding": summarization.DECODING[4]}
+    chosen = {"training": training, "decoding": {**summarization.DECODING[4], "headline_style": True}}
     argv += ["--chosen", json.dumps(chosen)]
     label, family, _ = summarization.ROWS["fastformer-1024"]  # a longer source within the toy model's positions
     monkeypatch.setitem(summarization.ROWS, "fastformer-1024", (label, family, {"max_source_length": 96}))
@@ -379,6 +383,9 @@ def test_benchmark_rows_train_with_a_given_choice_without_tuning(
     for row, source_length in (("fastformer-512", 48), ("fastformer-1024", 96)):
         record = json.loads((tmp_path / "records" / f"{row}.json").read_text())
         assert record["chosen"] == chosen and "tuning" not in record and len(record["predictions"]) == 6
+        # the scores are the model's own predictions'; headline style's post-edit of them is kept apart
+        assert record["test"] == rouge(record["predictions"], [json.loads(line)["summary"] for line in test_lines])
+        assert record["edited"]["predictions"] == [headline_style(text) for text in record["predictions"]]
         assert record["recipe"]["max_source_length"] == source_length  # the settings the row ran with
         pretrained, headline, predicted = (shlex.split(command) for command in record["commands"])
         assert "pseudo_summaries" in pretrained[pretrained.index("--train_file") + 1]

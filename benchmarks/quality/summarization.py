@@ -137,12 +137,14 @@ def choose_k(baseline, documents: list[str], references: list[str], ks=range(1, 
 
 
 def run(args, settings: dict) -> dict:
-    """scripts/run_summarization.py with `settings`, once: its metrics and test predictions."""
+    """scripts/run_summarization.py with `settings`, once: its metrics and test predictions, the model's own and, where
+    the settings post-edit them (headline_style, rerank_beams), the edited ones."""
 
     def outputs(folder: Path) -> dict:
-        predictions = folder / "generated_predictions.txt"
-        found = predictions.read_text().splitlines() if predictions.exists() else None
-        return {"metrics": read_json(folder / "all_results.json"), "predictions": found}
+        found = {"metrics": read_json(folder / "all_results.json")}
+        for key, name in (("predictions", "generated_predictions.txt"), ("edited", "edited_predictions.txt")):
+            found[key] = (folder / name).read_text().splitlines() if (folder / name).exists() else None
+        return found
 
     command = [sys.executable, str(SCRIPTS / "run_summarization.py"), *flags(settings)]
     return harness.run_script(command, Path(settings["output_dir"]), outputs)
@@ -289,7 +291,8 @@ def lead(args) -> dict:
 
 def headlines(args, family: str, settings: dict) -> dict:
     """A row: its family's tuning (or --chosen), a training run with the choice, the test split predicted with its
-    decoding (its time per article: the encoder, generation and the loss forward)."""
+    decoding (its time per article: the encoder, generation and the loss forward); the scores are the model's own
+    predictions', and those the decoding's post-edit makes of them are kept apart ("edited")."""
     tuning = tune(args, family) if args.chosen is None else {}
     chosen = tuning.get("chosen", args.chosen)
     trained = train(args, family, chosen["training"], settings)
@@ -300,7 +303,9 @@ def headlines(args, family: str, settings: dict) -> dict:
     found = dict(chosen=chosen, recipe={**args.base, **settings}, test=rouge(predictions, references))
     found |= {"tuning": tuning} if tuning else {}
     found |= dict(commands=[*trained["commands"], predicted["command"]], validation_rouge1=metrics["eval_rouge1"])
-    found |= dict(train_seconds=trained["train_seconds"], decode_ms=1000 * metrics["test_runtime"] / len(references))
+    found |= dict(train_seconds=trained["train_seconds"], decode_ms=1000 * metrics["predict_runtime"] / len(references))
+    if predicted.get("edited") is not None:
+        found["edited"] = {"test": rouge(predicted["edited"], references), "predictions": predicted["edited"]}
     return {**found, "predictions": predictions}
 
 
@@ -308,13 +313,17 @@ def tables(args, records: dict) -> list[str]:
     """Each row's test scores (ROUGE-1, -2, -L; words per headline as ROUGE counts them; copied: the share that is a
     training headline; `headline_quality` with the non-words against the training text; lead-k at the row's own
     length, and lead-k in headline style at about its length), the baselines' rows (lead-k, the keywords and lead-k in
-    headline style at validation's best k) and the references' own last; each family's tuning; 30 test headlines side
-    by side."""
+    headline style at validation's best k), a row's post-edited predictions after it, and the references' own last;
+    each family's tuning; 30 test headlines side by side."""
     training = {" ".join(headline_words(row["summary"])) for row in args.splits["train"]}
     texts = (f"{row['document']} {row['summary']}" for row in args.splits["train"])
     vocabulary = {word for text in texts for word in headline_words(text)}  # the training text's words
     references, documents = [row["summary"] for row in args.splits["test"]], sources(args, "test")
-    listed = dict(records)
+    listed = {}
+    for key, record in records.items():  # a row's post-edited predictions follow it, a row of their own
+        listed[key] = record
+        if "edited" in record:
+            listed[f"{key}-edited"] = {"label": f"{record['label']}, post-edited", **record["edited"]}
     for key, _, _ in BASELINES:
         if key in records.get("lead", {}):
             listed[key] = records["lead"][key]
