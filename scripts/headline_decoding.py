@@ -169,7 +169,9 @@ class WholeWordLogitsProcessor(LogitsProcessor):
     splices onto a word into a non-word ("flynn ##ner"). After the pieces of a word, a continuation piece ("##ner")
     is allowed only where the word so far stays a prefix of a known word, and anything else (a new word, punctuation,
     the end) only once it is a known word. A word that no piece could finish is left free, as are the tokens that
-    start no word (punctuation, special tokens), after which no continuation piece comes.
+    start no word (punctuation, special tokens), after which no continuation piece comes. A model vocabulary narrower
+    than the tokenizer's (the scores' last dimension) gets the bans of its own ids: a word that only pieces past them
+    could finish is left free too.
 
     Each step reads the generated ids on the host (a synchronization on a GPU) and walks each row's last word in
     Python: for the CPU decoding of the recipes. `run_summarization.py --whole_words` passes it."""
@@ -191,6 +193,7 @@ class WholeWordLogitsProcessor(LogitsProcessor):
         self.continuation_ids = torch.tensor([index for index, flag in enumerate(self.continues) if flag])
         self.other_ids = torch.tensor([index for index, flag in enumerate(self.continues) if not flag])
         self.allowed = {}  # word so far -> the continuation ids that keep it a known word's prefix
+        self.placed = {}  # model vocabulary size -> the continuation ids and the other ids below it
 
     def last_word(self, ids: list[int]) -> str | None:
         """The word the row's last tokens spell (its start token and the continuation pieces after it), or None
@@ -209,17 +212,25 @@ class WholeWordLogitsProcessor(LogitsProcessor):
         return self.allowed[word]
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        size = scores.shape[-1]
+        if size not in self.placed:
+            self.placed[size] = (
+                self.continuation_ids[self.continuation_ids < size],
+                self.other_ids[self.other_ids < size],
+            )
+        continuation_ids, other_ids = self.placed[size]
         banned = torch.zeros(scores.shape, dtype=torch.bool)
         known = len(self.continues)
         for row, ids in enumerate(input_ids.tolist()):
             word = self.last_word(ids)
-            banned[row, self.continuation_ids] = True
+            banned[row, continuation_ids] = True
             if word is None:
                 continue
             allowed = self.continuations(word)
+            allowed = allowed[allowed < size]
             banned[row, allowed] = False
             if word not in self.words and len(allowed):  # unfinished: only a piece that keeps it a word's prefix
-                banned[row, self.other_ids] = True
+                banned[row, other_ids] = True
                 banned[row, known:] = True
         return scores.masked_fill(banned.to(scores.device), -float("inf"))
 

@@ -106,6 +106,22 @@ def test_whole_words_lets_pieces_spell_known_words_only(tokenizer):
         assert not allowed(*tokens)[ids["##ner"]] and allowed(*tokens)[ids["flynn"]]
 
 
+def test_whole_words_fit_a_model_vocabulary_narrower_than_the_tokenizers(tokenizer):
+    """Logits narrower than the tokenizer (a model of 14,000 ids for its 30,522): the bans of the model's own ids, as
+    for the full vocabulary, as the other processors fit theirs; a word that only pieces past the model's ids could
+    finish ("met" -> "metふ": "##ふ" is id 30,200) is left free, as one that no piece could finish."""
+    processor = WholeWordLogitsProcessor(tokenizer, ["kushner", "flynn", "metふ"])
+    start, ku, flynn, met, piece = tokenizer.convert_tokens_to_ids(["[CLS]", "ku", "flynn", "met", "##ふ"])
+    rows = torch.tensor([[start, ku], [start, flynn], [start, start], [start, met]])
+    full = processor(rows, torch.zeros(4, len(tokenizer)))
+    narrow = processor(rows, torch.zeros(4, 14000))
+    assert torch.equal(narrow[:3], full[:3, :14000]) and torch.isinf(narrow[:3]).any(dim=1).all()
+    allowed = torch.isfinite(full[3]).nonzero().flatten().tolist()
+    assert piece >= 14000 and allowed == [piece]  # the full vocabulary: "met" must go on as "metふ"
+    continuations = torch.tensor([token.startswith("##") for token in tokenizer.convert_ids_to_tokens(range(14000))])
+    assert torch.equal(torch.isinf(narrow[3]), continuations)  # the narrow one: no piece, anything else
+
+
 def test_content_word_end_bans_the_end_after_function_words_and_open_punctuation(tokenizer):
     """The end of sequence ([SEP]) is banned after "with", "said", "during", "'", "-" or a possessive ("budget ' s"),
     and allowed after a content word, a word of several pieces, a closing mark, a word "s" after no apostrophe, or
