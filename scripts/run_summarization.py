@@ -101,6 +101,13 @@ class DataTrainingArguments(DataArguments):
             "model's generation config)."
         },
     )
+    forced_bos_token: str | None = field(
+        default=None,
+        metadata={
+            "help": "The token generate() writes first, after the decoder's start (e.g. the target language's code "
+            "for a multilingual model); saved in the generation config as forced_bos_token_id."
+        },
+    )
     length_penalty: float | None = field(
         default=None,
         metadata={"help": "Beam search's length penalty (> 1 favours longer outputs); saved in the generation config."},
@@ -229,6 +236,14 @@ class DataTrainingArguments(DataArguments):
 
 @dataclass
 class SummarizationModelArguments(ModelArguments):
+    resize_position_embeddings: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Where --max_source_length is longer than the encoder's position embeddings, resize them (the "
+            "model's resize_position_embeddings, e.g. PEGASUS'; Fastformer, BART and BERT2BERT have none); by "
+            "default too, with a warning, as in transformers' example; False: refuse instead."
+        },
+    )
     freeze_encoder: bool = field(
         default=False,
         metadata={
@@ -285,6 +300,38 @@ def decoded_texts(tokenizer, ids, styled: bool = False) -> list[str]:
     ids = np.where(ids != -100, ids, tokenizer.pad_token_id)
     decoded = tokenizer.batch_decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=True)
     return [headline_style(text) if styled else text.strip() for text in decoded]
+
+
+def fit_source_positions(model, max_source_length: int, resize: bool | None) -> None:
+    """--max_source_length against the positions the model's encoder reads: where they are fewer, resized as
+    transformers' example does (--resize_position_embeddings: by default too, with a warning; False refuses), or
+    refused where the model cannot resize them."""
+    config = getattr(model.config, "encoder", model.config)  # EncoderDecoderModel (BERT2BERT) nests its encoder's
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions is None or max_source_length <= positions:
+        return
+    too_long = (
+        f"--max_source_length {max_source_length} is longer than the model reads: {positions} positions "
+        "(max_position_embeddings)"
+    )
+    if resize is False:
+        fail(f"{too_long}, and --resize_position_embeddings is False")
+    try:
+        model.resize_position_embeddings(max_source_length)
+    except NotImplementedError:
+        fail(f"{too_long}, which {type(model).__name__} cannot resize (--resize_position_embeddings)")
+    if resize is None:
+        logger.warning(f"Resized the model's position embeddings from {positions} to {max_source_length}")
+
+
+def token_id(tokenizer, token: str | None, flag: str) -> int | None:
+    """The id of `token` in the tokenizer's vocabulary (None for None); a token it does not have stops the script."""
+    if token is None:
+        return None
+    found = tokenizer.convert_tokens_to_ids(token)
+    if found is None or (found == tokenizer.unk_token_id and token != tokenizer.unk_token):
+        fail(f"{flag} {token!r}: not a token of the tokenizer")
+    return found
 
 
 def logits_processors(tokenizer, data_args, raw, text_column, summary_column, eos_token_id) -> list | None:
@@ -521,14 +568,8 @@ def main():
     tokenizer = load_tokenizer(model_args, BUNDLED_TOKENIZER)
     max_length = max(data_args.max_source_length, data_args.max_target_length, training_args.generation_max_length)
     config = load_config(model_args, tokenizer, max_length)
-    encoder_config = getattr(config, "encoder", config)  # EncoderDecoderModel (BERT2BERT) nests its encoder's
-    positions = getattr(encoder_config, "max_position_embeddings", None)
-    if positions is not None and data_args.max_source_length > positions:
-        fail(
-            f"--max_source_length {data_args.max_source_length} is longer than the model reads: "
-            f"{positions} positions (max_position_embeddings)"
-        )
     model = load_model(AutoModelForSeq2SeqLM, model_args, config)
+    fit_source_positions(model, data_args.max_source_length, model_args.resize_position_embeddings)
     for name in ("decoder_start_token_id", "eos_token_id"):
         if getattr(model.config, name, None) is None:
             fail(f"the model config has no {name}: set it with --config_overrides {name}=ID")
@@ -539,6 +580,7 @@ def main():
         "no_repeat_ngram_size": data_args.no_repeat_ngram_size,
         "repetition_penalty": data_args.repetition_penalty,
         "min_new_tokens": data_args.min_target_length,
+        "forced_bos_token_id": token_id(tokenizer, data_args.forced_bos_token, "--forced_bos_token"),
     }
     model.generation_config.update(**{name: value for name, value in decoding.items() if value is not None})
     if model_args.cache_encoder_states and model_args.train_encoder_layers:

@@ -16,7 +16,13 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
-from transformers import AutoModelForMaskedLM, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
+from transformers import (
+    AutoModelForMaskedLM,
+    DataCollatorForSeq2Seq,
+    PegasusConfig,
+    PegasusForConditionalGeneration,
+    Seq2SeqTrainingArguments,
+)
 from transformers.generation.utils import GenerateBeamEncoderDecoderOutput
 
 import headline_rules
@@ -525,7 +531,7 @@ TRANSFORMERS_FLAGS = {
     ],
     "run_summarization": [
         *TRANSFORMERS_MODEL_FLAGS,
-        "--resize_position_embeddings",
+        "--resize_position_embeddings=True",  # an Optional[bool] there too: HfArgumentParser wants its value
         "--lang=en_XX",
         "--dataset_name=xsum",
         "--dataset_config_name=default",
@@ -574,7 +580,7 @@ TRANSFORMERS_FLAGS = {
 FAST_TOKENIZER_FLAGS = {"--use_fast_tokenizer", "--no_use_fast_tokenizer"}
 NOT_APPLICABLE = {
     "run_classification": FAST_TOKENIZER_FLAGS,
-    "run_summarization": FAST_TOKENIZER_FLAGS | {"--resize_position_embeddings", "--lang", "--forced_bos_token"},
+    "run_summarization": FAST_TOKENIZER_FLAGS | {"--lang"},
     "run_mlm": FAST_TOKENIZER_FLAGS,
 }
 SCRIPT_MODULES = {"run_classification": run_classification, "run_summarization": run_summarization, "run_mlm": run_mlm}
@@ -636,6 +642,39 @@ def test_summarization_tokenize_prefixes_pads_and_cuts_to_the_target_length(toke
     pad = -100 if ignore_pad_token_for_loss else tokenizer.pad_token_id
     short, long = tokenizer(batch["summary"], add_special_tokens=False)["input_ids"]
     assert encoded["labels"] == [short + [tokenizer.sep_token_id] + [pad] * 4, long[:5] + [tokenizer.sep_token_id]]
+
+
+def test_summarization_resizes_the_positions_where_the_model_can_and_refuses_where_not(caplog):
+    """--resize_position_embeddings as in transformers' example: a source longer than the encoder's positions resizes
+    them (by default with a warning, True without), False refuses; a model that cannot resize them (Fastformer) is
+    refused, naming the flag; a source within the positions changes nothing."""
+    pegasus = dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=32, decoder_ffn_dim=32)
+    pegasus |= dict(encoder_attention_heads=2, decoder_attention_heads=2, vocab_size=64, max_position_embeddings=32)
+    for resize, warned in ((None, True), (True, False)):
+        model = PegasusForConditionalGeneration(PegasusConfig(**pegasus))
+        caplog.clear()
+        run_summarization.fit_source_positions(model, 48, resize)
+        assert model.config.max_position_embeddings == 48
+        assert model.get_encoder().embed_positions.weight.shape[0] == 48
+        assert ("from 32 to 48" in caplog.text) == warned
+    with pytest.raises(SystemExit, match="48 positions .*, and --resize_position_embeddings is False"):
+        run_summarization.fit_source_positions(model, 64, False)
+    fastformer = FastformerForConditionalGeneration(
+        FastformerConfig(hidden_size=32, num_attention_heads=4, intermediate_size=64, max_position_embeddings=32)
+    )
+    with pytest.raises(SystemExit, match="which FastformerForConditionalGeneration cannot resize"):
+        run_summarization.fit_source_positions(fastformer, 48, None)
+    run_summarization.fit_source_positions(fastformer, 32, False)  # within its positions: nothing to do
+    assert fastformer.config.max_position_embeddings == 32
+
+
+def test_summarization_forced_bos_token_is_a_token_of_the_tokenizer(tokenizer):
+    assert run_summarization.token_id(tokenizer, "news", "--forced_bos_token") == tokenizer.convert_tokens_to_ids(
+        "news"
+    )
+    assert run_summarization.token_id(tokenizer, None, "--forced_bos_token") is None
+    with pytest.raises(SystemExit, match="--forced_bos_token 'en_XX': not a token of the tokenizer"):
+        run_summarization.token_id(tokenizer, "en_XX", "--forced_bos_token")
 
 
 def test_mlm_holds_out_the_first_percent_of_the_training_texts():
@@ -773,10 +812,11 @@ def test_summarization_rerank_beams_fits_on_validation_and_writes_the_chosen_bea
     """--rerank_beams: every beam of each article is kept; the reranker is fit on the validation split's beams after
     evaluation (its 5-fold estimate logged), saved beside the model and applied to the test split, whose chosen beams
     are the post-edit, written and scored apart from the model's own top beams; a later --do_predict reads the saved
-    reranker, and without one, or with one beam, the script refuses."""
+    reranker, and without one, or with one beam, the script refuses. --forced_bos_token: every beam starts with it."""
     validation = headlines[1]
     references = [json.loads(line)["summary"] for line in validation.read_text().splitlines()[:3]]
     common = ["--num_beams", 3, "--source_span_bonus", 1.0, "--headline_style", "--rerank_beams"]
+    common += ["--forced_bos_token", "the"]
     test = ["--do_predict", "--test_file", validation, "--max_predict_samples", 3]
     summarize(tmp_path / "out", headlines, *common, *test)
     out = tmp_path / "out"
@@ -793,6 +833,7 @@ def test_summarization_rerank_beams_fits_on_validation_and_writes_the_chosen_bea
     generated = (out / "generated_predictions.txt").read_text().splitlines()
     edited = (out / "edited_predictions.txt").read_text().splitlines()
     assert [headline_style(text) for text in generated] == [article["texts"][0] for article in beams]  # top beams
+    assert all(text.split()[0] == "the" for text in generated)
     assert edited == [article["texts"][article["choice"]] for article in beams]
     assert all(article["choice"] == 0 or article["allowed"][article["choice"]] for article in beams)
     scored = results(out, "predict_results.json")
