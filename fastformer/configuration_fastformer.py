@@ -145,7 +145,7 @@ class FastformerConfig(PreTrainedConfig):
             end of a training row) a sequence gets what it has alone; padding between tokens would be read as zeros.
         tie_encoder_embeddings (`bool`, defaults to True): the encoder-decoder's encoder reads the decoder's word
             embeddings (one matrix for the encoder, the decoder and the LM head); False gives the encoder its own,
-            as `fastformer.summarization.freeze_encoder` does so that a frozen encoder stays fixed (the decoder and
+            as the headline recipe's `freeze_encoder` does so that a frozen encoder stays fixed (the decoder and
             the LM head still share theirs).
         copy_mechanism (`bool`, defaults to False): `FastformerForConditionalGeneration` can also copy source
             tokens, as See et al.'s pointer-generator (2017): each decoder output attends over the encoder output

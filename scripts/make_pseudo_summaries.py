@@ -1,6 +1,6 @@
 """Write pseudo-summaries of unlabeled text for pretraining a summarizer's decoder before the real targets
 (PEGASUS' gap sentences, arXiv:1912.08777): each text's lead sentence (or its most salient one) becomes the
-summary of the rest (fastformer.summarization.pseudo_summary).
+summary of the rest (`pseudo_summary`).
 
 By default from the bundled news training articles, never a validation or test article (those are held out by
 content); other texts with --texts (the bundled data/distillation/train.jsonl.gz:text adds lowercased 20 Newsgroups
@@ -16,14 +16,74 @@ words, a pair the decoder can learn to copy from.
 import argparse
 import gzip
 import json
+import re
 from pathlib import Path
 
-from fastformer.summarization import PSEUDO_SUMMARY_MODES, clean_source, pseudo_summary_pairs
+import numpy as np
+from rouge_score import rouge_scorer
+
+from headline_rules import clean_source
 
 REPO = Path(__file__).resolve().parents[1]
 # (file, the text's field)
 TEXTS = [(REPO / "data/news_headlines/train.jsonl", "document")]
 HELD_OUT = [(REPO / f"data/news_headlines/{split}.jsonl", "document") for split in ("validation", "test")]
+PSEUDO_SUMMARY_MODES = ("lead", "salient")
+SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]*[A-Z0-9])")
+
+
+def text_key(text: str) -> str:
+    """What identifies a text across copies (one cut shorter, other white space): its first 200 characters of words."""
+    return " ".join(text.split())[:200].lower()
+
+
+def pseudo_summary(
+    text: str, mode: str = "lead", lead_words: int | None = 16, keep_gap: bool = False, summary_words: int | None = None
+) -> dict | None:
+    """A PEGASUS gap-sentence pair (arXiv:1912.08777) from unlabeled `text`: {"document": the text without the gap,
+    "summary": the gap}. "lead": the first sentence; "salient": the sentence of highest ROUGE-1 F1 against the rest
+    (PEGASUS' Ind-Orig). A text without sentence ends (e.g. lowercased, unpunctuated) gives its first `lead_words`
+    words in either mode (None: no pair). `keep_gap`: the document is the whole text, so that the summary can be
+    copied from it (PEGASUS' Ind-Orig keeps it in 20% of the pairs); `summary_words`: the summary is cut to its
+    first words (headline length). None when one side would be empty."""
+    if mode not in PSEUDO_SUMMARY_MODES:
+        raise ValueError(f"mode must be one of {PSEUDO_SUMMARY_MODES}, got {mode!r}")
+    sentences = [sentence for sentence in SENTENCE_END.split(" ".join(text.split())) if sentence]
+    if len(sentences) < 2:
+        if lead_words is None:
+            return None
+        words = text.split()
+        sentences = [" ".join(words[:lead_words]), " ".join(words[lead_words:])]
+        gap = 0
+    elif mode == "lead":
+        gap = 0
+    else:
+        scorer = rouge_scorer.RougeScorer(["rouge1"], use_stemmer=True)
+        rest = [" ".join(sentences[:index] + sentences[index + 1 :]) for index in range(len(sentences))]
+        scores = [scorer.score(other, sentence)["rouge1"].fmeasure for sentence, other in zip(sentences, rest)]
+        gap = int(np.argmax(scores))
+    document = " ".join(sentences if keep_gap else sentences[:gap] + sentences[gap + 1 :])
+    summary = " ".join(sentences[gap].split()[:summary_words])
+    if not document or not summary:
+        return None
+    return {"document": document, "summary": summary}
+
+
+def pseudo_summary_pairs(texts, held_out, mode: str = "lead", lead_words: int | None = 16, **options) -> list[dict]:
+    """`pseudo_summary` (with `options`) of each of `texts` that is not among `held_out` (texts never to train on: a
+    summarization data set's validation and test documents) and not a copy of an earlier one (`text_key`), in
+    order."""
+    seen = {text_key(text) for text in held_out}
+    pairs = []
+    for text in texts:
+        key = text_key(text)
+        if key in seen:
+            continue
+        seen.add(key)
+        pair = pseudo_summary(text, mode, lead_words, **options)
+        if pair is not None:
+            pairs.append(pair)
+    return pairs
 
 
 def read_texts(path: Path, field: str) -> list[str]:

@@ -2,18 +2,21 @@
 run_summarization.py.
 
 With no data arguments it trains on the bundled news articles -> headlines subset (data/news_headlines).
-Reports ROUGE-1/2/L/Lsum computed with rouge_score (offline), the shares of degenerate headlines
-(fastformer.summarization.headline_quality) and the generation length, writes
-eval_results.json / all_results.json, and saves a Hub-ready folder (weights, config, code for
-trust_remote_code, tokenizer, generation config, model card). Any transformers seq2seq model type trains too
-(--model_type bart) for comparisons.
+Reports ROUGE-1/2/L/Lsum through `evaluate` (the metric of rouge_metric.py beside this script, loaded by its path,
+offline), the shares of degenerate headlines (headline_rules.headline_quality) and the generation length, writes
+eval_results.json / predict_results.json / all_results.json and generated_predictions.txt, and saves a Hub-ready
+folder (weights, config, code for trust_remote_code, tokenizer, generation config, model card). Any transformers
+seq2seq model type trains too (--model_type bart) for comparisons.
+
+The scores and generated_predictions.txt are the model's own output: what generate() writes, with the decoding
+flags' logits processors, decoded. The recipe's post-edits of that text (--headline_style, --rerank_beams) are scored
+apart, as {eval,predict}_edited_*, and written to edited_predictions.txt.
 
     python scripts/run_summarization.py --output_dir runs/headlines --do_train --do_eval --predict_with_generate
 """
 
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -32,24 +35,11 @@ from transformers import (
 )
 from transformers.utils import cached_file
 
-from fastformer.reranking import (
+from beam_reranking import (
     BeamReranker,
     candidate_features,
     candidate_targets,
     cross_validated_choices,
-)
-from fastformer.summarization import (
-    CachedEncoderStates,
-    ContentWordEndLogitsProcessor,
-    NoRepeatContentWordLogitsProcessor,
-    SourceSpanLogitsProcessor,
-    WholeWordLogitsProcessor,
-    clean_source,
-    freeze_encoder,
-    headline_quality,
-    headline_style,
-    headline_words,
-    rouge,
 )
 from fastformer.training import (
     SPLIT_FLAGS,
@@ -71,6 +61,15 @@ from fastformer.training import (
     tokenize_splits,
     train_and_evaluate,
 )
+from frozen_encoder import CachedEncoderStates, freeze_encoder
+from headline_decoding import (
+    ContentWordEndLogitsProcessor,
+    NoRepeatContentWordLogitsProcessor,
+    SourceSpanLogitsProcessor,
+    WholeWordLogitsProcessor,
+)
+from headline_rules import clean_source, headline_quality, headline_style, headline_words
+from rouge_metric import rouge
 
 logger = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[1]  # the source checkout this script is part of
@@ -102,6 +101,13 @@ class DataTrainingArguments(DataArguments):
             "model's generation config)."
         },
     )
+    forced_bos_token: str | None = field(
+        default=None,
+        metadata={
+            "help": "The token generate() writes first, after the decoder's start (e.g. the target language's code "
+            "for a multilingual model); saved in the generation config as forced_bos_token_id."
+        },
+    )
     length_penalty: float | None = field(
         default=None,
         metadata={"help": "Beam search's length penalty (> 1 favours longer outputs); saved in the generation config."},
@@ -131,14 +137,14 @@ class DataTrainingArguments(DataArguments):
         metadata={
             "help": "Generate whole words only in evaluation and prediction: the word pieces of every generated word "
             "spell a word of the training split's articles and summaries or of the articles being summarized "
-            "(fastformer.summarization.WholeWordLogitsProcessor; a host read per step)."
+            "(headline_decoding.WholeWordLogitsProcessor; a host read per step)."
         },
     )
     no_repeat_content_words: bool = field(
         default=False,
         metadata={
             "help": "Never generate a content word twice in evaluation and prediction, but let function words, "
-            "punctuation and word pieces repeat (fastformer.summarization.NoRepeatContentWordLogitsProcessor; not "
+            "punctuation and word pieces repeat (headline_decoding.NoRepeatContentWordLogitsProcessor; not "
             "in the generation config: pass the processor to generate() with the saved model)."
         },
     )
@@ -147,7 +153,7 @@ class DataTrainingArguments(DataArguments):
         metadata={
             "help": "End a summary only after a word that can end a phrase: not after a function word or another "
             "preposition or conjunction, after punctuation that opens or joins, or after a possessive "
-            "(fastformer.summarization.ContentWordEndLogitsProcessor; not in the generation config: pass the "
+            "(headline_decoding.ContentWordEndLogitsProcessor; not in the generation config: pass the "
             "processor to generate() with the saved model)."
         },
     )
@@ -157,7 +163,7 @@ class DataTrainingArguments(DataArguments):
             "help": "In evaluation and prediction, add this to the scores of the tokens that continue, in the "
             "article, the longest run of the last generated tokens found there, so that a copied span goes on "
             "where it goes on in the article, and to the end of sequence where that run ends a clause of the "
-            "article (fastformer.summarization.SourceSpanLogitsProcessor; a host read per step; not in the "
+            "article (headline_decoding.SourceSpanLogitsProcessor; a host read per step; not in the "
             "generation config)."
         },
     )
@@ -179,30 +185,34 @@ class DataTrainingArguments(DataArguments):
     headline_style: bool = field(
         default=False,
         metadata={
-            "help": "Write and score the generated summaries in headline style: without articles, without the "
+            "help": "Post-edit the generated summaries into headline style: without articles, without the "
             'auxiliary of a passive or of a perfect in the simple past\'s form, "will", "is to" and "are to" as '
-            '"to" (fastformer.summarization.headline_style; on the decoded text, after generate()).'
+            '"to" (headline_rules.headline_style; on the decoded text, after generate()). The edited summaries are '
+            "written to edited_predictions.txt and scored as {eval,predict}_edited_*, beside the model's own "
+            "(generated_predictions.txt, {eval,predict}_rouge*)."
         },
     )
     rerank_beams: bool = field(
         default=False,
         metadata={
-            "help": "Write the beam that a linear reranker chooses, not the top beam: from the top beam and the beams "
-            "that copy one span of the article up to a clause's end, by their rank, score, length and the article's "
-            "keywords held (fastformer.reranking.BeamReranker). Fit after --do_eval on the validation split's beams "
-            "(eval_rouge* score its top beams, eval_reranked_* the reranker's 5-fold estimate there), saved as "
-            "beam_reranker.json in --output_dir and applied to the test split (test_rouge* score the chosen beams, "
-            "test_top_beam_* the top beams); --do_predict without --do_eval reads it from --model_name_or_path. "
-            "Needs --predict_with_generate, --source_span_bonus (its clause ends) and more than one beam; each "
-            "split's beams go to {eval,test}_beams.jsonl. generate() keeps every step's scores for this: a "
-            "(batch x beams, vocabulary) copy per step, so a smaller --per_device_eval_batch_size may be needed."
+            "help": "Post-edit by choosing among the beams: the beam that a linear reranker chooses from the top beam "
+            "and the beams that copy one span of the article up to a clause's end, by their rank, score, length and "
+            "the article's keywords held (beam_reranking.BeamReranker). Fit after --do_eval on the validation "
+            "split's beams (eval_reranked_* score its 5-fold estimate there), saved as beam_reranker.json in "
+            "--output_dir and applied to the test split: the chosen beams (in headline style with --headline_style) "
+            "are written to edited_predictions.txt and scored as predict_edited_*, while predict_rouge* and "
+            "generated_predictions.txt stay the model's own top beams. --do_predict without --do_eval reads the "
+            "reranker from --model_name_or_path. Needs --predict_with_generate, --source_span_bonus (its clause "
+            "ends) and more than one beam; each split's beams go to {eval,predict}_beams.jsonl. generate() keeps "
+            "every step's scores for this: a (batch x beams, vocabulary) copy per step, so a smaller "
+            "--per_device_eval_batch_size may be needed."
         },
     )
     clean_sources: bool = field(
         default=False,
         metadata={
             "help": 'Strip what news sources put before their first sentence ("MOSCOW, February 7. /TASS/.") and '
-            "share bars from every input (fastformer.summarization.clean_source)."
+            "share bars from every input (headline_rules.clean_source)."
         },
     )
     early_stopping_patience: int | None = field(
@@ -226,6 +236,14 @@ class DataTrainingArguments(DataArguments):
 
 @dataclass
 class SummarizationModelArguments(ModelArguments):
+    resize_position_embeddings: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Where --max_source_length is longer than the encoder's position embeddings, resize them (the "
+            "model's resize_position_embeddings, e.g. PEGASUS'; Fastformer, BART and BERT2BERT have none); by "
+            "default too, with a warning, as in transformers' example; False: refuse instead."
+        },
+    )
     freeze_encoder: bool = field(
         default=False,
         metadata={
@@ -248,7 +266,7 @@ class SummarizationModelArguments(ModelArguments):
         metadata={
             "help": "With --freeze_encoder: compute the encoder's output once per article (eval mode: no encoder "
             "dropout in training either) and reuse it in every epoch, at evaluation and in generation, so a step "
-            "costs the decoder only (fastformer.summarization.CachedEncoderStates)."
+            "costs the decoder only (frozen_encoder.CachedEncoderStates)."
         },
     )
 
@@ -278,10 +296,42 @@ def tokenize(batch, *, tokenizer, data_args, text_column, summary_column, eos_to
 
 def decoded_texts(tokenizer, ids, styled: bool = False) -> list[str]:
     """Token ids as text, -100 read as padding; "russia ' s" and "won ' t" joined as written ("russia's"); with
-    `styled`, in headline style (--headline_style: what is written and scored of the generated summaries)."""
+    `styled`, in headline style (--headline_style's post-edit)."""
     ids = np.where(ids != -100, ids, tokenizer.pad_token_id)
     decoded = tokenizer.batch_decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=True)
     return [headline_style(text) if styled else text.strip() for text in decoded]
+
+
+def fit_source_positions(model, max_source_length: int, resize: bool | None) -> None:
+    """--max_source_length against the positions the model's encoder reads: where they are fewer, resized as
+    transformers' example does (--resize_position_embeddings: by default too, with a warning; False refuses), or
+    refused where the model cannot resize them."""
+    config = getattr(model.config, "encoder", model.config)  # EncoderDecoderModel (BERT2BERT) nests its encoder's
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions is None or max_source_length <= positions:
+        return
+    too_long = (
+        f"--max_source_length {max_source_length} is longer than the model reads: {positions} positions "
+        "(max_position_embeddings)"
+    )
+    if resize is False:
+        fail(f"{too_long}, and --resize_position_embeddings is False")
+    try:
+        model.resize_position_embeddings(max_source_length)
+    except NotImplementedError:
+        fail(f"{too_long}, which {type(model).__name__} cannot resize (--resize_position_embeddings)")
+    if resize is None:
+        logger.warning(f"Resized the model's position embeddings from {positions} to {max_source_length}")
+
+
+def token_id(tokenizer, token: str | None, flag: str) -> int | None:
+    """The id of `token` in the tokenizer's vocabulary (None for None); a token it does not have stops the script."""
+    if token is None:
+        return None
+    found = tokenizer.convert_tokens_to_ids(token)
+    if found is None or (found == tokenizer.unk_token_id and token != tokenizer.unk_token):
+        fail(f"{flag} {token!r}: not a token of the tokenizer")
+    return found
 
 
 def logits_processors(tokenizer, data_args, raw, text_column, summary_column, eos_token_id) -> list | None:
@@ -312,9 +362,10 @@ def logits_processors(tokenizer, data_args, raw, text_column, summary_column, eo
 
 
 class BeamChoice:
-    """--rerank_beams: generate() returns every beam of each article with its score, and the trainer sees the beam
-    that `reranker` chooses (the top beam while there is none yet); each article's candidates are kept in `articles`
-    (texts as written, features, which end a clause of the article, the reference, the choice) until `take()`."""
+    """--rerank_beams: generate() returns every beam of each article with its score, and the trainer sees the top
+    beam, the model's own output; each article's candidates are kept in `articles` (texts as edited, features, which
+    end a clause of the article, the reference, and the beam that `reranker` chooses: the top beam while there is
+    none yet) until `take()`."""
 
     def __init__(self, tokenizer, styled: bool, span: SourceSpanLogitsProcessor, reranker=None, decoding=None):
         self.tokenizer, self.styled, self.span, self.reranker = tokenizer, styled, span, reranker
@@ -330,7 +381,6 @@ class BeamChoice:
         sources = self.tokenizer.batch_decode(named["input_ids"], skip_special_tokens=True)
         labels = named.get("labels")
         references = decoded_texts(self.tokenizer, labels.cpu().numpy()) if labels is not None else None
-        choices = []
         for article, candidates in enumerate(sequences.tolist()):
             texts = decoded_texts(self.tokenizer, np.array(candidates), self.styled)
             features = candidate_features(texts, scores[article], sources[article])
@@ -347,12 +397,22 @@ class BeamChoice:
                     "choice": choice,
                 }
             )
-            choices.append(choice)
-        return sequences[torch.arange(len(choices)), torch.tensor(choices)]
+        return sequences[:, 0]
 
     def take(self) -> list[dict]:
         articles, self.articles = self.articles, []
         return articles
+
+
+def edited_texts(predictions: list[str], data_args, beam_choice: BeamChoice | None) -> list[str] | None:
+    """The recipe's post-edit of the model's own summaries `predictions` (one per article, as generated): with
+    --rerank_beams the beam its reranker chose, where this evaluation kept the beams (`beam_choice.articles`: not in
+    the evaluations during training), with --headline_style in headline style; None where nothing is edited."""
+    if beam_choice is not None and len(beam_choice.articles) == len(predictions):
+        return [article["texts"][article["choice"]] for article in beam_choice.articles]
+    if data_args.headline_style:
+        return [headline_style(text) for text in predictions]
+    return None
 
 
 class SummarizationTrainer(ModelCardTrainerMixin, SplitOrderTrainerMixin, Seq2SeqTrainer):
@@ -383,7 +443,7 @@ class SummarizationTrainer(ModelCardTrainerMixin, SplitOrderTrainerMixin, Seq2Se
         """As Seq2SeqTrainer's, but --source_span_bonus's processor is given the batch's articles first, a batch's
         `encoder_outputs` (--cache_encoder_states) reach generate() as a copy (generate() expands them for beam search
         in place, transformers 5.24, and the loss forward that follows reads the same batch), and with --rerank_beams
-        generate() returns the beam that `beam_choice` chooses."""
+        generate() keeps every beam in `beam_choice` and returns the top one."""
         generates = self.args.predict_with_generate and not prediction_loss_only
         for processor in self.logits_processor or ():
             if generates and isinstance(processor, SourceSpanLogitsProcessor):
@@ -477,9 +537,9 @@ def fit_reranker(beam_choice: BeamChoice, output_dir: str) -> dict:
 
 
 def write_beams(articles: list[dict], path: Path, choices: list[int]) -> None:
-    """Each article's beams as a JSON line: texts as written, scores, which may be chosen (`allowed`: copied up to a
+    """Each article's beams as a JSON line: texts as edited, scores, which may be chosen (`allowed`: copied up to a
     clause's end), and `choice`: on the validation split the cross-validated reranker's, on the test split the
-    written one."""
+    one in edited_predictions.txt."""
     with open(path, "w") as file:
         for article, choice in zip(articles, choices):
             line = {name: article[name] for name in ("texts", "scores", "allowed")}
@@ -508,14 +568,8 @@ def main():
     tokenizer = load_tokenizer(model_args, BUNDLED_TOKENIZER)
     max_length = max(data_args.max_source_length, data_args.max_target_length, training_args.generation_max_length)
     config = load_config(model_args, tokenizer, max_length)
-    encoder_config = getattr(config, "encoder", config)  # EncoderDecoderModel (BERT2BERT) nests its encoder's
-    positions = getattr(encoder_config, "max_position_embeddings", None)
-    if positions is not None and data_args.max_source_length > positions:
-        fail(
-            f"--max_source_length {data_args.max_source_length} is longer than the model reads: "
-            f"{positions} positions (max_position_embeddings)"
-        )
     model = load_model(AutoModelForSeq2SeqLM, model_args, config)
+    fit_source_positions(model, data_args.max_source_length, model_args.resize_position_embeddings)
     for name in ("decoder_start_token_id", "eos_token_id"):
         if getattr(model.config, name, None) is None:
             fail(f"the model config has no {name}: set it with --config_overrides {name}=ID")
@@ -526,6 +580,7 @@ def main():
         "no_repeat_ngram_size": data_args.no_repeat_ngram_size,
         "repetition_penalty": data_args.repetition_penalty,
         "min_new_tokens": data_args.min_target_length,
+        "forced_bos_token_id": token_id(tokenizer, data_args.forced_bos_token, "--forced_bos_token"),
     }
     model.generation_config.update(**{name: value for name, value in decoding.items() if value is not None})
     if model_args.cache_encoder_states and model_args.train_encoder_layers:
@@ -561,22 +616,29 @@ def main():
     }
     prepared = tokenize_splits(raw, data_args, training_args, preprocess)
 
-    def compute_metrics(prediction):
-        decoded = decoded_texts(tokenizer, prediction.predictions, data_args.headline_style)
-        references = decoded_texts(tokenizer, prediction.label_ids)
-        predictions = np.where(prediction.predictions != -100, prediction.predictions, tokenizer.pad_token_id)
-        lengths = [np.count_nonzero(row != tokenizer.pad_token_id) for row in predictions]
-        special = np.array(sorted(set(tokenizer.all_special_ids)))
-        generated = [int(np.isin(row, special, invert=True).sum()) for row in predictions]  # the headline's tokens
-        quality = headline_quality(decoded, token_counts=generated, min_tokens=data_args.min_target_length)
-        return {**rouge(decoded, references), **quality, "gen_len": float(np.mean(lengths))}
-
     processors = logits_processors(
         tokenizer, data_args, raw, text_column, summary_column, model.generation_config.eos_token_id
     )
     beam_choice = None
     if data_args.rerank_beams:
         beam_choice = prepare_beam_choice(model, tokenizer, processors, model_args, data_args, training_args)
+
+    def compute_metrics(prediction):
+        """The model's own summaries scored (rouge*, the headline counts, gen_len), and the recipe's post-edit of
+        them beside, as edited_* (--headline_style, --rerank_beams)."""
+        decoded = decoded_texts(tokenizer, prediction.predictions)
+        references = decoded_texts(tokenizer, prediction.label_ids)
+        predictions = np.where(prediction.predictions != -100, prediction.predictions, tokenizer.pad_token_id)
+        lengths = [np.count_nonzero(row != tokenizer.pad_token_id) for row in predictions]
+        special = np.array(sorted(set(tokenizer.all_special_ids)))
+        generated = [int(np.isin(row, special, invert=True).sum()) for row in predictions]  # the headline's tokens
+        quality = headline_quality(decoded, token_counts=generated, min_tokens=data_args.min_target_length)
+        metrics = {**rouge(decoded, references), **quality, "gen_len": float(np.mean(lengths))}
+        edited = edited_texts(decoded, data_args, beam_choice)
+        if edited is not None:
+            scores = {**rouge(edited, references), **headline_quality(edited)}
+            metrics |= {f"edited_{name}": value for name, value in scores.items()}
+        return metrics
 
     pad = label_pad_token_id(tokenizer, data_args)
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=pad)
@@ -603,22 +665,23 @@ def main():
     eval_metrics = train_and_evaluate(trainer, prepared, add_eval_metrics=fit)
 
     if training_args.do_predict:
-        output = trainer.predict(prepared["test"], metric_key_prefix="test")
+        output = trainer.predict(prepared["test"], metric_key_prefix="predict")
+        written = {}  # file name -> summaries: the model's own, and the recipe's post-edit of them
+        if training_args.predict_with_generate:
+            generated = decoded_texts(tokenizer, output.predictions)
+            edited = edited_texts(generated, data_args, beam_choice)
+            written = {"generated_predictions.txt": generated, "edited_predictions.txt": edited}
         if beam_choice is not None:
             articles = beam_choice.take()
             choices = [article["choice"] for article in articles]
-            write_beams(articles, Path(training_args.output_dir) / "test_beams.jsonl", choices)
-            if all(article["reference"] is not None for article in articles):
-                top = rouge(
-                    [article["texts"][0] for article in articles], [article["reference"] for article in articles]
-                )
-                output.metrics.update({f"test_top_beam_{name}": value for name, value in top.items()})
-            output.metrics["test_reranked_changed"] = sum(choice != 0 for choice in choices)
-        trainer.log_metrics("test", output.metrics)
-        trainer.save_metrics("test", output.metrics)
-        if trainer.is_world_process_zero() and training_args.predict_with_generate:
-            with open(os.path.join(training_args.output_dir, "generated_predictions.txt"), "w") as file:
-                file.write("\n".join(decoded_texts(tokenizer, output.predictions, data_args.headline_style)) + "\n")
+            write_beams(articles, Path(training_args.output_dir) / "predict_beams.jsonl", choices)
+            output.metrics["predict_reranked_changed"] = sum(choice != 0 for choice in choices)
+        trainer.log_metrics("predict", output.metrics)
+        trainer.save_metrics("predict", output.metrics)
+        if trainer.is_world_process_zero():
+            for name, texts in written.items():
+                if texts is not None:
+                    Path(training_args.output_dir, name).write_text("\n".join(texts) + "\n")
 
     publish(
         trainer,

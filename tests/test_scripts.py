@@ -16,12 +16,18 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from safetensors.torch import load_file
-from transformers import AutoModelForMaskedLM, DataCollatorForSeq2Seq, Seq2SeqTrainingArguments
+from transformers import (
+    AutoModelForMaskedLM,
+    DataCollatorForSeq2Seq,
+    PegasusConfig,
+    PegasusForConditionalGeneration,
+    Seq2SeqTrainingArguments,
+)
 from transformers.generation.utils import GenerateBeamEncoderDecoderOutput
 
-from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerForMaskedLM, summarization
-from fastformer.reranking import FEATURES, BeamReranker
-from fastformer.summarization import SourceSpanLogitsProcessor, headline_quality, headline_words, rouge
+import headline_rules
+from beam_reranking import FEATURES, BeamReranker
+from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerForMaskedLM
 from fastformer.training import (
     ModelArguments,
     load_model,
@@ -30,6 +36,9 @@ from fastformer.training import (
     parse_args,
     warn_emulated_bf16,
 )
+from headline_decoding import SourceSpanLogitsProcessor
+from headline_rules import headline_quality, headline_style, headline_words
+from rouge_metric import rouge
 from scripts import run_classification, run_mlm, run_summarization
 from tests.in_process import run_in_process
 
@@ -522,7 +531,7 @@ TRANSFORMERS_FLAGS = {
     ],
     "run_summarization": [
         *TRANSFORMERS_MODEL_FLAGS,
-        "--resize_position_embeddings",
+        "--resize_position_embeddings=True",  # an Optional[bool] there too: HfArgumentParser wants its value
         "--lang=en_XX",
         "--dataset_name=xsum",
         "--dataset_config_name=default",
@@ -571,7 +580,7 @@ TRANSFORMERS_FLAGS = {
 FAST_TOKENIZER_FLAGS = {"--use_fast_tokenizer", "--no_use_fast_tokenizer"}
 NOT_APPLICABLE = {
     "run_classification": FAST_TOKENIZER_FLAGS,
-    "run_summarization": FAST_TOKENIZER_FLAGS | {"--resize_position_embeddings", "--lang", "--forced_bos_token"},
+    "run_summarization": FAST_TOKENIZER_FLAGS | {"--lang"},
     "run_mlm": FAST_TOKENIZER_FLAGS,
 }
 SCRIPT_MODULES = {"run_classification": run_classification, "run_summarization": run_summarization, "run_mlm": run_mlm}
@@ -633,6 +642,39 @@ def test_summarization_tokenize_prefixes_pads_and_cuts_to_the_target_length(toke
     pad = -100 if ignore_pad_token_for_loss else tokenizer.pad_token_id
     short, long = tokenizer(batch["summary"], add_special_tokens=False)["input_ids"]
     assert encoded["labels"] == [short + [tokenizer.sep_token_id] + [pad] * 4, long[:5] + [tokenizer.sep_token_id]]
+
+
+def test_summarization_resizes_the_positions_where_the_model_can_and_refuses_where_not(caplog):
+    """--resize_position_embeddings as in transformers' example: a source longer than the encoder's positions resizes
+    them (by default with a warning, True without), False refuses; a model that cannot resize them (Fastformer) is
+    refused, naming the flag; a source within the positions changes nothing."""
+    pegasus = dict(d_model=16, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=32, decoder_ffn_dim=32)
+    pegasus |= dict(encoder_attention_heads=2, decoder_attention_heads=2, vocab_size=64, max_position_embeddings=32)
+    for resize, warned in ((None, True), (True, False)):
+        model = PegasusForConditionalGeneration(PegasusConfig(**pegasus))
+        caplog.clear()
+        run_summarization.fit_source_positions(model, 48, resize)
+        assert model.config.max_position_embeddings == 48
+        assert model.get_encoder().embed_positions.weight.shape[0] == 48
+        assert ("from 32 to 48" in caplog.text) == warned
+    with pytest.raises(SystemExit, match="48 positions .*, and --resize_position_embeddings is False"):
+        run_summarization.fit_source_positions(model, 64, False)
+    fastformer = FastformerForConditionalGeneration(
+        FastformerConfig(hidden_size=32, num_attention_heads=4, intermediate_size=64, max_position_embeddings=32)
+    )
+    with pytest.raises(SystemExit, match="which FastformerForConditionalGeneration cannot resize"):
+        run_summarization.fit_source_positions(fastformer, 48, None)
+    run_summarization.fit_source_positions(fastformer, 32, False)  # within its positions: nothing to do
+    assert fastformer.config.max_position_embeddings == 32
+
+
+def test_summarization_forced_bos_token_is_a_token_of_the_tokenizer(tokenizer):
+    assert run_summarization.token_id(tokenizer, "news", "--forced_bos_token") == tokenizer.convert_tokens_to_ids(
+        "news"
+    )
+    assert run_summarization.token_id(tokenizer, None, "--forced_bos_token") is None
+    with pytest.raises(SystemExit, match="--forced_bos_token 'en_XX': not a token of the tokenizer"):
+        run_summarization.token_id(tokenizer, "en_XX", "--forced_bos_token")
 
 
 def test_mlm_holds_out_the_first_percent_of_the_training_texts():
@@ -707,13 +749,13 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
     """--num_beams reaches generate in evaluation and prediction (Seq2SeqTrainer reads it from the saved
     generation_num_beams), as --val_max_target_length does generate's max_length, and --no_repeat_content_words,
     --whole_words and --source_span_bonus their logits processors (the last given each batch's articles, without
-    which it refuses to run), with --copied_punctuation and --stay_on_span, which need it; --headline_style edits
-    what is written and scored."""
+    which it refuses to run), with --copied_punctuation and --stay_on_span, which need it; --headline_style
+    post-edits the generated summaries, written and scored apart from the model's own."""
     validation = headlines[1]
     # headline style marked with the first reference, to see which texts the script edits and scores so
     references = [json.loads(line)["summary"] for line in validation.read_text().splitlines()[:2]]
-    styled, marker = summarization.headline_style, f"{references[0]} | "
-    monkeypatch.setattr(summarization, "headline_style", lambda text: marker + styled(text))
+    styled, marker = headline_rules.headline_style, f"{references[0]} | "
+    monkeypatch.setattr(headline_rules, "headline_style", lambda text: marker + styled(text))
     summarize(
         tmp_path / "out",
         headlines,
@@ -744,13 +786,16 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
     assert results(tmp_path / "out", "train_results.json")["train_samples"] == 8
     metrics = results(tmp_path / "out")
     assert metrics["eval_samples"] == 6 and 0 < metrics["eval_gen_len"] <= 10 and "eval_rouge1" in metrics
-    written = (tmp_path / "out" / "generated_predictions.txt").read_text().splitlines()
-    # --headline_style: the generated summaries, not the references, in headline style, written as scored
-    assert all(text.startswith(marker) for text in written)
-    scored = results(tmp_path / "out", "test_results.json")["test_rougeL"]
-    predictions = [text.removeprefix(marker) for text in written]
-    assert scored == pytest.approx(rouge(written, references)["rougeL"]) and scored > 0
-    assert scored != pytest.approx(rouge(predictions, references)["rougeL"])
+    predictions = (tmp_path / "out" / "generated_predictions.txt").read_text().splitlines()
+    edited = (tmp_path / "out" / "edited_predictions.txt").read_text().splitlines()
+    # --headline_style: the generated summaries, not the references, post-edited; the model's own written and scored
+    # as generated, the edited ones apart
+    assert edited == [marker + styled(text) for text in predictions]
+    scored = results(tmp_path / "out", "predict_results.json")
+    assert scored["predict_rougeL"] == pytest.approx(rouge(predictions, references)["rougeL"])
+    assert scored["predict_edited_rougeL"] == pytest.approx(rouge(edited, references)["rougeL"])
+    assert scored["predict_edited_rougeL"] > 0 and scored["predict_edited_rougeL"] != scored["predict_rougeL"]
+    assert metrics["eval_edited_rougeL"] != metrics["eval_rougeL"]
     # --no_repeat_content_words reaches generate in evaluation and prediction
     assert len(predictions) == 2 and metrics["eval_repeated"] == 0 and headline_quality(predictions)["repeated"] == 0
     # --whole_words: every generated word is a word of the training split or of the articles (a random model's pieces
@@ -765,12 +810,13 @@ def test_summarization_num_beams_and_the_length_sample_and_prefix_flags(tmp_path
 @pytest.mark.slow
 def test_summarization_rerank_beams_fits_on_validation_and_writes_the_chosen_beams(tmp_path, headlines):
     """--rerank_beams: every beam of each article is kept; the reranker is fit on the validation split's beams after
-    evaluation (its 5-fold estimate logged), saved beside the model and applied to the test split, whose written and
-    scored summaries are the chosen beams (the top beam's scores logged beside); a later --do_predict reads the saved
-    reranker, and without one, or with one beam, the script refuses."""
+    evaluation (its 5-fold estimate logged), saved beside the model and applied to the test split, whose chosen beams
+    are the post-edit, written and scored apart from the model's own top beams; a later --do_predict reads the saved
+    reranker, and without one, or with one beam, the script refuses. --forced_bos_token: every beam starts with it."""
     validation = headlines[1]
     references = [json.loads(line)["summary"] for line in validation.read_text().splitlines()[:3]]
     common = ["--num_beams", 3, "--source_span_bonus", 1.0, "--headline_style", "--rerank_beams"]
+    common += ["--forced_bos_token", "the"]
     test = ["--do_predict", "--test_file", validation, "--max_predict_samples", 3]
     summarize(tmp_path / "out", headlines, *common, *test)
     out = tmp_path / "out"
@@ -779,25 +825,28 @@ def test_summarization_rerank_beams_fits_on_validation_and_writes_the_chosen_bea
     assert all(0 <= metrics[f"eval_reranked_{name}"] <= 100 for name in ("rouge1", "rouge2", "rougeL"))
     weights = json.loads((out / "beam_reranker.json").read_text())["weights"]
     assert set(weights) == {"bias", *FEATURES}
-    beams = [json.loads(line) for line in (out / "test_beams.jsonl").read_text().splitlines()]
+    beams = [json.loads(line) for line in (out / "predict_beams.jsonl").read_text().splitlines()]
     assert [len(article["texts"]) for article in beams] == [3, 3, 3]
     assert all(
         len(article["scores"]) == 3 and article["scores"] == sorted(article["scores"])[::-1] for article in beams
     )
-    written = (out / "generated_predictions.txt").read_text().splitlines()
-    assert written == [article["texts"][article["choice"]] for article in beams]
+    generated = (out / "generated_predictions.txt").read_text().splitlines()
+    edited = (out / "edited_predictions.txt").read_text().splitlines()
+    assert [headline_style(text) for text in generated] == [article["texts"][0] for article in beams]  # top beams
+    assert all(text.split()[0] == "the" for text in generated)
+    assert edited == [article["texts"][article["choice"]] for article in beams]
     assert all(article["choice"] == 0 or article["allowed"][article["choice"]] for article in beams)
-    scored = results(out, "test_results.json")
-    assert scored["test_rougeL"] == pytest.approx(rouge(written, references)["rougeL"])
-    top = [article["texts"][0] for article in beams]
-    assert scored["test_top_beam_rougeL"] == pytest.approx(rouge(top, references)["rougeL"])
+    scored = results(out, "predict_results.json")
+    assert scored["predict_rougeL"] == pytest.approx(rouge(generated, references)["rougeL"])
+    assert scored["predict_edited_rougeL"] == pytest.approx(rouge(edited, references)["rougeL"])
+    assert scored["predict_reranked_changed"] == sum(article["choice"] != 0 for article in beams)
     assert len((out / "eval_beams.jsonl").read_text().splitlines()) == 6
     # the saved reranker chooses again without the validation split
     summarize_saved = ["--model_name_or_path", out, *COMMON, *common, *test, "--max_source_length", 64]
     summarize_saved += ["--max_target_length", 12]
     run(run_summarization, "--output_dir", tmp_path / "again", "--predict_with_generate", *summarize_saved)
-    again = (tmp_path / "again" / "generated_predictions.txt").read_text().splitlines()
-    assert again == written
+    again = (tmp_path / "again" / "edited_predictions.txt").read_text().splitlines()
+    assert again == edited
     (out / "beam_reranker.json").unlink()
     refused = ["--output_dir", tmp_path / "refused", "--predict_with_generate", *summarize_saved]
     process = run(run_summarization, *refused, check=False)
@@ -806,10 +855,10 @@ def test_summarization_rerank_beams_fits_on_validation_and_writes_the_chosen_bea
     assert process.returncode == 1 and "--rerank_beams chooses among beams" in process.stderr
 
 
-def test_beam_choice_returns_the_chosen_beam_of_each_article_and_keeps_every_beam(tokenizer):
-    """--rerank_beams' generate(): all beams asked for with their scores, grouped per article (best first), the
-    reranker's choice returned among the beams copied up to a clause's end (the top beam while there is no
-    reranker), each article's beams kept with its reference (none without labels)."""
+def test_beam_choice_returns_the_top_beam_and_keeps_every_beam_with_the_rerankers_choice(tokenizer):
+    """--rerank_beams' generate(): all beams asked for with their scores, grouped per article (best first), the top
+    beam returned (the model's own output), each article's beams kept with its reference (none without labels) and
+    the reranker's choice among the beams copied up to a clause's end (the top beam while there is no reranker)."""
     articles = ["floods hit the coast, killing two. prices rose", "prices rose 4.5 percent; floods hit the town."]
     encoded = tokenizer(articles, padding=True, return_tensors="pt")
     span = SourceSpanLogitsProcessor(tokenizer, 1.0, eos_token_id=tokenizer.sep_token_id)
@@ -842,12 +891,30 @@ def test_beam_choice_returns_the_chosen_beam_of_each_article_and_keeps_every_bea
         pytest.approx([-0.4, -0.5, -0.6]),
     ]
     assert [article["reference"] for article in kept] == ["floods kill two", "prices rise"]
+    assert [article["choice"] for article in kept] == [0, 0]
     # a reranker that prefers later beams: the last allowed one, the top beam where no other is allowed
     choice.reranker = BeamReranker({"bias": 0.0, **dict.fromkeys(FEATURES, 0.0), "rank": 1.0})
-    chosen = choice.generate(generate, 3, input_ids=encoded["input_ids"])
-    assert torch.equal(chosen, sequences[[2, 4]])
+    returned = choice.generate(generate, 3, input_ids=encoded["input_ids"])
+    assert torch.equal(returned, sequences[[0, 3]])
     assert [article["choice"] for article in choice.articles] == [2, 1]
     assert all(article["reference"] is None for article in choice.take())
+
+
+def test_summarization_post_edits_are_the_rerankers_choice_or_headline_style_and_none_without_either():
+    """What edited_predictions.txt and *_edited_* hold: the reranker's choice where the evaluation kept the beams
+    (their texts already in headline style with --headline_style), else the summaries in headline style, else
+    nothing (no edit)."""
+    predictions = ["the man was killed", "a flood hit the town"]
+    plain = run_summarization.DataTrainingArguments()
+    styled = run_summarization.DataTrainingArguments(headline_style=True)
+    assert run_summarization.edited_texts(predictions, plain, None) is None
+    assert run_summarization.edited_texts(predictions, styled, None) == ["man killed", "flood hit town"]
+    choice = run_summarization.BeamChoice(None, True, None)
+    choice.articles = [{"texts": ["man killed", "man"], "choice": 1}, {"texts": ["flood hit town"], "choice": 0}]
+    assert run_summarization.edited_texts(predictions, styled, choice) == ["man", "flood hit town"]
+    choice.articles = []  # the evaluations during training keep no beams: the style alone
+    assert run_summarization.edited_texts(predictions, styled, choice) == ["man killed", "flood hit town"]
+    assert run_summarization.edited_texts(predictions, plain, choice) is None
 
 
 @pytest.mark.slow

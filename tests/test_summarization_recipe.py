@@ -6,7 +6,6 @@ import json
 import shlex
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM, BertConfig, BertModel, EncoderDecoderConfig, EncoderDecoderModel
@@ -15,8 +14,10 @@ from benchmarks import harness
 from benchmarks.quality import summarization
 from fastformer.cli import convert_bert_to_fastformer
 from fastformer.conversion import bert2bert_model, convert_bert
-from fastformer.summarization import clean_source, freeze_encoder, headline_style, headline_words, rouge
 from fastformer.training import parse_args
+from frozen_encoder import freeze_encoder
+from headline_rules import clean_source, headline_style, headline_words, lead_words
+from rouge_metric import rouge
 from scripts import make_pseudo_summaries, run_summarization
 from tests.in_process import run_in_process
 
@@ -246,10 +247,12 @@ def test_recipe_trains_a_converted_checkpoint_and_generates(repo_root, recipe, c
     output = tmp_path / "run"
     state = json.loads((output / "trainer_state.json").read_text())
     assert state["global_step"] == 2
-    assert len((output / "generated_predictions.txt").read_text().splitlines()) == 4
-    assert {"test_rouge1", "eval_rouge1", "eval_gen_len", "eval_reranked_rouge1", "test_top_beam_rouge1"} <= json.loads(
-        (output / "all_results.json").read_text()
-    ).keys()
+    # the model's own summaries, and beside them the recipe's post-edit (the reranker's choice, in headline style)
+    for name in ("generated_predictions.txt", "edited_predictions.txt"):
+        assert len((output / name).read_text().splitlines()) == 4
+    scored = json.loads((output / "all_results.json").read_text())
+    assert {"predict_rouge1", "eval_rouge1", "eval_gen_len", "eval_reranked_rouge1"} <= scored.keys()
+    assert {"eval_edited_rouge1", "predict_edited_rouge1", "predict_reranked_changed"} <= scored.keys()
     assert (output / "beam_reranker.json").is_file()  # the reranker fit on the validation beams, beside the model
     model = AutoModelForSeq2SeqLM.from_pretrained(output)
     # the decoding the recipe was evaluated with is saved with the model
@@ -365,11 +368,12 @@ def toy_benchmark(repo_root, recipe, bert, converted, tmp_path, monkeypatch):
 def test_benchmark_rows_train_with_a_given_choice_without_tuning(
     repo_root, recipe, bert, converted, tmp_path, monkeypatch
 ):
-    """--chosen: the rows train and decode with that choice, their family not tuned; the 1,024-token row reads the
-    512-token row's pretraining stage back."""
+    """--chosen: the rows train and decode with that choice, their family not tuned, and score their own predictions
+    (the choice's headline style kept apart); the 1,024-token row reads the 512-token row's pretraining stage back."""
     argv, _, ran = toy_benchmark(repo_root, recipe, bert, converted, tmp_path, monkeypatch)
+    test_lines = lines_of(tmp_path / "test.jsonl")
     training = {**summarization.LEVER_BASE, **summarization.LEVERS["copyable pseudo-summaries"], "copy_mechanism": True}
-    chosen = {"training": training, "decoding": summarization.DECODING[4]}
+    chosen = {"training": training, "decoding": {**summarization.DECODING[4], "headline_style": True}}
     argv += ["--chosen", json.dumps(chosen)]
     label, family, _ = summarization.ROWS["fastformer-1024"]  # a longer source within the toy model's positions
     monkeypatch.setitem(summarization.ROWS, "fastformer-1024", (label, family, {"max_source_length": 96}))
@@ -379,6 +383,9 @@ def test_benchmark_rows_train_with_a_given_choice_without_tuning(
     for row, source_length in (("fastformer-512", 48), ("fastformer-1024", 96)):
         record = json.loads((tmp_path / "records" / f"{row}.json").read_text())
         assert record["chosen"] == chosen and "tuning" not in record and len(record["predictions"]) == 6
+        # the scores are the model's own predictions'; headline style's post-edit of them is kept apart
+        assert record["test"] == rouge(record["predictions"], [json.loads(line)["summary"] for line in test_lines])
+        assert record["edited"]["predictions"] == [headline_style(text) for text in record["predictions"]]
         assert record["recipe"]["max_source_length"] == source_length  # the settings the row ran with
         pretrained, headline, predicted = (shlex.split(command) for command in record["commands"])
         assert "pseudo_summaries" in pretrained[pretrained.index("--train_file") + 1]
@@ -443,7 +450,7 @@ def test_fastformer_start_with_random_cross_attention_from_a_self_attention_conv
 
 def test_freeze_encoder_fixes_all_of_a_bert2bert_encoder_and_nothing_of_its_decoder(bert):
     """BERT2BERT (EncoderDecoderModel) shares no parameter between encoder and decoder: freezing fixes the whole
-    encoder and leaves the decoder trainable (tests/test_summarization.py: the Fastformer's, untied first)."""
+    encoder and leaves the decoder trainable (tests/test_frozen_encoder.py: the Fastformer's, untied first)."""
     decoder_config = BertConfig(**{**bert.config.to_dict(), "is_decoder": True, "add_cross_attention": True})
     model = EncoderDecoderModel(EncoderDecoderConfig.from_encoder_decoder_configs(bert.config, decoder_config))
     freeze_encoder(model)
@@ -513,14 +520,22 @@ def test_a_missing_checkpoint_or_a_source_longer_than_the_positions_is_refused(
     assert message in process.stderr.strip().splitlines()[-1]
 
 
-def test_rouge_is_deterministic_and_leaves_numpy_random_state_alone():
-    predictions, references = ["the cat sat on the mat", "a dog"], ["the cat sat", "dogs bark loudly"]
-    state = np.random.get_state()
-    first = rouge(predictions, references)
-    assert np.random.get_state()[1].tolist() == state[1].tolist()
-    assert rouge(predictions, references) == first
-    # unigram F1: 2/3 for the first pair (precision 3/6, recall 3/3), 0.4 for the second ("dogs" stems to "dog")
-    assert first["rouge1"] == pytest.approx(100 * (2 / 3 + 0.4) / 2)
+def test_choose_k_takes_the_k_of_the_best_validation_rouge1():
+    article = "Trump advisers met Russia's ambassador. The ambassador met Trump twice, advisers said; Russia denied it."
+    references = ["trump advisers met", "floods hit the coast"]
+    documents = [article, "Floods hit the coast on Monday and closed roads."]
+    k, grid = summarization.choose_k(lead_words, documents, references, ks=range(1, 6))
+    assert set(grid) == {1, 2, 3, 4, 5} and k == max(grid, key=lambda k: grid[k]["rouge1"]) and k in (3, 4)
+
+
+def test_length_window_bounds_generation_by_the_targets_lengths_in_tokens(tokenizer):
+    """Targets of 1 to 20 tokens: with the end of sequence 2 to 21, whose 5th and 95th percentiles are 2.95 and
+    20.05; the minimum rounds down, the maximum up and counts the decoder start."""
+    targets = [" ".join(["news"] * length) for length in range(1, 21)]
+    window = summarization.length_window
+    assert window(tokenizer, targets) == {"min_target_length": 2, "generation_max_length": 22}
+    assert window(tokenizer, targets, (0, 100)) == {"min_target_length": 2, "generation_max_length": 22}
+    assert window(tokenizer, targets, (50, 50)) == {"min_target_length": 11, "generation_max_length": 13}
 
 
 def test_compared_records_are_read_by_their_keys(tmp_path):

@@ -1,7 +1,7 @@
 """Why the summarization recipe freezes the encoder (docs/RESULTS.md): the converted Fastformer and BERT2BERT, the
 encoder fine-tuned or frozen, train --steps steps on the training headlines (batch 16, source 256, bf16 autocast);
-every 20 steps, on 32 validation articles: the encoder's spread (fastformer.summarization.token_state_spread), the
-loss with each article's headline and with another article's (equal losses: the decoder does not use the article).
+every 20 steps, on 32 validation articles: the encoder's spread (scripts/frozen_encoder.py's token_state_spread),
+the loss with each article's headline and with another article's (equal losses: the decoder does not use the article).
 """
 
 import itertools
@@ -15,7 +15,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from benchmarks.harness import DOCS, REPO, arguments, minilm, rows_table, write_record
 from benchmarks.quality.summarization import BERT2BERT_DROPOUT
 from fastformer.conversion import bert2bert_model
-from fastformer.summarization import freeze_encoder, token_state_spread
+from scripts.frozen_encoder import freeze_encoder, token_state_spread
 
 
 def parse_args(argv=None):

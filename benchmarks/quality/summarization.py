@@ -15,6 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, BertModel
 
@@ -22,18 +23,16 @@ from benchmarks import harness
 from benchmarks.harness import DOCS, REPO, SCRIPTS, arguments, flags, machine, minilm, read_json, write_json
 from fastformer import FastformerForConditionalGeneration
 from fastformer.conversion import bert2bert_model, copy_bert_cross_attention
-from fastformer.summarization import (
-    choose_k,
+from scripts.frozen_encoder import token_state_spread
+from scripts.headline_rules import (
     clean_source,
     headline_quality,
     headline_style,
     headline_words,
     keyword_headline,
     lead_words,
-    length_window,
-    rouge,
-    token_state_spread,
 )
+from scripts.rouge_metric import rouge
 
 # every family starts from the recipe with the cross-attention as transformers initializes a new one, and no stage
 LEVER_BASE = {"cross_attention_init": "random", "copy_mechanism": False, "pretrain": None}
@@ -121,13 +120,31 @@ def parse_args(argv=None):
     return args
 
 
+def length_window(tokenizer, targets: list[str], percentiles: tuple[float, float] = (5, 95)) -> dict[str, int]:
+    """Generation bounds from training targets: `min_target_length` (min_new_tokens) and `generation_max_length`
+    (max_length, the decoder start included) at the given percentiles of the targets' lengths in `tokenizer`'s
+    tokens, the end of sequence counted; run_summarization.py's flags of the same names take them."""
+    tokens = tokenizer(targets, add_special_tokens=False)["input_ids"]
+    low, high = np.percentile([len(ids) + 1 for ids in tokens], percentiles)
+    return {"min_target_length": int(low), "generation_max_length": int(np.ceil(high)) + 1}
+
+
+def choose_k(baseline, documents: list[str], references: list[str], ks=range(1, 41)) -> tuple[int, dict]:
+    """The k of `baseline(text, k)` (`lead_words`, `keyword_headline`) with the best ROUGE-1 on `documents` against
+    `references` (a validation split), and every k's scores."""
+    grid = {k: rouge([baseline(text, k) for text in documents], references) for k in ks}
+    return max(grid, key=lambda k: grid[k]["rouge1"]), grid
+
+
 def run(args, settings: dict) -> dict:
-    """scripts/run_summarization.py with `settings`, once: its metrics and test predictions."""
+    """scripts/run_summarization.py with `settings`, once: its metrics and test predictions, the model's own and, where
+    the settings post-edit them (headline_style, rerank_beams), the edited ones."""
 
     def outputs(folder: Path) -> dict:
-        predictions = folder / "generated_predictions.txt"
-        found = predictions.read_text().splitlines() if predictions.exists() else None
-        return {"metrics": read_json(folder / "all_results.json"), "predictions": found}
+        found = {"metrics": read_json(folder / "all_results.json")}
+        for key, name in (("predictions", "generated_predictions.txt"), ("edited", "edited_predictions.txt")):
+            found[key] = (folder / name).read_text().splitlines() if (folder / name).exists() else None
+        return found
 
     command = [sys.executable, str(SCRIPTS / "run_summarization.py"), *flags(settings)]
     return harness.run_script(command, Path(settings["output_dir"]), outputs)
@@ -274,7 +291,8 @@ def lead(args) -> dict:
 
 def headlines(args, family: str, settings: dict) -> dict:
     """A row: its family's tuning (or --chosen), a training run with the choice, the test split predicted with its
-    decoding (its time per article: the encoder, generation and the loss forward)."""
+    decoding (its time per article: the encoder, generation and the loss forward); the scores are the model's own
+    predictions', and those the decoding's post-edit makes of them are kept apart ("edited")."""
     tuning = tune(args, family) if args.chosen is None else {}
     chosen = tuning.get("chosen", args.chosen)
     trained = train(args, family, chosen["training"], settings)
@@ -285,7 +303,9 @@ def headlines(args, family: str, settings: dict) -> dict:
     found = dict(chosen=chosen, recipe={**args.base, **settings}, test=rouge(predictions, references))
     found |= {"tuning": tuning} if tuning else {}
     found |= dict(commands=[*trained["commands"], predicted["command"]], validation_rouge1=metrics["eval_rouge1"])
-    found |= dict(train_seconds=trained["train_seconds"], decode_ms=1000 * metrics["test_runtime"] / len(references))
+    found |= dict(train_seconds=trained["train_seconds"], decode_ms=1000 * metrics["predict_runtime"] / len(references))
+    if predicted.get("edited") is not None:
+        found["edited"] = {"test": rouge(predicted["edited"], references), "predictions": predicted["edited"]}
     return {**found, "predictions": predictions}
 
 
@@ -293,13 +313,17 @@ def tables(args, records: dict) -> list[str]:
     """Each row's test scores (ROUGE-1, -2, -L; words per headline as ROUGE counts them; copied: the share that is a
     training headline; `headline_quality` with the non-words against the training text; lead-k at the row's own
     length, and lead-k in headline style at about its length), the baselines' rows (lead-k, the keywords and lead-k in
-    headline style at validation's best k) and the references' own last; each family's tuning; 30 test headlines side
-    by side."""
+    headline style at validation's best k), a row's post-edited predictions after it, and the references' own last;
+    each family's tuning; 30 test headlines side by side."""
     training = {" ".join(headline_words(row["summary"])) for row in args.splits["train"]}
     texts = (f"{row['document']} {row['summary']}" for row in args.splits["train"])
     vocabulary = {word for text in texts for word in headline_words(text)}  # the training text's words
     references, documents = [row["summary"] for row in args.splits["test"]], sources(args, "test")
-    listed = dict(records)
+    listed = {}
+    for key, record in records.items():  # a row's post-edited predictions follow it, a row of their own
+        listed[key] = record
+        if "edited" in record:
+            listed[f"{key}-edited"] = {"label": f"{record['label']}, post-edited", **record["edited"]}
     for key, _, _ in BASELINES:
         if key in records.get("lead", {}):
             listed[key] = records["lead"][key]

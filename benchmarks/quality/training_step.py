@@ -14,7 +14,7 @@ from transformers import BertConfig, EncoderDecoderConfig, EncoderDecoderModel
 
 from benchmarks.harness import DOCS, arguments, random_ids, rows_table, write_record
 from fastformer import FastformerConfig, FastformerForConditionalGeneration
-from fastformer.summarization import freeze_encoder
+from scripts.frozen_encoder import freeze_encoder
 
 MINILM = "hidden_size=384,num_hidden_layers=6,num_attention_heads=12,intermediate_size=1536"
 CROSS_KEY_VALUE = re.compile(r"(crossattention\.self|cross_attention)\.(key|value)\.")  # BERT2BERT's, Fastformer's

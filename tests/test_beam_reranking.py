@@ -1,18 +1,18 @@
-"""The beam reranker (fastformer.reranking) and the span processor's clause ends it chooses among."""
+"""The beam reranker (scripts/beam_reranking.py) and the span processor's clause ends it chooses among."""
 
 import json
 
 import numpy as np
 import pytest
 
-from fastformer.reranking import (
+from beam_reranking import (
     FEATURES,
     BeamReranker,
     candidate_features,
     candidate_targets,
     cross_validated_choices,
 )
-from fastformer.summarization import SourceSpanLogitsProcessor
+from headline_decoding import SourceSpanLogitsProcessor
 
 ARTICLE = "Floods hit the coast of Kerala on Monday, killing two people. Floods in Kerala are common in June."
 

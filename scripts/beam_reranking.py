@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .summarization import cached_rouge_scorer, headline_words, is_content_word, keyword_headline, word_stem
+import rouge_metric
+from headline_rules import headline_words, is_content_word, keyword_headline, word_stem
 
 FEATURES = (
     "rank",  # 0 for the top beam
@@ -51,13 +52,14 @@ def candidate_features(texts: list[str], scores, article: str, keywords: int = K
 def candidate_targets(texts: list[str], reference: str) -> np.ndarray:
     """What the reranker learns to predict: each candidate's mean of its ROUGE-1, ROUGE-2 and ROUGE-L F-measures
     against the `reference` (0 to 1)."""
-    scorer = cached_rouge_scorer()
-    return np.array(
-        [
-            np.mean([score.fmeasure for name, score in scorer.score(reference, text).items() if name != "rougeLsum"])
-            for text in texts
-        ]
+    scores = rouge_metric.load().compute(
+        predictions=texts,
+        references=[reference] * len(texts),
+        rouge_types=["rouge1", "rouge2", "rougeL"],
+        use_aggregator=False,
+        use_stemmer=True,
     )
+    return np.mean(list(scores.values()), axis=0)
 
 
 class BeamReranker:
