@@ -78,6 +78,8 @@ def test_legacy_hub_code_loads_without_the_package(name, tmp_path):
     """The code saved inside an old checkpoint still runs with `trust_remote_code`, in an interpreter that never
     imported the package (where the package is imported, its own classes win)."""
     folder = shutil.copytree(LEGACY / name, tmp_path / name)
+    for code in (LEGACY / "seq2seq_copy").glob("*.py"):  # the one copy of the Hub code kept, saved with every head
+        shutil.copy(code, folder)
     script = HUB_CODE.format(ids=INPUT_IDS.tolist(), decoder_ids=DECODER_IDS.tolist())
     env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(

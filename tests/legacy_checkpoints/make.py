@@ -55,7 +55,8 @@ CHECKPOINTS = {
     ),
     "causal_lm": (FastformerForCausalLM, dict(decoder_conv_kernel=3, share_layers=False, **GENERATION)),
 }
-# with their Hub code (`trust_remote_code`); the others keep the weights and the config only
+# with their Hub code (`trust_remote_code`; the classifier's config names it, the test copies it in); the others keep
+# the weights and the config only
 WITH_CODE = {"classifier", "seq2seq_copy"}
 
 INPUT_IDS = torch.tensor([[5, 9, 13, 17, 21, 25, 29], [0, 0, 7, 11, 15, 19, 23]])  # the second row left-padded
