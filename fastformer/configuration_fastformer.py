@@ -89,6 +89,10 @@ class FastformerConfig(PreTrainedConfig):
         hidden_act (`str`, defaults to `"gelu"`): feed-forward activation, a key of `transformers.activations.ACT2FN`.
         hidden_dropout_prob (`float`, defaults to 0.2): dropout on embeddings and on each sub-layer's output.
         max_position_embeddings (`int`, defaults to 2048): longest input; positions are learned embeddings.
+        type_vocab_size (`int`, defaults to 2): number of token types (segments) that `token_type_ids` may hold, as
+            BERT's: each has a learned embedding added to its tokens', starting at zero; type 0's stays zero (it gets
+            no gradient), so no `token_type_ids` reads as all zeros. The encoder-decoder's decoder has none (as
+            BART's): its `token_type_ids` are the encoder's.
         layer_norm_eps (`float`, defaults to 1e-12): LayerNorm epsilon.
         initializer_range (`float`, defaults to 0.02): std of the normal init of every weight matrix and of w_q, w_k.
         pad_token_id (`int`, defaults to 0): padding id (its embedding starts at zero).
@@ -181,6 +185,7 @@ class FastformerConfig(PreTrainedConfig):
     hidden_act: str = _activation("gelu")
     hidden_dropout_prob: float | int = _probability(0.2)
     max_position_embeddings: int = _positive_int(2048)
+    type_vocab_size: int = _positive_int(2)
     layer_norm_eps: float | int = _positive_number(1e-12)
     initializer_range: float | int = _positive_number(0.02)
     pad_token_id: int | None = 0

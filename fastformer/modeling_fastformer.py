@@ -43,7 +43,7 @@ from .checks import (
     check_inputs,
     check_keywords,
     check_position_ids,
-    check_single_segment,
+    check_token_type_ids,
     checked_classification_labels,
     checked_token_labels,
 )
@@ -80,23 +80,49 @@ def compute_dtype(hidden_states: torch.Tensor) -> torch.dtype:
     return hidden_states.dtype
 
 
-class FastformerEmbeddings(nn.Module):
-    """Token + learned position embeddings, LayerNorm, dropout; then a projection to `hidden_size` where
-    `config.embedding_size` differs (as ELECTRA's `embeddings_project`)."""
+class FastformerTokenTypeEmbeddings(nn.Embedding):
+    """BERT's token type (segment) embeddings: `config.type_vocab_size` rows of `config.embedding_width`. They start at
+    zero, drawing no random numbers (a seeded model draws the weights it would without them, and a checkpoint saved
+    without them gives its outputs for any `token_type_ids`), and are learned; row 0 stays zero (no gradient)."""
 
     def __init__(self, config: FastformerConfig):
+        size = (config.type_vocab_size, config.embedding_width)
+        super().__init__(*size, padding_idx=0, _weight=torch.zeros(size))
+
+
+class FastformerEmbeddings(nn.Module):
+    """Token + learned position + token type (segment) embeddings, LayerNorm, dropout; then a projection to
+    `hidden_size` where `config.embedding_size` differs (as ELECTRA's `embeddings_project`).
+
+    Token type 0's embedding is zero, so no `token_type_ids` reads as all zeros: without gradients nothing is looked up
+    for them; with gradients type 0 is looked up all the same, so that the table takes part in every backward, as DDP
+    (without `find_unused_parameters`) and FSDP expect of every parameter. With `token_types=False` (the
+    encoder-decoder's decoder, as BART's) there is no table."""
+
+    def __init__(self, config: FastformerConfig, token_types: bool = True):
         super().__init__()
         size = config.embedding_width
         self.word_embeddings = nn.Embedding(config.vocab_size, size, padding_idx=config.pad_token_id)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, size)
+        self.token_type_embeddings = None
+        if token_types:
+            self.token_type_embeddings = FastformerTokenTypeEmbeddings(config)
+            # type 0, what no `token_type_ids` read as, expanded to every token (as BERT's `token_type_ids` buffer)
+            self.register_buffer("token_type_zero", torch.zeros(1, 1, dtype=torch.long), persistent=False)
         self.layer_norm = nn.LayerNorm(size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.projection = nn.Linear(size, config.hidden_size) if size != config.hidden_size else None
 
-    def forward(self, input_ids=None, position_ids=None, inputs_embeds=None) -> torch.Tensor:
+    def forward(self, input_ids=None, position_ids=None, inputs_embeds=None, token_type_ids=None) -> torch.Tensor:
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)
-        embeddings = self.dropout(self.layer_norm(inputs_embeds + self.position_embeddings(position_ids)))
+        embeddings = inputs_embeds + self.position_embeddings(position_ids)
+        table = self.token_type_embeddings
+        if token_type_ids is None and table is not None and table.weight.requires_grad and torch.is_grad_enabled():
+            token_type_ids = self.token_type_zero.expand(embeddings.shape[:2])
+        if token_type_ids is not None:
+            embeddings = embeddings + table(token_type_ids)
+        embeddings = self.dropout(self.layer_norm(embeddings))
         return embeddings if self.projection is None else self.projection(embeddings)
 
 
@@ -614,6 +640,11 @@ class FastformerPreTrainedModel(PreTrainedModel):
         if isinstance(module, (SpanGate, SourceContext)):
             module.init_weights()
             return
+        if isinstance(module, FastformerTokenTypeEmbeddings):
+            init.zeros_(module.weight)
+            return
+        if isinstance(module, FastformerEmbeddings) and module.token_type_embeddings is not None:
+            init.zeros_(module.token_type_zero)
         super()._init_weights(module)
         if isinstance(module, FastformerCrossAttention) and module.cross_attention_type == "additive":
             init.normal_(module.context_weight, mean=0.0, std=self.config.initializer_range)
@@ -664,10 +695,27 @@ class FastformerStack(FastformerPreTrainedModel):
             return None
         return find_packed_sequence_indices(position_ids.expand(batch_size, -1))
 
-    def embed(self, input_ids, attention_mask, position_ids, inputs_embeds, past_tokens=0, past_positions=None):
+    def embed(
+        self,
+        input_ids,
+        attention_mask,
+        position_ids,
+        inputs_embeds,
+        past_tokens=0,
+        past_positions=None,
+        token_type_ids=None,
+    ):
         """The checked inputs' embeddings (B, N, hidden_size) and their attention mask as booleans; `past_tokens`: the
-        columns before these (in generation), which the mask may cover too, as generate() passes it."""
+        columns before these (in generation), which the mask may cover too, as generate() passes it; `token_type_ids`:
+        these columns' only, as generate() passes them."""
         batch_size, length = check_inputs(input_ids, inputs_embeds, self.config, self.input_name)
+        if token_type_ids is not None:
+            if self.embeddings.token_type_embeddings is None:
+                raise ValueError(
+                    "The encoder-decoder's decoder has no token types (as BART's), but was given `token_type_ids`: "
+                    "they are the encoder's (`FastformerForConditionalGeneration`'s `token_type_ids`)"
+                )
+            check_token_type_ids(token_type_ids, (batch_size, length), self.config.type_vocab_size)
         if past_tokens and attention_mask is not None and attention_mask.shape[-1] == past_tokens + length:
             attention_mask = attention_mask[:, past_tokens:]
         if attention_mask is not None and tuple(attention_mask.shape) != (batch_size, length):
@@ -680,7 +728,7 @@ class FastformerStack(FastformerPreTrainedModel):
         max_positions = self.config.max_position_embeddings
         if position_ids is not None:
             check_position_ids(position_ids, (batch_size, length), max_positions)
-            return self.embeddings(input_ids, position_ids, inputs_embeds), attention_mask
+            return self.embeddings(input_ids, position_ids, inputs_embeds, token_type_ids), attention_mask
         if attention_mask is None:
             device = (input_ids if input_ids is not None else inputs_embeds).device
             position_ids = torch.arange(length, device=device).expand(batch_size, -1)
@@ -695,7 +743,7 @@ class FastformerStack(FastformerPreTrainedModel):
                 f"The `{name}` sequence reaches more than {max_positions} positions (`max_position_embeddings`): "
                 "truncate it, generate fewer tokens or use a config with more positions"
             )
-        return self.embeddings(input_ids, position_ids, inputs_embeds), attention_mask
+        return self.embeddings(input_ids, position_ids, inputs_embeds, token_type_ids), attention_mask
 
 
 class FastformerModel(FastformerStack):
@@ -735,8 +783,8 @@ class FastformerModel(FastformerStack):
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
         r"""
-        token_type_ids: accepted so that BERT tokenizers' output passes as it is: all zero
-            (`checks.check_single_segment`).
+        token_type_ids: the token types (segments) (B, N), as BERT's: 0 for the first text of a pair, 1 for the
+            second; none given reads as all zeros.
         encoder_hidden_states, encoder_attention_mask, cache: BERT's as a decoder; the Fastformer encoder has
             no cross-attention and no generation state, so they are refused (the decoders are
             `FastformerForConditionalGeneration` and `FastformerForCausalLM`).
@@ -753,8 +801,9 @@ class FastformerModel(FastformerStack):
                 "generation is FastformerForCausalLM's and FastformerForConditionalGeneration's"
             )
         check_keywords(kwargs, type(self).__name__, causal=False)
-        hidden_states, attention_mask = self.embed(input_ids, attention_mask, position_ids, inputs_embeds)
-        check_single_segment(token_type_ids, hidden_states.shape[:2])
+        hidden_states, attention_mask = self.embed(
+            input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids=token_type_ids
+        )
         segment_ids = self.packed_sequences(position_ids, attention_mask, hidden_states.shape[0])
         output_attentions = kwargs.get("output_attentions", self.config.output_attentions)
         # the mask as the poolings take it, made once for every layer
@@ -1065,7 +1114,7 @@ class FastformerDecoder(FastformerStack):
     def __init__(self, config: FastformerConfig, cross_attention: bool):
         super().__init__(config)
         self.input_name = "decoder_input_ids" if cross_attention else "input_ids"
-        self.embeddings = FastformerEmbeddings(config)
+        self.embeddings = FastformerEmbeddings(config, token_types=not cross_attention)
         self.layers = self._layers(FastformerDecoderLayer, config.num_decoder_layers, cross_attention)
         self.post_init()
 
@@ -1150,8 +1199,8 @@ class FastformerDecoder(FastformerStack):
             position_ids,
             inputs_embeds,
             *((0, None) if states is None else (states.seen_tokens, states.positions)),
+            token_type_ids=token_type_ids,
         )
-        check_single_segment(token_type_ids, hidden_states.shape[:2])
         packed = self.packed(position_ids, attention_mask, hidden_states.shape[0], states, kwargs)
         cross_inputs = self.cross_attention_inputs(encoder_hidden_states, encoder_attention_mask, cache)
         source_mask = self.source_mask(hidden_states, encoder_hidden_states, encoder_attention_mask)
@@ -1572,8 +1621,8 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         r"""
-        token_type_ids: accepted so that BERT tokenizers' output passes as it is: all zero
-            (`checks.check_single_segment`).
+        token_type_ids: the token types (segments) (B, T), as the encoder's (`FastformerModel`), of these tokens only
+            (generate() passes them so); none given reads as all zeros.
         cache: the generation state to continue (`new_cache()`; `past_key_values` and `cache_params` are its
             former names): read whenever given, returned with `use_cache` (off with `labels`).
         encoder_hidden_states, encoder_attention_mask: GPT-2's with cross-attention; refused, as by GPT-2 without

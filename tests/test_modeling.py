@@ -24,9 +24,8 @@ from fastformer import (
     FastformerForSequenceClassification,
     FastformerModel,
 )
-from fastformer.checks import value_checks
 from fastformer.functional import additive_attention
-from fastformer.modeling_fastformer import FastformerCausalAttention, FastformerLayer
+from fastformer.modeling_fastformer import FastformerCausalAttention, FastformerLayer, FastformerTokenTypeEmbeddings
 
 HEADS = [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM]
 VOCAB, HIDDEN, NUM_HEADS, INTERMEDIATE, LAYERS = 99, 32, 4, 37, 3
@@ -585,19 +584,64 @@ def test_init_weights_follow_initializer_range(build):
     assert torch.all(embeddings.layer_norm.weight == 1) and torch.all(embeddings.layer_norm.bias == 0)
 
 
-@pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)
-def test_bert_tokenizer_token_type_ids(build, model_class):
+EVERY_HEAD = [*HEADS, FastformerForConditionalGeneration, FastformerForCausalLM]
+
+
+def training_loss(model, ids, **inputs):
+    """A loss that reads every output of `model` (the encoder's pooled vector too)."""
+    if model.config.is_encoder_decoder:
+        return model(ids, decoder_input_ids=ids[:, :3], labels=ids[:, :3], **inputs).loss
+    if isinstance(model, FastformerModel):
+        output = model(ids, **inputs)
+        return output.last_hidden_state.pow(2).mean() + output.pooler_output.pow(2).mean()
+    labels = torch.zeros(len(ids), dtype=torch.long) if isinstance(model, FastformerForSequenceClassification) else ids
+    return model(ids, labels=labels, **inputs).loss
+
+
+@pytest.mark.parametrize("model_class", EVERY_HEAD, ids=lambda c: c.__name__)
+def test_token_types_start_at_zero_and_are_learned(build, model_class):
+    """Segment embeddings as BERT's (tests/test_peer_recipes.py compares a text pair's with BERT's): the table starts
+    at zero, so a new model's outputs are those without token types; a training step on text pairs teaches the
+    second segment's row (row 0 stays zero: no gradient), which then moves the outputs, while no `token_type_ids`
+    and a BERT tokenizer's zeros still give the same ones. The encoder-decoder's are its encoder's."""
     model = build(model_class)
+    table = next(module for module in model.modules() if isinstance(module, FastformerTokenTypeEmbeddings)).weight
+    assert not table.any()
     ids = torch.randint(1, VOCAB, (2, 7))
-    with torch.no_grad():
-        reference = model(ids)
-        zeros = model(ids, token_type_ids=torch.zeros_like(ids))  # one text per sequence: nothing lost
-    for key, value in reference.items():
-        assert torch.equal(zeros[key], value), key
     segments = torch.zeros_like(ids)
-    segments[:, 4:] = 1  # a text pair: segment information Fastformer cannot represent
-    with value_checks(), pytest.raises(ValueError, match="no token type .* `token_type_ids` has non-zero values"):
-        model(ids, token_type_ids=segments)
+    segments[:, 4:] = 1
+    training_loss(model.train(), ids, token_type_ids=segments).backward()
+    assert not table.grad[0].any() and table.grad[1].any()
+    torch.optim.SGD([table], lr=1.0).step()
+    inputs = {"decoder_input_ids": ids[:, :3]} if model.config.is_encoder_decoder else {}
+    with torch.no_grad():
+        reference = model.eval()(ids, **inputs)
+        zeros = model(ids, token_type_ids=torch.zeros_like(ids), **inputs)
+        pair = model(ids, token_type_ids=segments, **inputs)
+    for key, value in reference.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(zeros[key], value), key
+    main = "last_hidden_state" if model_class is FastformerModel else "logits"
+    assert (pair[main] - reference[main]).abs().max() > 1e-5
+
+
+@pytest.mark.parametrize("model_class", EVERY_HEAD, ids=lambda c: c.__name__)
+def test_a_training_step_without_token_types_reaches_every_parameter(build, model_class):
+    """Every parameter gets a gradient, the token-type table's too where no `token_type_ids` are given (as BERT's
+    does): DDP without `find_unused_parameters` (accelerate's default; the Trainer's under gradient checkpointing)
+    fails at the next step on a parameter that gets none, and FSDP expects one for each."""
+    model = build(model_class).train()
+    training_loss(model, torch.randint(1, VOCAB, (2, 7))).backward()
+    assert [name for name, parameter in model.named_parameters() if parameter.grad is None] == []
+
+
+def test_packed_rows_longer_than_the_positions_train_without_token_types(build):
+    """A row of DataCollatorWithFlattening may hold more tokens than `max_position_embeddings` (its positions restart
+    at each sequence): the type-0 lookup of a training step covers any length."""
+    model = build(FastformerForMaskedLM).train()
+    ids = torch.randint(1, VOCAB, (1, 80))
+    model(ids, position_ids=torch.arange(40).repeat(2)[None], labels=ids).loss.backward()
+    assert model.fastformer.embeddings.token_type_embeddings.weight.grad is not None
 
 
 @pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)
