@@ -127,7 +127,8 @@ class FastformerConfig(PreTrainedConfig):
             `interaction="product"`. `"auto"`: collapsed with the product interaction for sequences of at least
             `hidden_size / 2` tokens (`hidden_size` with gradients) in batches of at least 16 * `hidden_size`
             tokens, where the arithmetic it saves outweighs its extra kernel launches on a GPU; plain otherwise
-            (`FastformerLayer.uses_collapsed_attention`). The causal decoder always uses its own causal computation.
+            (`FastformerLayer.uses_collapsed_attention`); while torch.export traces a graph for every length,
+            collapsed with the product interaction. The causal decoder always uses its own causal computation.
             Not to be confused with transformers' `attn_implementation` ("sdpa", "eager"), which selects the
             function of the softmax cross-attention of `FastformerForConditionalGeneration`. Configs saved with the
             former name of this field, `attention_implementation`, load with their value here.

@@ -429,7 +429,7 @@ class FastformerLayer(GradientCheckpointingLayer):
     - "collapsed": the same function with the Linear layers folded into one matrix per sequence
       (`collapsed_attention`; "product" interaction only);
     - "auto" (default): "collapsed" where it applies and repays building its matrix, "plain" otherwise
-      (`uses_collapsed_attention`).
+      (`uses_collapsed_attention`); while torch.export traces (a length of any value), "collapsed" where it applies.
     The layer owns the choice because the folding reads weights of both `attention` and `attention_output`.
     """
 
@@ -456,14 +456,19 @@ class FastformerLayer(GradientCheckpointingLayer):
         costs. Per sequence of N tokens (hidden size C) it builds a (C x C) matrix, 2 C^3 multiply-adds, and saves
         three of the plain path's four (N x C) by (C x C) products, 6 N C^2: it repays from N = C / 2 on, and
         with gradients, whose backward builds the matrix's gradient as well, from N = C. And only for batches of at
-        least `collapse_min_tokens_per_unit` * C tokens, where the GEMMs, not the kernel launches, set the time."""
+        least `collapse_min_tokens_per_unit` * C tokens, where the GEMMs, not the kernel launches, set the time.
+        While torch.export traces, the batch and the length may be symbolic, and a rule on them would hold the graph
+        to one side of it: "auto" then takes the collapsed path wherever it applies, as `fastformer.export` does."""
         mode = self.config.additive_attention_mode
         if mode == "auto":
+            if self.config.interaction != "product":
+                return False
+            if torch.compiler.is_exporting():
+                return self.folds_plain_linears()
             batch, length, hidden_size = hidden_states.shape
             min_length = hidden_size if torch.is_grad_enabled() else hidden_size / 2
             return (
-                self.config.interaction == "product"
-                and length >= min_length
+                length >= min_length
                 and batch * length >= self.collapse_min_tokens_per_unit * hidden_size
                 and self.folds_plain_linears()
             )
