@@ -10,6 +10,7 @@ cross-attention keys and values in an EncoderDecoderCache beside it, as BART doe
 only relatively, so a saved checkpoint carries it as Hub code.
 """
 
+import math
 from collections.abc import Callable
 from functools import partial
 
@@ -445,11 +446,15 @@ class FastformerLayer(GradientCheckpointingLayer):
         self.feed_forward = FastformerFeedForward(config)
 
     def folds_plain_linears(self) -> bool:
-        """Whether the maps "collapsed" folds are plain `nn.Linear`s: its folding reads their `weight`, which a
-        wrapped layer (a PEFT adapter, a quantized layer) does not apply alone."""
-        attention = self.attention
-        maps = (attention.query, attention.key, attention.value, attention.transform, self.attention_output.dense)
-        return all(type(linear) is nn.Linear for linear in maps if linear is not None)
+        """Whether the maps "collapsed" folds are plain `nn.Linear`s with their weights at hand: its folding reads
+        their weights (and the attention's w_q, w_k) outside their forward, which a wrapped layer (a PEFT adapter, a
+        quantized layer) does not apply alone, and which an offloaded layer holds on "meta" (a device map's offload:
+        accelerate loads the weights around the module's own forward only)."""
+        attention, dense = self.attention, self.attention_output.dense
+        maps = (attention.query, attention.key, attention.value, attention.transform, dense)
+        plain = all(type(linear) is nn.Linear for linear in maps if linear is not None)
+        parameters = (parameter for module in (attention, dense) for parameter in module.parameters())
+        return plain and not any(parameter.is_meta for parameter in parameters)
 
     def uses_collapsed_attention(self, hidden_states) -> bool:
         """ "auto": the collapsed path where it applies ("product" interaction, plain Linear layers) and repays what it
@@ -480,7 +485,8 @@ class FastformerLayer(GradientCheckpointingLayer):
         if mode == "collapsed" and not self.folds_plain_linears():
             raise ValueError(
                 'additive_attention_mode="collapsed" folds the attention\'s nn.Linear weights, but some are wrapped '
-                '(e.g. by a PEFT adapter), whose output the folding would skip; use "auto" or "plain"'
+                "(e.g. by a PEFT adapter or by quantization), whose output the folding would skip, or offloaded by a "
+                'device map (on "meta" outside their forward); use "auto" or "plain"'
             )
         return mode == "collapsed"
 
@@ -584,6 +590,27 @@ class FastformerDecoderLayer(GradientCheckpointingLayer):
         return self.feed_forward(hidden_states)
 
 
+class FastformerScoreVector(nn.Module):
+    """The additive pooler's score vector s, `weight` (1, hidden_size) as a one-output Linear layer's (no bias: a
+    softmax ignores a shift, so its gradient is 0 and Adam would only move it by rounding noise). Its forward hands it
+    out as the pooling's query: read inside the module's own forward, as a device map that offloads it needs
+    (accelerate loads an offloaded weight around the forward), and left as it is by quantization, which swaps
+    nn.Linear layers."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(1, hidden_size))
+        # drawn as nn.Linear(hidden_size, 1) draws its weight, so that a seeded model draws the same numbers as with
+        # such a Linear layer (`_init_weights` then draws it from the config)
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+
+    def forward(self, keys) -> torch.Tensor:
+        """The query of each row of `keys` (B, 1, N, C): (B, 1, 1, C)."""
+        # a copy of the score vector, at an aligned address: the CPU kernel sums in an order that follows the
+        # query's alignment, which a loaded (memory-mapped) weight does not have, so a reloaded model would differ
+        return self.weight.clone().view(1, 1, 1, -1).expand(keys.shape[0], 1, 1, -1)
+
+
 class FastformerPooler(nn.Module):
     """Pools the last layer into one vector per sequence, ignoring padding (`config.pooler_type`)."""
 
@@ -593,8 +620,7 @@ class FastformerPooler(nn.Module):
         if self.pooler_type == "additive":
             # the paper's attention pooling: a small tanh MLP scores each token
             self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-            # no bias: a softmax ignores a shift, so its gradient is 0 and Adam would only move it by rounding noise
-            self.score = nn.Linear(config.hidden_size, 1, bias=False)
+            self.score = FastformerScoreVector(config.hidden_size)
 
     def forward(self, hidden_states, attention_mask=None, mask: PoolingMask | None = None) -> torch.Tensor:
         """attention_mask: (B, N), True for tokens; `mask`: its `functional.PoolingMask` where the caller has made
@@ -604,9 +630,7 @@ class FastformerPooler(nn.Module):
             # query, one fused kernel
             mask = as_pooling_mask(attention_mask, compute_dtype(hidden_states)) if mask is None else mask
             keys = torch.tanh(self.dense(hidden_states)).unsqueeze(1)  # (B, 1, N, C)
-            # a copy of the score vector, at an aligned address: the CPU kernel sums in an order that follows the
-            # query's alignment, which a loaded (memory-mapped) weight does not have, so a reloaded model would differ
-            query = self.score.weight.clone().view(1, 1, 1, -1).expand(keys.shape[0], 1, 1, -1)
+            query = self.score(keys)  # (B, 1, 1, C)
             pooled = nn.functional.scaled_dot_product_attention(
                 query, keys, hidden_states.unsqueeze(1), attn_mask=None if mask is None else mask.bias, scale=1.0
             ).view(keys.shape[0], -1)
@@ -653,7 +677,7 @@ class FastformerPreTrainedModel(PreTrainedModel):
         super()._init_weights(module)
         if isinstance(module, FastformerCrossAttention) and module.cross_attention_type == "additive":
             init.normal_(module.context_weight, mean=0.0, std=self.config.initializer_range)
-        if isinstance(module, FastformerShortConvolution):
+        if isinstance(module, (FastformerShortConvolution, FastformerScoreVector)):
             init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
         if isinstance(module, FastformerAttention):
             for parameter in (

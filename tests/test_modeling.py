@@ -1,11 +1,13 @@
 """Fastformer models: padding invariance, the config switches, and the PreTrainedModel API."""
 
+import copy
 import functools
 import inspect
 
 import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassClassValidationError
+from torch import nn
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -260,6 +262,71 @@ def test_collapsed_attention_is_refused_where_it_cannot_apply(build, tiny_config
         model(torch.randint(1, VOCAB, (1, 4)))
 
 
+# a batch that "auto" folds a plain model's Linear layers for (hidden size 32, 64 positions), and one it does not
+FOLDED, NOT_FOLDED = (8, 64), (2, 7)
+
+
+def padded_batches():
+    """(input_ids, attention_mask) of the shapes NOT_FOLDED and FOLDED, the first row half padding."""
+    for batch, length in (NOT_FOLDED, FOLDED):
+        ids = torch.randint(1, VOCAB, (batch, length))
+        mask = torch.ones_like(ids)
+        mask[0, length // 2 :] = 0
+        yield ids, mask
+
+
+@pytest.mark.filterwarnings("ignore:torch.ao.quantization is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor.*deprecated:UserWarning")
+def test_dynamic_quantization_gives_logits_close_to_the_float_models(build):
+    """torch.ao's dynamic int8 quantization swaps every nn.Linear, the pooler's too, for one whose weight is a packed
+    int8 tensor behind a method: the quantized classifier runs (on the plain attention path where "auto" folds the
+    float model's weights), and its logits stay within 5% of the largest float logit."""
+    model = build(FastformerForSequenceClassification)
+    quantized = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), {nn.Linear}, dtype=torch.qint8)
+    assert type(quantized.fastformer.pooler.dense) is not nn.Linear  # it was quantized
+    for ids, mask in padded_batches():
+        with torch.no_grad():
+            expected = model(ids, attention_mask=mask).logits
+            found = quantized(ids, attention_mask=mask).logits
+        assert 0 < (found - expected).abs().max() <= 0.05 * expected.abs().max()
+    hidden_states = torch.zeros(*FOLDED, HIDDEN)
+    with torch.no_grad():
+        assert model.fastformer.layers[0].uses_collapsed_attention(hidden_states)
+        assert not quantized.fastformer.layers[0].uses_collapsed_attention(hidden_states)
+
+
+def test_a_device_map_that_offloads_to_disk_gives_the_logits_of_the_model(build, tmp_path):
+    """accelerate's offload keeps a module's weights on "meta" and loads them around the module's own forward: the
+    pooler and layers offloaded to disk give the plain model's logits (on the plain attention path, which calls every
+    Linear layer, where "auto" folds the plain model's weights), and an explicit "collapsed" is refused."""
+    model = build(FastformerForSequenceClassification, share_layers=False)
+    model.save_pretrained(tmp_path / "model")
+    device_map = {
+        "fastformer.embeddings": "cpu",
+        "fastformer.layers.0": "disk",
+        "fastformer.layers.1": "cpu",
+        "fastformer.layers.2": "disk",
+        "fastformer.pooler": "disk",
+        "classifier": "cpu",
+    }
+    offloaded = FastformerForSequenceClassification.from_pretrained(
+        tmp_path / "model", device_map=device_map, offload_folder=tmp_path / "offload"
+    ).eval()
+    assert (
+        offloaded.fastformer.pooler.dense.weight.is_meta
+        and offloaded.fastformer.layers[0].attention.query.weight.is_meta
+    )
+    for ids, mask in padded_batches():
+        with torch.no_grad():
+            expected = model(ids, attention_mask=mask).logits
+            torch.testing.assert_close(offloaded(ids, attention_mask=mask).logits, expected, rtol=0, atol=1e-5)
+    with torch.no_grad():
+        assert model.fastformer.layers[0].uses_collapsed_attention(torch.zeros(*FOLDED, HIDDEN))
+    offloaded.config.additive_attention_mode = "collapsed"
+    with pytest.raises(ValueError, match="offloaded"):
+        offloaded(ids, attention_mask=mask)
+
+
 def test_the_causal_decoder_has_no_collapsed_path(build):
     """The folding needs the whole sequence's global key: no module of a decoder offers it, and the field leaves
     the decoder's computation exactly as it is."""
@@ -375,7 +442,7 @@ def test_pooler_types(build):
         elif pooler_type == "mean":
             torch.testing.assert_close(output.pooler_output, torch.stack([hidden[0].mean(0), hidden[1, 3:].mean(0)]))
         else:
-            scores = model.pooler.score(torch.tanh(model.pooler.dense(hidden))).squeeze(-1)
+            scores = torch.tanh(model.pooler.dense(hidden)) @ model.pooler.score.weight[0]  # s . tanh(W h_i + b)
             weights = scores.masked_fill(mask == 0, float("-inf")).softmax(-1)
             torch.testing.assert_close(output.pooler_output, (weights[..., None] * hidden).sum(1))
     assert poolers == {"additive": LINEAR + HIDDEN, "cls": 0, "mean": 0}  # the score has no bias (shift-free)
