@@ -252,7 +252,8 @@ def test_by_default_no_synchronization_on_cuda(build):
     try:
         step = model(ids, decoder_input_ids=ids[:, :3], use_cache=True)
         step = model(ids, decoder_input_ids=ids[:, :1], cache=step.cache, use_cache=True)
-        build(FastformerForSequenceClassification).cuda()(ids, labels=torch.zeros(2, dtype=torch.long, device="cuda"))
+        labels = torch.zeros(2, dtype=torch.long, device="cuda")
+        build(FastformerForSequenceClassification).cuda()(ids, token_type_ids=torch.zeros_like(ids), labels=labels)
     finally:
         torch.cuda.set_sync_debug_mode("default")
 
