@@ -1,11 +1,12 @@
 """What the models check before they compute: a clear ValueError instead of a silent wrong answer.
 
 Token ids in the vocabulary and of an integer dtype, embeddings of the model's width, labels of the shape, dtype
-and range the loss reads, no second segment. The messages name the argument, the expected and the given value.
+and range the loss reads, token types among the config's. The messages name the argument, the expected and the given
+value.
 
 Shapes and dtypes are always checked: they are known on the host, so checking them costs nothing. VALUES (an id
-outside the vocabulary, a class id >= num_labels, a non-zero token type) are checked only inside `value_checks()`,
-on every device alike: reading a tensor's values makes the host wait for the
+outside the vocabulary, a class id >= num_labels, a token type >= type_vocab_size) are checked only inside
+`value_checks()`, on every device alike: reading a tensor's values makes the host wait for the
 device (a synchronization on every forward pass and decoding step of a GPU), so by default they are not read, as
 transformers' models do not read them, and a bad id fails inside torch (on CUDA: a device-side assert). Run the
 failing step again inside `value_checks()` for the message. They are skipped while torch.compile traces (a
@@ -164,21 +165,19 @@ def checked_classification_labels(labels, config, batch_size) -> torch.Tensor:
     return labels.contiguous()
 
 
-def check_single_segment(token_type_ids: torch.Tensor | None, shape: tuple[int, int]):
-    """Fastformer has no token type (segment) embeddings: `token_type_ids` of the inputs' shape (batch, seq_len) are
-    accepted so that BERT tokenizers' output passes as it is, and must be all zero. Where values are checked, a
-    second segment (a text pair) is refused; elsewhere the texts of a pair are told apart by the separator token
-    between them alone, as RoBERTa's are."""
-    if token_type_ids is None:
-        return
+def check_token_type_ids(token_type_ids: torch.Tensor, shape: tuple[int, int], type_vocab_size: int):
+    """Token types (segments) for inputs of `shape` (batch, seq_len): integers in [0, type_vocab_size), of that
+    shape."""
     if tuple(token_type_ids.shape) != tuple(shape):
         raise ValueError(
-            f"`token_type_ids` must have the inputs' shape {tuple(shape)}, got {tuple(token_type_ids.shape)}"
+            f"`token_type_ids` must have shape (batch, seq_len) = {tuple(shape)}, got {tuple(token_type_ids.shape)}"
         )
-    if values_checked() and bool(token_type_ids.any()):
+    _check_integer(token_type_ids, "token_type_ids", "token types")
+    bad = _values_outside(token_type_ids, 0, type_vocab_size)
+    if bad is not None:
         raise ValueError(
-            "Fastformer has no token type (segment) embeddings, but `token_type_ids` has non-zero values: "
-            "encode one text per sequence, or drop `token_type_ids`"
+            f"`token_type_ids` holds {bad}, outside [0, {type_vocab_size}): token types must be below the config's "
+            "`type_vocab_size`"
         )
 
 

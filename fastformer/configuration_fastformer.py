@@ -89,6 +89,10 @@ class FastformerConfig(PreTrainedConfig):
         hidden_act (`str`, defaults to `"gelu"`): feed-forward activation, a key of `transformers.activations.ACT2FN`.
         hidden_dropout_prob (`float`, defaults to 0.2): dropout on embeddings and on each sub-layer's output.
         max_position_embeddings (`int`, defaults to 2048): longest input; positions are learned embeddings.
+        type_vocab_size (`int`, defaults to 2): number of token types (segments) that `token_type_ids` may hold, as
+            BERT's: each has a learned embedding added to its tokens', starting at zero; type 0's stays zero (it gets
+            no gradient), so no `token_type_ids` reads as all zeros. The encoder-decoder's decoder has none (as
+            BART's): its `token_type_ids` are the encoder's.
         layer_norm_eps (`float`, defaults to 1e-12): LayerNorm epsilon.
         initializer_range (`float`, defaults to 0.02): std of the normal init of every weight matrix and of w_q, w_k.
         pad_token_id (`int`, defaults to 0): padding id (its embedding starts at zero).
@@ -123,7 +127,8 @@ class FastformerConfig(PreTrainedConfig):
             `interaction="product"`. `"auto"`: collapsed with the product interaction for sequences of at least
             `hidden_size / 2` tokens (`hidden_size` with gradients) in batches of at least 16 * `hidden_size`
             tokens, where the arithmetic it saves outweighs its extra kernel launches on a GPU; plain otherwise
-            (`FastformerLayer.uses_collapsed_attention`). The causal decoder always uses its own causal computation.
+            (`FastformerLayer.uses_collapsed_attention`); while torch.export traces a graph for every length,
+            collapsed with the product interaction. The causal decoder always uses its own causal computation.
             Not to be confused with transformers' `attn_implementation` ("sdpa", "eager"), which selects the
             function of the softmax cross-attention of `FastformerForConditionalGeneration`. Configs saved with the
             former name of this field, `attention_implementation`, load with their value here.
@@ -167,7 +172,7 @@ class FastformerConfig(PreTrainedConfig):
             so that whether a copy may start or stop there is scored from its neighbours.
         bos_token_id, decoder_start_token_id (`int`, *optional*): special ids for generation.
         eos_token_id (`int` or `list[int]`, *optional*): the id, or ids, that end a generated sequence.
-        use_cache (`bool`, defaults to True): return the decoder's generation state (`FastformerCache`).
+        use_cache (`bool`, defaults to True): return the decoder's generation state (`FastformerCacheLayer`s).
     """
 
     model_type = "fastformer"
@@ -181,6 +186,7 @@ class FastformerConfig(PreTrainedConfig):
     hidden_act: str = _activation("gelu")
     hidden_dropout_prob: float | int = _probability(0.2)
     max_position_embeddings: int = _positive_int(2048)
+    type_vocab_size: int = _positive_int(2)
     layer_norm_eps: float | int = _positive_number(1e-12)
     initializer_range: float | int = _positive_number(0.02)
     pad_token_id: int | None = 0

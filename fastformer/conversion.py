@@ -13,6 +13,7 @@ layer and its LayerNorm, and the feed-forward block with its LayerNorm. Only the
 |------------------------------------------------------|----------------------------------------------------|
 | embeddings.word_embeddings                           | embeddings.word_embeddings                         |
 | embeddings.position_embeddings + token_type row 0    | embeddings.position_embeddings (rows 0..P-1)       |
+| embeddings.token_type_embeddings - its row 0         | embeddings.token_type_embeddings                   |
 | embeddings.LayerNorm                                 | embeddings.layer_norm                              |
 | encoder.layer.i.attention.self.{query,key,value}     | layers.i.attention.{query,key,value}               |
 | encoder.layer.i.attention.output.{dense,LayerNorm}   | layers.i.attention_output.{dense,layer_norm}       |
@@ -25,7 +26,8 @@ token i is then g * v_i (g: the global key), a rescaling of its own value rather
 the attention transfer (`fastformer.distillation`) has to learn the rest. The converted config has no parameter
 sharing and no query residual (`query_residual=False`: the residual adds W_q x_i, a term the teacher's attention
 output does not have; a measured choice, see docs/PRETRAINED.md). The token-type embedding of segment 0 is added
-to every position row, so a single-segment input embeds exactly as in BERT (Fastformer has no segments).
+to every position row, and the token-type table keeps each segment's embedding less segment 0's (its row 0 zero, as
+Fastformer's is): any input, with or without `token_type_ids`, embeds exactly as in BERT.
 
 BERT's pooler (dense + tanh on [CLS]) and masked-LM head are not carried: the converted encoder pools with
 `pooler_type` ("cls", the first token's hidden state; or the sentence-transformers source's own pooling), and a
@@ -84,6 +86,7 @@ SHARED_CONFIG_FIELDS = (
     "layer_norm_eps",
     "initializer_range",
     "pad_token_id",
+    "type_vocab_size",
 )
 TASKS = ("encoder", "seq2seq")
 # how an encoder-decoder's cross-attention starts: the usual random initialization, or the projections of the
@@ -326,10 +329,12 @@ def copy_bert_weights(bert: PreTrainedModel, embeddings, layers) -> None:
         raise ValueError(f"{len(layers)} Fastformer layers cannot take the source's {len(bert.encoder.layer)}")
     source = bert.embeddings
     embeddings.word_embeddings.weight.copy_(source.word_embeddings.weight)
-    segment_zero = source.token_type_embeddings.weight[0]
-    positions = source.position_embeddings.weight[position_offset(bert.config) :] + segment_zero
+    segments = source.token_type_embeddings.weight
+    positions = source.position_embeddings.weight[position_offset(bert.config) :] + segments[0]
     length = embeddings.position_embeddings.num_embeddings
     embeddings.position_embeddings.weight.copy_(extend_positions(positions, length))
+    if embeddings.token_type_embeddings is not None:  # the encoder-decoder's decoder has none (as BART's)
+        embeddings.token_type_embeddings.weight.copy_(segments - segments[0])
     embeddings.layer_norm.load_state_dict(source.LayerNorm.state_dict())
     projection = getattr(bert, "embeddings_project", None)  # ELECTRA's, where its embeddings are narrower
     if (projection is None) != (embeddings.projection is None):

@@ -9,7 +9,8 @@ The encoder layers' attention sub-layer has two exact modes of computation (`con
 graph holds one. "auto" chooses by the batch's shape at every call, which a graph with dynamic axes cannot do, so
 it is exported as the mode that does the least arithmetic from sequences of hidden_size / 2 tokens on: "collapsed"
 for the "product" interaction (which "auto" runs for such sequences in large batches, where a GPU's time goes to
-the arithmetic), "plain" otherwise.
+the arithmetic), "plain" otherwise. The layers make the same choice when a model under "auto" is given to
+`torch.export.export` directly (`FastformerLayer.uses_collapsed_attention`).
 """
 
 from contextlib import contextmanager

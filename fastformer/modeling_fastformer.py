@@ -3,13 +3,14 @@
 Class chain: FastformerAttention -> FastformerLayer -> FastformerPreTrainedModel -> FastformerModel ->
 FastformerFor<Task>. The layer is BERT-style post-LN, as in the authors' code: additive attention (with the
 output transform W_r and, unless `config.query_residual` is False, the query residual) -> dense -> dropout ->
-add & LayerNorm -> feed-forward -> add & LayerNorm. The decoder (FastformerForConditionalGeneration,
-FastformerForCausalLM) uses the causal version of the attention, whose constant-size state FastformerCache
-(transformers' linear-attention cache layers) carries during generation; an encoder-decoder keeps its
-cross-attention keys and values in an EncoderDecoderCache beside it, as BART does. This file imports the package
-only relatively, so a saved checkpoint carries it as Hub code.
+add & LayerNorm -> feed-forward -> add & LayerNorm. The decoder (FastformerForConditionalGeneration over
+FastformerSeq2SeqModel, FastformerForCausalLM) uses the causal version of the attention, whose constant-size state
+a FastformerCacheLayer per layer application (a transformers linear-attention cache layer) carries during
+generation; an encoder-decoder keeps its cross-attention keys and values in an EncoderDecoderCache beside it, as
+BART does. This file imports the package only relatively, so a saved checkpoint carries it as Hub code.
 """
 
+import math
 from collections.abc import Callable
 from functools import partial
 
@@ -53,7 +54,7 @@ from .checks import (
     check_inputs,
     check_keywords,
     check_position_ids,
-    check_single_segment,
+    check_token_type_ids,
     checked_classification_labels,
     checked_token_labels,
 )
@@ -90,23 +91,49 @@ def compute_dtype(hidden_states: torch.Tensor) -> torch.dtype:
     return hidden_states.dtype
 
 
-class FastformerEmbeddings(nn.Module):
-    """Token + learned position embeddings, LayerNorm, dropout; then a projection to `hidden_size` where
-    `config.embedding_size` differs (as ELECTRA's `embeddings_project`)."""
+class FastformerTokenTypeEmbeddings(nn.Embedding):
+    """BERT's token type (segment) embeddings: `config.type_vocab_size` rows of `config.embedding_width`. They start at
+    zero, drawing no random numbers (a seeded model draws the weights it would without them, and a checkpoint saved
+    without them gives its outputs for any `token_type_ids`), and are learned; row 0 stays zero (no gradient)."""
 
     def __init__(self, config: FastformerConfig):
+        size = (config.type_vocab_size, config.embedding_width)
+        super().__init__(*size, padding_idx=0, _weight=torch.zeros(size))
+
+
+class FastformerEmbeddings(nn.Module):
+    """Token + learned position + token type (segment) embeddings, LayerNorm, dropout; then a projection to
+    `hidden_size` where `config.embedding_size` differs (as ELECTRA's `embeddings_project`).
+
+    Token type 0's embedding is zero, so no `token_type_ids` reads as all zeros: without gradients nothing is looked up
+    for them; with gradients type 0 is looked up all the same, so that the table takes part in every backward, as DDP
+    (without `find_unused_parameters`) and FSDP expect of every parameter. With `token_types=False` (the
+    encoder-decoder's decoder, as BART's) there is no table."""
+
+    def __init__(self, config: FastformerConfig, token_types: bool = True):
         super().__init__()
         size = config.embedding_width
         self.word_embeddings = nn.Embedding(config.vocab_size, size, padding_idx=config.pad_token_id)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, size)
+        self.token_type_embeddings = None
+        if token_types:
+            self.token_type_embeddings = FastformerTokenTypeEmbeddings(config)
+            # type 0, what no `token_type_ids` read as, expanded to every token (as BERT's `token_type_ids` buffer)
+            self.register_buffer("token_type_zero", torch.zeros(1, 1, dtype=torch.long), persistent=False)
         self.layer_norm = nn.LayerNorm(size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.projection = nn.Linear(size, config.hidden_size) if size != config.hidden_size else None
 
-    def forward(self, input_ids=None, position_ids=None, inputs_embeds=None) -> torch.Tensor:
+    def forward(self, input_ids=None, position_ids=None, inputs_embeds=None, token_type_ids=None) -> torch.Tensor:
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)
-        embeddings = self.dropout(self.layer_norm(inputs_embeds + self.position_embeddings(position_ids)))
+        embeddings = inputs_embeds + self.position_embeddings(position_ids)
+        table = self.token_type_embeddings
+        if token_type_ids is None and table is not None and table.weight.requires_grad and torch.is_grad_enabled():
+            token_type_ids = self.token_type_zero.expand(embeddings.shape[:2])
+        if token_type_ids is not None:
+            embeddings = embeddings + table(token_type_ids)
+        embeddings = self.dropout(self.layer_norm(embeddings))
         return embeddings if self.projection is None else self.projection(embeddings)
 
 
@@ -398,7 +425,7 @@ class FastformerLayer(GradientCheckpointingLayer):
     - "collapsed": the same function with the Linear layers folded into one matrix per sequence
       (`collapsed_attention`; "product" interaction only);
     - "auto" (default): "collapsed" where it applies and repays building its matrix, "plain" otherwise
-      (`uses_collapsed_attention`).
+      (`uses_collapsed_attention`); while torch.export traces (a length of any value), "collapsed" where it applies.
     The layer owns the choice because the folding reads weights of both `attention` and `attention_output`.
     """
 
@@ -414,25 +441,34 @@ class FastformerLayer(GradientCheckpointingLayer):
         self.feed_forward = FastformerFeedForward(config)
 
     def folds_plain_linears(self) -> bool:
-        """Whether the maps "collapsed" folds are plain `nn.Linear`s: its folding reads their `weight`, which a
-        wrapped layer (a PEFT adapter, a quantized layer) does not apply alone."""
-        attention = self.attention
-        maps = (attention.query, attention.key, attention.value, attention.transform, self.attention_output.dense)
-        return all(type(linear) is nn.Linear for linear in maps if linear is not None)
+        """Whether the maps "collapsed" folds are plain `nn.Linear`s with their weights at hand: its folding reads
+        their weights (and the attention's w_q, w_k) outside their forward, which a wrapped layer (a PEFT adapter, a
+        quantized layer) does not apply alone, and which an offloaded layer holds on "meta" (a device map's offload:
+        accelerate loads the weights around the module's own forward only)."""
+        attention, dense = self.attention, self.attention_output.dense
+        maps = (attention.query, attention.key, attention.value, attention.transform, dense)
+        plain = all(type(linear) is nn.Linear for linear in maps if linear is not None)
+        parameters = (parameter for module in (attention, dense) for parameter in module.parameters())
+        return plain and not any(parameter.is_meta for parameter in parameters)
 
     def uses_collapsed_attention(self, hidden_states) -> bool:
         """ "auto": the collapsed path where it applies ("product" interaction, plain Linear layers) and repays what it
         costs. Per sequence of N tokens (hidden size C) it builds a (C x C) matrix, 2 C^3 multiply-adds, and saves
         three of the plain path's four (N x C) by (C x C) products, 6 N C^2: it repays from N = C / 2 on, and
         with gradients, whose backward builds the matrix's gradient as well, from N = C. And only for batches of at
-        least `collapse_min_tokens_per_unit` * C tokens, where the GEMMs, not the kernel launches, set the time."""
+        least `collapse_min_tokens_per_unit` * C tokens, where the GEMMs, not the kernel launches, set the time.
+        While torch.export traces, the batch and the length may be symbolic, and a rule on them would hold the graph
+        to one side of it: "auto" then takes the collapsed path wherever it applies, as `fastformer.export` does."""
         mode = self.config.additive_attention_mode
         if mode == "auto":
+            if self.config.interaction != "product":
+                return False
+            if torch.compiler.is_exporting():
+                return self.folds_plain_linears()
             batch, length, hidden_size = hidden_states.shape
             min_length = hidden_size if torch.is_grad_enabled() else hidden_size / 2
             return (
-                self.config.interaction == "product"
-                and length >= min_length
+                length >= min_length
                 and batch * length >= self.collapse_min_tokens_per_unit * hidden_size
                 and self.folds_plain_linears()
             )
@@ -444,7 +480,8 @@ class FastformerLayer(GradientCheckpointingLayer):
         if mode == "collapsed" and not self.folds_plain_linears():
             raise ValueError(
                 'additive_attention_mode="collapsed" folds the attention\'s nn.Linear weights, but some are wrapped '
-                '(e.g. by a PEFT adapter), whose output the folding would skip; use "auto" or "plain"'
+                "(e.g. by a PEFT adapter or by quantization), whose output the folding would skip, or offloaded by a "
+                'device map (on "meta" outside their forward); use "auto" or "plain"'
             )
         return mode == "collapsed"
 
@@ -545,6 +582,27 @@ class FastformerDecoderLayer(GradientCheckpointingLayer):
         return self.feed_forward(hidden_states)
 
 
+class FastformerScoreVector(nn.Module):
+    """The additive pooler's score vector s, `weight` (1, hidden_size) as a one-output Linear layer's (no bias: a
+    softmax ignores a shift, so its gradient is 0 and Adam would only move it by rounding noise). Its forward hands it
+    out as the pooling's query: read inside the module's own forward, as a device map that offloads it needs
+    (accelerate loads an offloaded weight around the forward), and left as it is by quantization, which swaps
+    nn.Linear layers."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(1, hidden_size))
+        # drawn as nn.Linear(hidden_size, 1) draws its weight, so that a seeded model draws the same numbers as with
+        # such a Linear layer (`_init_weights` then draws it from the config)
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+
+    def forward(self, keys) -> torch.Tensor:
+        """The query of each row of `keys` (B, 1, N, C): (B, 1, 1, C)."""
+        # a copy of the score vector, at an aligned address: the CPU kernel sums in an order that follows the
+        # query's alignment, which a loaded (memory-mapped) weight does not have, so a reloaded model would differ
+        return self.weight.clone().view(1, 1, 1, -1).expand(keys.shape[0], 1, 1, -1)
+
+
 class FastformerPooler(nn.Module):
     """Pools the last layer into one vector per sequence, ignoring padding (`config.pooler_type`)."""
 
@@ -554,8 +612,7 @@ class FastformerPooler(nn.Module):
         if self.pooler_type == "additive":
             # the paper's attention pooling: a small tanh MLP scores each token
             self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-            # no bias: a softmax ignores a shift, so its gradient is 0 and Adam would only move it by rounding noise
-            self.score = nn.Linear(config.hidden_size, 1, bias=False)
+            self.score = FastformerScoreVector(config.hidden_size)
 
     def forward(self, hidden_states, attention_mask=None, mask: PoolingMask | None = None) -> torch.Tensor:
         """attention_mask: (B, N), True for tokens; `mask`: its `functional.PoolingMask` where the caller has made
@@ -565,9 +622,7 @@ class FastformerPooler(nn.Module):
             # query, one fused kernel
             mask = as_pooling_mask(attention_mask, compute_dtype(hidden_states)) if mask is None else mask
             keys = torch.tanh(self.dense(hidden_states)).unsqueeze(1)  # (B, 1, N, C)
-            # a copy of the score vector, at an aligned address: the CPU kernel sums in an order that follows the
-            # query's alignment, which a loaded (memory-mapped) weight does not have, so a reloaded model would differ
-            query = self.score.weight.clone().view(1, 1, 1, -1).expand(keys.shape[0], 1, 1, -1)
+            query = self.score(keys)  # (B, 1, 1, C)
             pooled = nn.functional.scaled_dot_product_attention(
                 query, keys, hidden_states.unsqueeze(1), attn_mask=None if mask is None else mask.bias, scale=1.0
             ).view(keys.shape[0], -1)
@@ -593,7 +648,7 @@ class FastformerPreTrainedModel(PreTrainedModel):
     # time if they were named); the generative heads name theirs
     _no_split_modules = ["FastformerLayer"]
     # every forward (training, inference, a cached decoding step) compiles as one graph (tests/test_compile.py); with a
-    # FastformerCache, generate() on a GPU then compiles the decoding steps itself, whose state stays at its addresses
+    # static cache, generate() on a GPU then compiles the decoding steps itself, whose state stays at its addresses
     _can_compile_fullgraph = True
     # what `output_hidden_states` / `output_attentions` collect (transformers' `capture_outputs` hooks): every
     # layer application's output, and the encoder layers' pooling distributions (B, H, 2, N)
@@ -606,10 +661,15 @@ class FastformerPreTrainedModel(PreTrainedModel):
         if isinstance(module, (SpanGate, SourceContext)):
             module.init_weights()
             return
+        if isinstance(module, FastformerTokenTypeEmbeddings):
+            init.zeros_(module.weight)
+            return
+        if isinstance(module, FastformerEmbeddings) and module.token_type_embeddings is not None:
+            init.zeros_(module.token_type_zero)
         super()._init_weights(module)
         if isinstance(module, FastformerCrossAttention) and module.cross_attention_type == "additive":
             init.normal_(module.context_weight, mean=0.0, std=self.config.initializer_range)
-        if isinstance(module, FastformerShortConvolution):
+        if isinstance(module, (FastformerShortConvolution, FastformerScoreVector)):
             init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
         if isinstance(module, FastformerAttention):
             for parameter in (
@@ -656,12 +716,19 @@ class FastformerStack(FastformerPreTrainedModel):
             return None
         return find_packed_sequence_indices(position_ids.expand(batch_size, -1))
 
-    def embed(self, input_ids, attention_mask, position_ids, inputs_embeds, past_tokens=0):
+    def embed(self, input_ids, attention_mask, position_ids, inputs_embeds, past_tokens=0, token_type_ids=None):
         """The checked inputs' embeddings (B, N, hidden_size) and their attention mask as booleans; `past_tokens`: the
-        columns before these (in generation), which the mask may cover too, as generate() passes it. Without
-        `position_ids`, positions count the real tokens of a mask over all the columns, else continue after
-        `past_tokens`."""
+        columns before these (in generation), which the mask may cover too, as generate() passes it;
+        `token_type_ids`: these columns' only, as generate() passes them. Without `position_ids`, positions count the
+        real tokens of a mask over all the columns, else continue after `past_tokens`."""
         batch_size, length = check_inputs(input_ids, inputs_embeds, self.config, self.input_name)
+        if token_type_ids is not None:
+            if self.embeddings.token_type_embeddings is None:
+                raise ValueError(
+                    "The encoder-decoder's decoder has no token types (as BART's), but was given `token_type_ids`: "
+                    "they are the encoder's (`FastformerForConditionalGeneration`'s `token_type_ids`)"
+                )
+            check_token_type_ids(token_type_ids, (batch_size, length), self.config.type_vocab_size)
         whole_mask = None
         if past_tokens and attention_mask is not None and attention_mask.shape[-1] == past_tokens + length:
             whole_mask, attention_mask = attention_mask.bool(), attention_mask[:, past_tokens:]
@@ -675,7 +742,7 @@ class FastformerStack(FastformerPreTrainedModel):
         max_positions = self.config.max_position_embeddings
         if position_ids is not None:
             check_position_ids(position_ids, (batch_size, length), max_positions)
-            return self.embeddings(input_ids, position_ids, inputs_embeds), attention_mask
+            return self.embeddings(input_ids, position_ids, inputs_embeds, token_type_ids), attention_mask
         if whole_mask is not None:  # a bool mask's cumsum counts in int64
             position_ids = (whole_mask.cumsum(dim=-1) - 1).clamp(min=0)[:, past_tokens:]
         elif attention_mask is None:
@@ -691,7 +758,7 @@ class FastformerStack(FastformerPreTrainedModel):
                 f"The `{name}` sequence reaches more than {max_positions} positions (`max_position_embeddings`): "
                 "truncate it, generate fewer tokens or use a config with more positions"
             )
-        return self.embeddings(input_ids, position_ids, inputs_embeds), attention_mask
+        return self.embeddings(input_ids, position_ids, inputs_embeds, token_type_ids), attention_mask
 
 
 class FastformerModel(FastformerStack):
@@ -731,8 +798,8 @@ class FastformerModel(FastformerStack):
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
         r"""
-        token_type_ids: accepted so that BERT tokenizers' output passes as it is: all zero
-            (`checks.check_single_segment`).
+        token_type_ids: the token types (segments) (B, N), as BERT's: 0 for the first text of a pair, 1 for the
+            second; none given reads as all zeros.
         encoder_hidden_states, encoder_attention_mask, cache: BERT's as a decoder; the Fastformer encoder has
             no cross-attention and no generation state, so they are refused (the decoders are
             `FastformerForConditionalGeneration` and `FastformerForCausalLM`).
@@ -749,8 +816,9 @@ class FastformerModel(FastformerStack):
                 "generation is FastformerForCausalLM's and FastformerForConditionalGeneration's"
             )
         check_keywords(kwargs, type(self).__name__, causal=False)
-        hidden_states, attention_mask = self.embed(input_ids, attention_mask, position_ids, inputs_embeds)
-        check_single_segment(token_type_ids, hidden_states.shape[:2])
+        hidden_states, attention_mask = self.embed(
+            input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids=token_type_ids
+        )
         segment_ids = self.packed_sequences(position_ids, attention_mask, hidden_states.shape[0])
         output_attentions = kwargs.get("output_attentions", self.config.output_attentions)
         # the mask as the poolings take it, made once for every layer
@@ -1024,7 +1092,7 @@ class FastformerDecoder(FastformerStack):
     def __init__(self, config: FastformerConfig, cross_attention: bool):
         super().__init__(config)
         self.input_name = "decoder_input_ids" if cross_attention else "input_ids"
-        self.embeddings = FastformerEmbeddings(config)
+        self.embeddings = FastformerEmbeddings(config, token_types=not cross_attention)
         self.layers = self._layers(FastformerDecoderLayer, config.num_decoder_layers, cross_attention)
         self.post_init()
 
@@ -1157,8 +1225,9 @@ class FastformerDecoder(FastformerStack):
         cache = self.checked_cache(cache, use_cache, batch_size)
         states = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         past_tokens = 0 if states is None else states.get_seq_length()
-        hidden_states, attention_mask = self.embed(input_ids, attention_mask, position_ids, inputs_embeds, past_tokens)
-        check_single_segment(token_type_ids, hidden_states.shape[:2])
+        hidden_states, attention_mask = self.embed(
+            input_ids, attention_mask, position_ids, inputs_embeds, past_tokens, token_type_ids=token_type_ids
+        )
         packed = self.packed(position_ids, attention_mask, hidden_states.shape[0], states, kwargs)
         cross_inputs = self.cross_attention_inputs(encoder_hidden_states, encoder_attention_mask, cache)
         source_mask = self.source_mask(hidden_states, encoder_hidden_states, encoder_attention_mask)
@@ -1556,8 +1625,8 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         r"""
-        token_type_ids: accepted so that BERT tokenizers' output passes as it is: all zero
-            (`checks.check_single_segment`).
+        token_type_ids: the token types (segments) (B, T), as the encoder's (`FastformerModel`), of these tokens only
+            (generate() passes them so); none given reads as all zeros.
         cache: the generation state to continue, a `DynamicCache` of `FastformerCacheLayer`s (`past_key_values` and
             `cache_params` are its former names): read whenever given, returned with `use_cache` (off with `labels`).
         encoder_hidden_states, encoder_attention_mask: GPT-2's with cross-attention; refused, as by GPT-2 without

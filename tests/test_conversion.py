@@ -111,6 +111,22 @@ def test_shared_weights_map_exactly(bert, batch):
             torch.testing.assert_close(layer.feed_forward(x), expected)
 
 
+def test_a_text_pair_embeds_as_in_bert(bert, batch):
+    """Segment 1 as segment 0 above: the converted table holds each segment's embedding less segment 0's (which the
+    positions hold), so the hidden states before the first layer are BERT's for a text pair too."""
+    input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+    segments = torch.zeros_like(input_ids)
+    segments[:, 3:] = 1
+    positions = torch.arange(input_ids.shape[1]).expand_as(input_ids)  # BERT's, padding included
+    model = convert_bert(bert)
+    assert model.config.type_vocab_size == bert.config.type_vocab_size == 2
+    assert not model.embeddings.token_type_embeddings.weight[0].any()
+    with torch.no_grad():
+        expected = bert(input_ids, attention_mask, segments, output_hidden_states=True).hidden_states[0]
+        found = model(input_ids, attention_mask, segments, positions, output_hidden_states=True).hidden_states[0]
+    torch.testing.assert_close(found, expected)
+
+
 def test_new_parameters_start_as_documented(bert):
     model = convert_bert(bert)
     config = model.config
@@ -290,9 +306,10 @@ def test_seq2seq_conversion_starts_encoder_and_decoder_from_bert(bert, tokenizer
         copy_encoder_layers(model.get_encoder(), model.get_decoder().layers)
         assert all(torch.equal(weight, kept) for weight, kept in zip(weights, before, strict=True))
     encoder = convert_bert(bert)
-    for part in (model.get_encoder(), model.get_decoder()):
-        for name, tensor in encoder.embeddings.state_dict().items():
-            torch.testing.assert_close(part.embeddings.state_dict()[name], tensor)
+    expected = encoder.embeddings.state_dict()
+    for part in (model.get_encoder(), model.get_decoder()):  # the decoder has no token types (as BART's)
+        for name, tensor in part.embeddings.state_dict().items():
+            torch.testing.assert_close(tensor, expected[name])
         for layer, decoder_layer in zip(encoder.layers, part.layers, strict=True):
             for name in ("attention", "attention_output", "feed_forward"):
                 for key, tensor in getattr(layer, name).state_dict().items():

@@ -10,6 +10,7 @@ import numpy as np
 import onnxruntime
 import pytest
 import torch
+from transformers import BertConfig, BertModel
 
 from fastformer import (
     FastformerForConditionalGeneration,
@@ -117,6 +118,44 @@ def test_torch_export_program_runs_at_lengths_not_traced(build, implementation):
     with pytest.raises(ValueError, match='folds the "product" interaction'):
         export_program(build(FastformerForSequenceClassification, interaction="add"), "collapsed")
     assert model.config.additive_attention_mode == "auto"
+
+
+def export_as_bert_exports(model, batch=2, length=16):
+    """`torch.export.export` of `model` itself, as transformers' models export: (input_ids,), the attention mask as a
+    keyword, the batch and the sequence dynamic."""
+    input_ids, attention_mask = padded_inputs(model.config.vocab_size, batch, length)
+    dims = {0: torch.export.Dim("batch"), 1: torch.export.Dim("sequence", max=model.config.max_position_embeddings)}
+    with torch.no_grad():
+        return torch.export.export(
+            model,
+            (input_ids,),
+            kwargs={"attention_mask": attention_mask},
+            dynamic_shapes={"input_ids": dims, "attention_mask": dims},
+        ).module()
+
+
+@pytest.mark.parametrize("head", [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM])
+def test_torch_export_of_the_default_mode_runs_at_every_length_as_berts(build, head):
+    """Under the default additive_attention_mode="auto", whose choice follows the length in eager mode, the model
+    exports with a dynamic batch and length as BERT does, and the program gives the eager outputs on either side of
+    "auto"'s threshold: (8, 64) takes the collapsed path in eager mode, the other shapes the plain one."""
+    bert = BertModel(
+        BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=37)
+    ).eval()
+    model = build(head)
+    assert model.config.additive_attention_mode == "auto"
+    layer = model.base_model.layers[0]
+    with torch.no_grad():
+        assert layer.uses_collapsed_attention(torch.zeros(8, 64, 32))
+        assert not layer.uses_collapsed_attention(torch.zeros(3, 7, 32))
+    for eager, name in ((bert, "last_hidden_state"), (model, OUTPUT_NAMES[head.__name__][0])):
+        program = export_as_bert_exports(eager)
+        for batch, length in [(1, 5), *NEW_SHAPES, (8, 64)]:
+            input_ids, attention_mask = padded_inputs(99, batch, length)
+            with torch.no_grad():
+                expected = eager(input_ids, attention_mask=attention_mask)
+                found = program(input_ids, attention_mask=attention_mask)
+            torch.testing.assert_close(found[name], expected[name], rtol=0, atol=1e-5)
 
 
 def test_export_refuses_what_it_cannot_export(build):

@@ -36,14 +36,16 @@ AUTO_CLASSES = {
 def test_legacy_checkpoint_gives_its_outputs(name):
     expected = load_file(LEGACY / name / "expected.safetensors")
     model = AUTO_CLASSES[name].from_pretrained(LEGACY / name).eval()
-    with torch.no_grad():
-        if name.startswith("seq2seq"):
-            out = model(INPUT_IDS, attention_mask=ATTENTION_MASK, decoder_input_ids=DECODER_IDS)
-        else:
-            out = model(INPUT_IDS, attention_mask=ATTENTION_MASK)
-    for key in ("logits", "last_hidden_state", "pooler_output"):
-        if key in expected:
-            torch.testing.assert_close(out[key], expected[key], atol=1e-5, rtol=0)
+    decoder = {"decoder_input_ids": DECODER_IDS} if name.startswith("seq2seq") else {}
+    # saved before segment embeddings, which start at zero where a checkpoint has none: any token types give the
+    # outputs saved
+    pair = torch.cat([torch.zeros_like(INPUT_IDS[:, :2]), torch.ones_like(INPUT_IDS[:, 2:])], dim=1)
+    for token_types in ({}, {"token_type_ids": torch.zeros_like(INPUT_IDS)}, {"token_type_ids": pair}):
+        with torch.no_grad():
+            out = model(INPUT_IDS, attention_mask=ATTENTION_MASK, **decoder, **token_types)
+        for key in ("logits", "last_hidden_state", "pooler_output"):
+            if key in expected:
+                torch.testing.assert_close(out[key], expected[key], atol=1e-5, rtol=0)
     if "greedy" in expected:
         greedy = model.generate(INPUT_IDS, attention_mask=ATTENTION_MASK, max_new_tokens=6, do_sample=False)
         beams = model.generate(INPUT_IDS, attention_mask=ATTENTION_MASK, max_new_tokens=6, num_beams=3, do_sample=False)

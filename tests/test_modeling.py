@@ -1,11 +1,13 @@
 """Fastformer models: padding invariance, the config switches, and the PreTrainedModel API."""
 
+import copy
 import functools
 import inspect
 
 import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassClassValidationError
+from torch import nn
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -24,9 +26,8 @@ from fastformer import (
     FastformerForSequenceClassification,
     FastformerModel,
 )
-from fastformer.checks import value_checks
 from fastformer.functional import additive_attention
-from fastformer.modeling_fastformer import FastformerCausalAttention, FastformerLayer
+from fastformer.modeling_fastformer import FastformerCausalAttention, FastformerLayer, FastformerTokenTypeEmbeddings
 
 HEADS = [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM]
 VOCAB, HIDDEN, NUM_HEADS, INTERMEDIATE, LAYERS = 99, 32, 4, 37, 3
@@ -261,6 +262,71 @@ def test_collapsed_attention_is_refused_where_it_cannot_apply(build, tiny_config
         model(torch.randint(1, VOCAB, (1, 4)))
 
 
+# a batch that "auto" folds a plain model's Linear layers for (hidden size 32, 64 positions), and one it does not
+FOLDED, NOT_FOLDED = (8, 64), (2, 7)
+
+
+def padded_batches():
+    """(input_ids, attention_mask) of the shapes NOT_FOLDED and FOLDED, the first row half padding."""
+    for batch, length in (NOT_FOLDED, FOLDED):
+        ids = torch.randint(1, VOCAB, (batch, length))
+        mask = torch.ones_like(ids)
+        mask[0, length // 2 :] = 0
+        yield ids, mask
+
+
+@pytest.mark.filterwarnings("ignore:torch.ao.quantization is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor.*deprecated:UserWarning")
+def test_dynamic_quantization_gives_logits_close_to_the_float_models(build):
+    """torch.ao's dynamic int8 quantization swaps every nn.Linear, the pooler's too, for one whose weight is a packed
+    int8 tensor behind a method: the quantized classifier runs (on the plain attention path where "auto" folds the
+    float model's weights), and its logits stay within 5% of the largest float logit."""
+    model = build(FastformerForSequenceClassification)
+    quantized = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model), {nn.Linear}, dtype=torch.qint8)
+    assert type(quantized.fastformer.pooler.dense) is not nn.Linear  # it was quantized
+    for ids, mask in padded_batches():
+        with torch.no_grad():
+            expected = model(ids, attention_mask=mask).logits
+            found = quantized(ids, attention_mask=mask).logits
+        assert 0 < (found - expected).abs().max() <= 0.05 * expected.abs().max()
+    hidden_states = torch.zeros(*FOLDED, HIDDEN)
+    with torch.no_grad():
+        assert model.fastformer.layers[0].uses_collapsed_attention(hidden_states)
+        assert not quantized.fastformer.layers[0].uses_collapsed_attention(hidden_states)
+
+
+def test_a_device_map_that_offloads_to_disk_gives_the_logits_of_the_model(build, tmp_path):
+    """accelerate's offload keeps a module's weights on "meta" and loads them around the module's own forward: the
+    pooler and layers offloaded to disk give the plain model's logits (on the plain attention path, which calls every
+    Linear layer, where "auto" folds the plain model's weights), and an explicit "collapsed" is refused."""
+    model = build(FastformerForSequenceClassification, share_layers=False)
+    model.save_pretrained(tmp_path / "model")
+    device_map = {
+        "fastformer.embeddings": "cpu",
+        "fastformer.layers.0": "disk",
+        "fastformer.layers.1": "cpu",
+        "fastformer.layers.2": "disk",
+        "fastformer.pooler": "disk",
+        "classifier": "cpu",
+    }
+    offloaded = FastformerForSequenceClassification.from_pretrained(
+        tmp_path / "model", device_map=device_map, offload_folder=tmp_path / "offload"
+    ).eval()
+    assert (
+        offloaded.fastformer.pooler.dense.weight.is_meta
+        and offloaded.fastformer.layers[0].attention.query.weight.is_meta
+    )
+    for ids, mask in padded_batches():
+        with torch.no_grad():
+            expected = model(ids, attention_mask=mask).logits
+            torch.testing.assert_close(offloaded(ids, attention_mask=mask).logits, expected, rtol=0, atol=1e-5)
+    with torch.no_grad():
+        assert model.fastformer.layers[0].uses_collapsed_attention(torch.zeros(*FOLDED, HIDDEN))
+    offloaded.config.additive_attention_mode = "collapsed"
+    with pytest.raises(ValueError, match="offloaded"):
+        offloaded(ids, attention_mask=mask)
+
+
 def test_the_causal_decoder_has_no_collapsed_path(build):
     """The folding needs the whole sequence's global key: no module of a decoder offers it, and the field leaves
     the decoder's computation exactly as it is."""
@@ -376,7 +442,7 @@ def test_pooler_types(build):
         elif pooler_type == "mean":
             torch.testing.assert_close(output.pooler_output, torch.stack([hidden[0].mean(0), hidden[1, 3:].mean(0)]))
         else:
-            scores = model.pooler.score(torch.tanh(model.pooler.dense(hidden))).squeeze(-1)
+            scores = torch.tanh(model.pooler.dense(hidden)) @ model.pooler.score.weight[0]  # s . tanh(W h_i + b)
             weights = scores.masked_fill(mask == 0, float("-inf")).softmax(-1)
             torch.testing.assert_close(output.pooler_output, (weights[..., None] * hidden).sum(1))
     assert poolers == {"additive": LINEAR + HIDDEN, "cls": 0, "mean": 0}  # the score has no bias (shift-free)
@@ -585,19 +651,64 @@ def test_init_weights_follow_initializer_range(build):
     assert torch.all(embeddings.layer_norm.weight == 1) and torch.all(embeddings.layer_norm.bias == 0)
 
 
-@pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)
-def test_bert_tokenizer_token_type_ids(build, model_class):
+EVERY_HEAD = [*HEADS, FastformerForConditionalGeneration, FastformerForCausalLM]
+
+
+def training_loss(model, ids, **inputs):
+    """A loss that reads every output of `model` (the encoder's pooled vector too)."""
+    if model.config.is_encoder_decoder:
+        return model(ids, decoder_input_ids=ids[:, :3], labels=ids[:, :3], **inputs).loss
+    if isinstance(model, FastformerModel):
+        output = model(ids, **inputs)
+        return output.last_hidden_state.pow(2).mean() + output.pooler_output.pow(2).mean()
+    labels = torch.zeros(len(ids), dtype=torch.long) if isinstance(model, FastformerForSequenceClassification) else ids
+    return model(ids, labels=labels, **inputs).loss
+
+
+@pytest.mark.parametrize("model_class", EVERY_HEAD, ids=lambda c: c.__name__)
+def test_token_types_start_at_zero_and_are_learned(build, model_class):
+    """Segment embeddings as BERT's (tests/test_peer_recipes.py compares a text pair's with BERT's): the table starts
+    at zero, so a new model's outputs are those without token types; a training step on text pairs teaches the
+    second segment's row (row 0 stays zero: no gradient), which then moves the outputs, while no `token_type_ids`
+    and a BERT tokenizer's zeros still give the same ones. The encoder-decoder's are its encoder's."""
     model = build(model_class)
+    table = next(module for module in model.modules() if isinstance(module, FastformerTokenTypeEmbeddings)).weight
+    assert not table.any()
     ids = torch.randint(1, VOCAB, (2, 7))
-    with torch.no_grad():
-        reference = model(ids)
-        zeros = model(ids, token_type_ids=torch.zeros_like(ids))  # one text per sequence: nothing lost
-    for key, value in reference.items():
-        assert torch.equal(zeros[key], value), key
     segments = torch.zeros_like(ids)
-    segments[:, 4:] = 1  # a text pair: segment information Fastformer cannot represent
-    with value_checks(), pytest.raises(ValueError, match="no token type .* `token_type_ids` has non-zero values"):
-        model(ids, token_type_ids=segments)
+    segments[:, 4:] = 1
+    training_loss(model.train(), ids, token_type_ids=segments).backward()
+    assert not table.grad[0].any() and table.grad[1].any()
+    torch.optim.SGD([table], lr=1.0).step()
+    inputs = {"decoder_input_ids": ids[:, :3]} if model.config.is_encoder_decoder else {}
+    with torch.no_grad():
+        reference = model.eval()(ids, **inputs)
+        zeros = model(ids, token_type_ids=torch.zeros_like(ids), **inputs)
+        pair = model(ids, token_type_ids=segments, **inputs)
+    for key, value in reference.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(zeros[key], value), key
+    main = "last_hidden_state" if model_class is FastformerModel else "logits"
+    assert (pair[main] - reference[main]).abs().max() > 1e-5
+
+
+@pytest.mark.parametrize("model_class", EVERY_HEAD, ids=lambda c: c.__name__)
+def test_a_training_step_without_token_types_reaches_every_parameter(build, model_class):
+    """Every parameter gets a gradient, the token-type table's too where no `token_type_ids` are given (as BERT's
+    does): DDP without `find_unused_parameters` (accelerate's default; the Trainer's under gradient checkpointing)
+    fails at the next step on a parameter that gets none, and FSDP expects one for each."""
+    model = build(model_class).train()
+    training_loss(model, torch.randint(1, VOCAB, (2, 7))).backward()
+    assert [name for name, parameter in model.named_parameters() if parameter.grad is None] == []
+
+
+def test_packed_rows_longer_than_the_positions_train_without_token_types(build):
+    """A row of DataCollatorWithFlattening may hold more tokens than `max_position_embeddings` (its positions restart
+    at each sequence): the type-0 lookup of a training step covers any length."""
+    model = build(FastformerForMaskedLM).train()
+    ids = torch.randint(1, VOCAB, (1, 80))
+    model(ids, position_ids=torch.arange(40).repeat(2)[None], labels=ids).loss.backward()
+    assert model.fastformer.embeddings.token_type_embeddings.weight.grad is not None
 
 
 @pytest.mark.parametrize("model_class", HEADS, ids=lambda c: c.__name__)

@@ -29,6 +29,7 @@ from fastformer import (
     FastformerForSequenceClassification,
     FastformerModel,
 )
+from fastformer.modeling_fastformer import FastformerTokenTypeEmbeddings
 
 VOCAB = 99
 
@@ -234,12 +235,65 @@ def test_the_causal_lm_refuses_encoder_states_as_gpt2_does(build):
         build(FastformerForCausalLM)(IDS, encoder_hidden_states=states)
 
 
-def test_the_causal_lm_takes_single_segment_token_type_ids(build):
-    model = build(FastformerForCausalLM)
-    zeros = torch.zeros_like(IDS)
-    torch.testing.assert_close(model(IDS, token_type_ids=zeros).logits, model(IDS).logits)
-    with pytest.raises(ValueError, match="token_type_ids"):
-        model(IDS, token_type_ids=zeros[:, :3])
+def learned_segments(model):
+    """`model` with the token-type rows past 0 drawn as BERT's start: the table starts at zero and is learned
+    (tests/test_modeling.py), and a second segment moves the outputs of a model that has learned it."""
+    table = next(module for module in model.modules() if isinstance(module, FastformerTokenTypeEmbeddings))
+    with torch.no_grad():
+        table.weight[1:].normal_(std=model.config.initializer_range)
+    return model
+
+
+# a text pair as BERT's tokenizer encodes it: the second text is segment 1
+SEGMENTS = torch.cat([torch.zeros(2, 5, dtype=torch.long), torch.ones(2, IDS.shape[1] - 5, dtype=torch.long)], dim=1)
+# each head beside the peer that reads `token_type_ids`, and the output compared
+SEGMENT_PEERS = {
+    FastformerModel: (bert, "last_hidden_state"),
+    FastformerForSequenceClassification: (functools.partial(bert, BertForSequenceClassification), "logits"),
+    FastformerForMaskedLM: (functools.partial(bert, BertForMaskedLM), "logits"),
+    FastformerForCausalLM: (gpt2, "logits"),
+}
+
+
+@pytest.mark.parametrize("model_class", list(SEGMENT_PEERS), ids=lambda model_class: model_class.__name__)
+def test_a_second_segment_moves_the_outputs_as_it_moves_the_peers(build, model_class):
+    """BERT (and GPT-2) read `token_type_ids`: a text pair's second segment moves the outputs from those of one
+    segment (all zeros); a causal model's only from the second segment's first token on. All zeros read as none, as
+    in BERT (not in GPT-2, whose token types are token embeddings: type 0 is token 0's). Fastformer's table starts at
+    zero and is learned (tests/test_modeling.py): here it is drawn as BERT's starts (`learned_segments`)."""
+    peer, name = SEGMENT_PEERS[model_class]
+    first_moved = 5 if model_class is FastformerForCausalLM else 0
+    for model in (peer(), learned_segments(build(model_class))):
+        with torch.no_grad():
+            alone = model(IDS)[name]
+            one_segment = model(IDS, token_type_ids=torch.zeros_like(IDS))[name]
+            pair = model(IDS, token_type_ids=SEGMENTS)[name]
+        torch.testing.assert_close(pair[:, :first_moved], one_segment[:, :first_moved], rtol=0, atol=1e-6)
+        moved = float((pair - one_segment)[:, first_moved:].abs().amax())
+        assert moved > 1e-5, f"{type(model).__name__}: a second segment moves the outputs by {moved}"
+        if model.config.model_type != "gpt2":
+            assert torch.equal(one_segment, alone), type(model).__name__
+
+
+def test_generate_continues_the_last_token_type_as_for_gpt2(build):
+    """generate() gives every new token the prompt's last token type and passes each step its own columns: the
+    logits of every step are those of one forward over the whole sequence with the types so extended."""
+    for model in (gpt2(), learned_segments(build(FastformerForCausalLM))):
+        out = model.generate(
+            IDS,
+            token_type_ids=SEGMENTS,
+            max_new_tokens=3,
+            do_sample=False,
+            output_logits=True,
+            return_dict_in_generate=True,
+            pad_token_id=0,
+        )
+        new_tokens = out.sequences.shape[1] - IDS.shape[1]
+        types = torch.cat([SEGMENTS, SEGMENTS[:, -1:].expand(-1, new_tokens)], dim=1)
+        with torch.no_grad():
+            whole = model(out.sequences, token_type_ids=types).logits
+        steps = torch.stack(out.logits, dim=1)
+        torch.testing.assert_close(steps, whole[:, IDS.shape[1] - 1 : -1], rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("model_class", [FastformerModel, FastformerForMaskedLM, FastformerForSequenceClassification])

@@ -54,6 +54,32 @@ def test_bad_input_ids(build, model_class, ids, message):
         build(model_class)(ids)
 
 
+@pytest.mark.parametrize(
+    "model_class", [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM, FastformerForCausalLM]
+)
+@pytest.mark.parametrize(
+    "token_type_ids, message",
+    [
+        (torch.zeros(2, 3, dtype=torch.long), r"`token_type_ids` must have shape \(batch, seq_len\) = \(2, 7\), got"),
+        (torch.zeros(7, dtype=torch.long), r"`token_type_ids` must have shape .* = \(2, 7\), got \(7,\)"),
+        (torch.zeros(2, 7), r"`token_type_ids` must hold integer token types .*got dtype torch.float32"),
+        (torch.full((2, 7), -1), r"`token_type_ids` holds -1, outside \[0, 2\): .* `type_vocab_size`"),
+    ],
+    ids=["short", "one-dimensional", "float", "negative"],
+)
+def test_bad_token_type_ids(build, model_class, token_type_ids, message):
+    with pytest.raises(ValueError, match=message):
+        build(model_class)(IDS, token_type_ids=token_type_ids)
+
+
+def test_the_encoder_decoders_decoder_has_no_token_types(build):
+    """As BART's: the encoder-decoder's `token_type_ids` are its encoder's; its decoder, called alone, refuses them."""
+    model = build(FastformerForConditionalGeneration)
+    assert model.get_decoder().embeddings.token_type_embeddings is None
+    with pytest.raises(ValueError, match="decoder has no token types .*, but was given `token_type_ids`"):
+        model.get_decoder()(IDS, token_type_ids=torch.zeros_like(IDS))
+
+
 def test_decoder_inputs_are_named_as_the_argument(build):
     model = build(FastformerForConditionalGeneration)
     with pytest.raises(ValueError, match=r"`decoder_input_ids` holds the id 120, outside the vocabulary"):
@@ -74,8 +100,8 @@ def test_bad_embeddings_and_masks(build):
         model(inputs_embeds=torch.zeros(2, 7, 16))
     with pytest.raises(ValueError, match=r"`attention_mask` must have shape .* \(2, 7\), got \(2, 6\)"):
         model(IDS, attention_mask=torch.ones(2, 6))
-    with pytest.raises(ValueError, match="non-zero values"):
-        model(IDS, token_type_ids=torch.ones_like(IDS))
+    with pytest.raises(ValueError, match=r"`token_type_ids` holds 2, outside \[0, 2\): .* `type_vocab_size`"):
+        model(IDS, token_type_ids=torch.full_like(IDS, 2))
 
 
 @pytest.mark.parametrize(
@@ -226,7 +252,8 @@ def test_by_default_no_synchronization_on_cuda(build):
     try:
         step = model(ids, decoder_input_ids=ids[:, :3], use_cache=True)
         step = model(ids, decoder_input_ids=ids[:, :1], cache=step.cache, use_cache=True)
-        build(FastformerForSequenceClassification).cuda()(ids, labels=torch.zeros(2, dtype=torch.long, device="cuda"))
+        labels = torch.zeros(2, dtype=torch.long, device="cuda")
+        build(FastformerForSequenceClassification).cuda()(ids, token_type_ids=torch.zeros_like(ids), labels=labels)
     finally:
         torch.cuda.set_sync_debug_mode("default")
 
@@ -235,22 +262,21 @@ def test_value_checks_run_on_every_device_inside_value_checks(build):
     model = build(FastformerModel)
     with pytest.raises(ValueError, match="outside the vocabulary"):
         model(torch.tensor([[1, VOCAB]]))
-    with pytest.raises(ValueError, match="no token type"):
-        model(torch.tensor([[1, 2]]), token_type_ids=torch.tensor([[0, 1]]))
+    with pytest.raises(ValueError, match="`token_type_ids` holds 2"):
+        model(torch.tensor([[1, 2]]), token_type_ids=torch.tensor([[0, 2]]))
     meta_model = build(FastformerModel).to("meta")
     with pytest.raises(Exception, match="meta"):  # a value read, which a tensor on "meta" cannot give
         meta_model(meta(torch.tensor([[1, VOCAB]])))
 
 
 def test_by_default_no_value_is_read_on_any_device(build):
-    """Off by default, on the CPU as on the "meta" stand-in for an accelerator: a bad id fails inside torch, as in
-    BERT, and a second segment is read as RoBERTa reads one (from the separator alone)."""
+    """Off by default, on the CPU as on the "meta" stand-in for an accelerator: a bad id or token type fails inside
+    torch, as in BERT."""
     model = build(FastformerModel)
     with pytest.raises(IndexError):
         model(torch.tensor([[1, VOCAB]]))
-    pair = torch.tensor([[0, 0, 1]])
-    ids = torch.tensor([[1, 2, 3]])
-    torch.testing.assert_close(model(ids, token_type_ids=pair)[0], model(ids)[0])
+    with pytest.raises(IndexError):
+        model(torch.tensor([[1, 2]]), token_type_ids=torch.tensor([[0, 2]]))
 
 
 def test_empty_decoder_input_is_named(build):
