@@ -1,13 +1,15 @@
 """Fastformer models for transformers: the encoder, its task heads, and the generation models.
 
-Class chain: FastformerAttention -> FastformerLayer -> FastformerPreTrainedModel -> FastformerModel ->
-FastformerFor<Task>. The layer is BERT-style post-LN, as in the authors' code: additive attention (with the
-output transform W_r and, unless `config.query_residual` is False, the query residual) -> dense -> dropout ->
-add & LayerNorm -> feed-forward -> add & LayerNorm. The decoder (FastformerForConditionalGeneration over
-FastformerSeq2SeqModel, FastformerForCausalLM) uses the causal version of the attention, whose constant-size state
-a FastformerCacheLayer per layer application (a transformers linear-attention cache layer) carries during
-generation; an encoder-decoder keeps its cross-attention keys and values in an EncoderDecoderCache beside it, as
-BART does. This file imports the package only relatively, so a saved checkpoint carries it as Hub code.
+Class chain: FastformerAttention -> FastformerLayer -> FastformerPreTrainedModel -> FastformerModel
+-> FastformerFor<Task>. The layer is BERT-style post-LN, as in the authors' code: additive attention
+(with the output transform W_r and, unless `config.query_residual` is False, the query residual) ->
+dense -> dropout -> add & LayerNorm -> feed-forward -> add & LayerNorm. The decoder
+(FastformerForConditionalGeneration over FastformerSeq2SeqModel, FastformerForCausalLM) uses the
+causal version of the attention, whose constant-size state a FastformerCacheLayer per layer
+application (a transformers linear-attention cache layer) carries during generation; an
+encoder-decoder keeps its cross-attention keys and values in an EncoderDecoderCache beside it, as
+BART does. This file imports the package only relatively, so a saved checkpoint carries it as Hub
+code.
 """
 
 import math
@@ -86,15 +88,17 @@ logger = logging.get_logger(__name__)
 def compute_dtype(hidden_states: torch.Tensor) -> torch.dtype:
     """The dtype the attention computes in: autocast's where it is on, else the hidden states'."""
     device = hidden_states.device.type
-    if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):  # "meta" has no autocast
+    # "meta" has no autocast
+    if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):
         return torch.get_autocast_dtype(device)
     return hidden_states.dtype
 
 
 class FastformerTokenTypeEmbeddings(nn.Embedding):
-    """BERT's token type (segment) embeddings: `config.type_vocab_size` rows of `config.embedding_width`. They start at
-    zero, drawing no random numbers (a seeded model draws the weights it would without them, and a checkpoint saved
-    without them gives its outputs for any `token_type_ids`), and are learned; row 0 stays zero (no gradient)."""
+    """BERT's token type (segment) embeddings: `config.type_vocab_size` rows of
+    `config.embedding_width`. They start at zero, drawing no random numbers (a seeded model draws
+    the weights it would without them, and a checkpoint saved without them gives its outputs for any
+    `token_type_ids`), and are learned; row 0 stays zero (no gradient)."""
 
     def __init__(self, config: FastformerConfig):
         size = (config.type_vocab_size, config.embedding_width)
@@ -102,13 +106,15 @@ class FastformerTokenTypeEmbeddings(nn.Embedding):
 
 
 class FastformerEmbeddings(nn.Module):
-    """Token + learned position + token type (segment) embeddings, LayerNorm, dropout; then a projection to
-    `hidden_size` where `config.embedding_size` differs (as ELECTRA's `embeddings_project`).
+    """Token + learned position + token type (segment) embeddings, LayerNorm, dropout; then a
+    projection to `hidden_size` where `config.embedding_size` differs (as ELECTRA's
+    `embeddings_project`).
 
-    Token type 0's embedding is zero, so no `token_type_ids` reads as all zeros: without gradients nothing is looked up
-    for them; with gradients type 0 is looked up all the same, so that the table takes part in every backward, as DDP
-    (without `find_unused_parameters`) and FSDP expect of every parameter. With `token_types=False` (the
-    encoder-decoder's decoder, as BART's) there is no table."""
+    Token type 0's embedding is zero, so no `token_type_ids` reads as all zeros: without gradients
+    nothing is looked up for them; with gradients type 0 is looked up all the same, so that the
+    table takes part in every backward, as DDP (without `find_unused_parameters`) and FSDP expect of
+    every parameter. With `token_types=False` (the encoder-decoder's decoder, as BART's) there is no
+    table."""
 
     def __init__(self, config: FastformerConfig, token_types: bool = True):
         super().__init__()
@@ -118,7 +124,8 @@ class FastformerEmbeddings(nn.Module):
         self.token_type_embeddings = None
         if token_types:
             self.token_type_embeddings = FastformerTokenTypeEmbeddings(config)
-            # type 0, what no `token_type_ids` read as, expanded to every token (as BERT's `token_type_ids` buffer)
+            # type 0, what no `token_type_ids` read as, expanded to every token (as BERT's
+            # `token_type_ids` buffer)
             self.register_buffer("token_type_zero", torch.zeros(1, 1, dtype=torch.long), persistent=False)
         self.layer_norm = nn.LayerNorm(size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
@@ -138,15 +145,16 @@ class FastformerEmbeddings(nn.Module):
 
 
 class FastformerAttention(nn.Module):
-    """Additive attention over all heads (Eqs. 3-6), then r_i = W_r u_i and the query residual r_i + q_i
-    (`config.query_residual`)."""
+    """Additive attention over all heads (Eqs. 3-6), then r_i = W_r u_i and the query residual
+    r_i + q_i (`config.query_residual`)."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
         hidden_size = config.hidden_size
         if hidden_size % config.num_attention_heads:
             raise ValueError(
-                f"The hidden size ({hidden_size}) is not a multiple of the number of attention heads "
+                f"The hidden size ({hidden_size}) is not a multiple of the "
+                "number of attention heads "
                 f"({config.num_attention_heads})"
             )
         self.num_heads = config.num_attention_heads
@@ -182,7 +190,8 @@ class FastformerAttention(nn.Module):
         """The query (kept whole for the residual) and the per-head queries, keys and values."""
         query = self.query(hidden_states)  # (B, N, H*D)
         q, k = self._split_heads(query), self._split_heads(self.key(hidden_states))
-        v = q if self.value is None else self._split_heads(self.value(hidden_states))  # query-value sharing
+        # query-value sharing
+        v = q if self.value is None else self._split_heads(self.value(hidden_states))
         return query, q, k, v
 
     def _attention_arguments(self):
@@ -200,10 +209,10 @@ class FastformerAttention(nn.Module):
         return self.transform(u) + query if self.query_residual else self.transform(u)
 
     def forward(self, hidden_states, attention_mask=None, segment_ids=None, output_attentions=False):
-        """The attention's output and, with `output_attentions`, its two pooling distributions (B, H, 2, N), else
-        None. attention_mask: (B, N), or its `functional.PoolingMask` (made once per forward by the model). With
-        `segment_ids` (B, N), the rows are packed: each sequence of a row attends to itself alone
-        (`functional.packed_additive_attention`)."""
+        """The attention's output and, with `output_attentions`, its two pooling distributions
+        (B, H, 2, N), else None. attention_mask: (B, N), or its `functional.PoolingMask` (made once
+        per forward by the model). With `segment_ids` (B, N), the rows are packed: each sequence of
+        a row attends to itself alone (`functional.packed_additive_attention`)."""
         query, q, k, v = self._project(hidden_states)
         vectors, settings = self._attention_arguments()
         if segment_ids is None:
@@ -218,11 +227,12 @@ class FastformerAttention(nn.Module):
 
 
 class FastformerShortConvolution(nn.Module):
-    """The decoder attention's input with its recent past (`config.decoder_conv_kernel`): every token plus a learned
-    depthwise convolution of it and the K - 1 tokens before it (`functional.causal_convolution`; `weight` (D, 1, K)
-    as a depthwise `nn.Conv1d`'s), initialized as the other weights. With a cache it continues from the layer
-    application's last K - 1 inputs, and packed rows convolve each sequence alone. Padding reads as zero inputs: at
-    the start of a prompt or the end of a training row, where the padding is, a sequence gets what it has alone."""
+    """The decoder attention's input with its recent past (`config.decoder_conv_kernel`): every
+    token plus a learned depthwise convolution of it and the K - 1 tokens before it
+    (`functional.causal_convolution`; `weight` (D, 1, K) as a depthwise `nn.Conv1d`'s), initialized
+    as the other weights. With a cache it continues from the layer application's last K - 1 inputs,
+    and packed rows convolve each sequence alone. Padding reads as zero inputs: at the start of a
+    prompt or the end of a training row, where the padding is, a sequence gets what it has alone."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -240,16 +250,19 @@ class FastformerShortConvolution(nn.Module):
 
 
 class FastformerCausalAttention(FastformerAttention):
-    """The decoder's attention: every position pools its prefix only. With `cache_layer` (a `FastformerCacheLayer`),
-    the state of this layer application continues a sequence and is updated. With `packed` (`PackedRows`), the rows
-    hold several sequences each, and every one pools its own prefix only.
+    """The decoder's attention: every position pools its prefix only. With `cache_layer`
+    (a `FastformerCacheLayer`), the state of this layer application continues a sequence and is
+    updated. With `packed` (`PackedRows`), the rows hold several sequences each, and every one pools
+    its own prefix only.
 
-    Returns the output and, with `output_attentions`, the two poolings' weights (B, H, 2, N, N) (row t: the
-    weights of tokens 1..t; `functional.causal_pooling_weights`), else None. They need the whole sequence in one
-    call: a cache that holds earlier tokens keeps their pooled state, not the tokens.
+    Returns the output and, with `output_attentions`, the two poolings' weights (B, H, 2, N, N) (row
+    t: the weights of tokens 1..t; `functional.causal_pooling_weights`), else None. They need the
+    whole sequence in one call: a cache that holds earlier tokens keeps their pooled state, not the
+    tokens.
 
-    With `config.decoder_conv_kernel`, the queries, keys and values are projected from `FastformerShortConvolution`'s
-    output; `token_mask` (B, T): 1 for tokens, 0 for padding, in the hidden states' dtype (None: no padding)."""
+    With `config.decoder_conv_kernel`, the queries, keys and values are projected from
+    `FastformerShortConvolution`'s output; `token_mask` (B, T): 1 for tokens, 0 for padding, in the
+    hidden states' dtype (None: no padding)."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__(config)
@@ -268,15 +281,18 @@ class FastformerCausalAttention(FastformerAttention):
         if output_attentions and state is not None:
             # refused before the convolution moves its state on: the cache stays as it was
             raise ValueError(
-                "`output_attentions=True` needs the decoder's whole sequence in one forward pass, but the cache holds "
-                "earlier tokens as a pooled state, without their weights: run without a cache (use_cache=False, as "
+                "`output_attentions=True` needs the decoder's whole sequence in one forward pass, "
+                "but the cache holds "
+                "earlier tokens as a pooled state, without their weights: run without a cache "
+                "(use_cache=False, as "
                 "in generate(..., use_cache=False))"
             )
         if self.convolution is not None:
             hidden_states = self.convolution(hidden_states, token_mask, cache_layer, packed)
         query, q, k, v = self._project(hidden_states)
         vectors, settings = self._attention_arguments()
-        if packed is not None:  # a sequence a row (S, H, L, D), the rows' mask; back to packed rows after
+        # a sequence a row (S, H, L, D), the rows' mask; back to packed rows after
+        if packed is not None:
             q, k, v = (unpack(x, packed) for x in (q, k, v))
             attention_mask = packed.mask
         u, state, weights = causal_additive_attention(
@@ -299,9 +315,9 @@ def eager_attention_forward(
     dropout: float = 0.0,
     **kwargs: Unpack[TransformersKwargs],
 ):
-    """Softmax attention written out, as transformers' models write it: `attn_implementation="eager"`.
-    query (B, H, T, D), key and value (B, H, M, D), attention_mask an additive (B, 1, T, M) float mask; returns
-    the output (B, T, H, D) and the weights (B, H, T, M)."""
+    """Softmax attention written out, as transformers' models write it:
+    `attn_implementation="eager"`. query (B, H, T, D), key and value (B, H, M, D), attention_mask an
+    additive (B, 1, T, M) float mask; returns the output (B, T, H, D) and the weights (B, H, T, M)."""
     weights = torch.matmul(query, key.transpose(2, 3)) * scaling
     if attention_mask is not None:
         weights = weights + attention_mask
@@ -313,20 +329,21 @@ def eager_attention_forward(
 class FastformerCrossAttention(nn.Module):
     """Decoder tokens read the encoder output (`config.cross_attention_type`).
 
-    "softmax": multi-head scaled dot-product attention over the encoder's keys and values, through transformers'
-    attention functions (`config._attn_implementation`: "sdpa" by default, or "eager", as BART's).
-    "additive": c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j per head, pooled from the encoder once; token t
-    gets c * q_t.
-    `encode` computes what depends on the encoder only, as a (key, value) pair that an `EncoderDecoderCache`
-    keeps: the keys and values of the source, or for "additive" the pooled context c as a one-position pair
-    (key and value alike; only the value is read).
+    "softmax": multi-head scaled dot-product attention over the encoder's keys and values, through
+    transformers' attention functions (`config._attn_implementation`: "sdpa" by default, or "eager",
+    as BART's). "additive": c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j per head, pooled from the
+    encoder once; token t gets c * q_t. `encode` computes what depends on the encoder only, as a
+    (key, value) pair that an `EncoderDecoderCache` keeps: the keys and values of the source, or for
+    "additive" the pooled context c as a one-position pair (key and value alike; only the value is
+    read).
     """
 
     is_causal = False  # read by transformers' attention functions
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
-        self.config = config  # the attention function is looked up at every call, as in transformers' models
+        # the attention function is looked up at every call, as in transformers' models
+        self.config = config
         self.num_heads = config.num_attention_heads
         self.head_dim = config.hidden_size // self.num_heads
         self.scaling = self.head_dim**-0.5
@@ -350,18 +367,22 @@ class FastformerCrossAttention(nn.Module):
         return self._split_heads(self.key(encoder_hidden_states)), value
 
     def forward(self, hidden_states, key, value, source_mask=None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-        """`source_mask`: what transformers' `create_bidirectional_mask` makes for the attention function. Returns
-        the output and the attention weights (B, H, T, M) where the attention function gives them ("eager"; with
-        `output_attentions` "sdpa" warns that it gives None, as for transformers' models)."""
+        """`source_mask`: what transformers' `create_bidirectional_mask` makes for the attention
+        function. Returns the output and the attention weights (B, H, T, M) where the attention
+        function gives them ("eager"; with `output_attentions` "sdpa" warns that it gives None, as
+        for transformers' models)."""
         query = self._split_heads(self.query(hidden_states))  # (B, H, T, D)
         if self.cross_attention_type == "additive":
             if kwargs.get("output_attentions"):
                 raise ValueError(
-                    'cross_attention_type="additive" pools the source once, before any decoder token: it has no '
-                    "cross-attention weights per token to return (`output_attentions=True`); the softmax "
+                    'cross_attention_type="additive" pools the source once, before any '
+                    "decoder token: it has no "
+                    "cross-attention weights per token to return "
+                    "(`output_attentions=True`); the softmax "
                     "cross-attention has them"
                 )
-            out, weights = (value * query).transpose(1, 2), None  # value: the pooled context c, (B, H, 1, D)
+            # value: the pooled context c, (B, H, 1, D)
+            out, weights = (value * query).transpose(1, 2), None
         else:
             attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
                 self.config._attn_implementation, eager_attention_forward
@@ -371,29 +392,33 @@ class FastformerCrossAttention(nn.Module):
 
 
 class FastformerSublayerOutput(nn.Module):
-    """dense -> dropout -> add the sub-layer's input -> LayerNorm (post-LN, as BERT and the authors' code)."""
+    """dense -> dropout -> add the sub-layer's input -> LayerNorm (post-LN, as BERT and the authors'
+    code)."""
 
     def __init__(self, config: FastformerConfig, input_size: int):
         super().__init__()
         self.dense = nn.Linear(input_size, config.hidden_size)
-        self.dropout = config.hidden_dropout_prob  # functional, as BART: one module call less per sub-layer
+        # functional, as BART: one module call less per sub-layer
+        self.dropout = config.hidden_dropout_prob
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, hidden_states, residual) -> torch.Tensor:
         return self.add_and_norm(self.dense(hidden_states), residual)
 
     def add_and_norm(self, projected, residual) -> torch.Tensor:
-        """The sub-layer after `dense`, for a caller that applied `dense` itself (`FastformerLayer`)."""
+        """The sub-layer after `dense`, for a caller that applied `dense` itself
+        (`FastformerLayer`)."""
         projected = nn.functional.dropout(projected, p=self.dropout, training=self.training)
         return self.layer_norm(residual + projected)
 
 
 class FastformerFeedForward(nn.Module):
     """intermediate -> activation -> dense -> add & LayerNorm, token by token. A batch of more than
-    `config.chunk_size_feed_forward` tokens (read at every call; 0, the default: never) runs in chunks of that many
-    tokens, rows flattened (so any length takes any chunk size, unlike transformers' `apply_chunking_to_forward`,
-    which checkpoints saved with a chunk size of 256 would refuse most lengths with), with and without gradients:
-    without, the (tokens x intermediate_size) activations are never held for all tokens at once."""
+    `config.chunk_size_feed_forward` tokens (read at every call; 0, the default: never) runs in
+    chunks of that many tokens, rows flattened (so any length takes any chunk size, unlike
+    transformers' `apply_chunking_to_forward`, which checkpoints saved with a chunk size of 256
+    would refuse most lengths with), with and without gradients: without, the (tokens x
+    intermediate_size) activations are never held for all tokens at once."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -405,7 +430,8 @@ class FastformerFeedForward(nn.Module):
     def forward(self, hidden_states) -> torch.Tensor:
         chunk = self.config.chunk_size_feed_forward
         tokens = hidden_states.shape[0] * hidden_states.shape[1]
-        # traced (compile, export): a symbolic length, which the comparison with the chunk would pin; no chunks
+        # traced (compile, export): a symbolic length, which the comparison with the chunk would
+        # pin; no chunks
         traced = torch.compiler.is_compiling() or torch.compiler.is_exporting()
         if chunk and not traced and tokens > chunk:
             flat = hidden_states.reshape(tokens, hidden_states.shape[-1])
@@ -419,18 +445,23 @@ class FastformerFeedForward(nn.Module):
 class FastformerLayer(GradientCheckpointingLayer):
     """Additive attention -> dense -> add & LayerNorm -> feed-forward -> add & LayerNorm.
 
-    The attention sub-layer (attention up to the output dense) is computed one of two exact ways, chosen by
-    `config.additive_attention_mode` (read at every call, so it can be switched on a loaded model):
+    The attention sub-layer (attention up to the output dense) is computed one of two exact ways,
+    chosen by `config.additive_attention_mode` (read at every call, so it can be switched on a
+    loaded model):
     - "plain": the paper's steps (`FastformerAttention`, then `attention_output.dense`);
     - "collapsed": the same function with the Linear layers folded into one matrix per sequence
       (`collapsed_attention`; "product" interaction only);
-    - "auto" (default): "collapsed" where it applies and repays building its matrix, "plain" otherwise
-      (`uses_collapsed_attention`); while torch.export traces (a length of any value), "collapsed" where it applies.
-    The layer owns the choice because the folding reads weights of both `attention` and `attention_output`.
+    - "auto" (default): "collapsed" where it applies and repays building its matrix, "plain"
+    otherwise
+      (`uses_collapsed_attention`); while torch.export traces (a length of any value), "collapsed"
+      where it applies.
+    The layer owns the choice because the folding reads weights of both `attention` and
+    `attention_output`.
     """
 
-    # "auto" folds only batches of at least this many tokens per hidden unit: below, a GPU's time goes to launching
-    # kernels (the plain path launches fewer) more than to the GEMMs that folding saves
+    # "auto" folds only batches of at least this many tokens per hidden unit: below, a GPU's time
+    # goes to launching kernels (the plain path launches fewer) more than to the GEMMs that folding
+    # saves
     collapse_min_tokens_per_unit = 16
 
     def __init__(self, config: FastformerConfig):
@@ -441,10 +472,11 @@ class FastformerLayer(GradientCheckpointingLayer):
         self.feed_forward = FastformerFeedForward(config)
 
     def folds_plain_linears(self) -> bool:
-        """Whether the maps "collapsed" folds are plain `nn.Linear`s with their weights at hand: its folding reads
-        their weights (and the attention's w_q, w_k) outside their forward, which a wrapped layer (a PEFT adapter, a
-        quantized layer) does not apply alone, and which an offloaded layer holds on "meta" (a device map's offload:
-        accelerate loads the weights around the module's own forward only)."""
+        """Whether the maps "collapsed" folds are plain `nn.Linear`s with their weights at hand: its
+        folding reads their weights (and the attention's w_q, w_k) outside their forward, which a
+        wrapped layer (a PEFT adapter, a quantized layer) does not apply alone, and which an
+        offloaded layer holds on "meta" (a device map's offload: accelerate loads the weights around
+        the module's own forward only)."""
         attention, dense = self.attention, self.attention_output.dense
         maps = (attention.query, attention.key, attention.value, attention.transform, dense)
         plain = all(type(linear) is nn.Linear for linear in maps if linear is not None)
@@ -452,13 +484,15 @@ class FastformerLayer(GradientCheckpointingLayer):
         return plain and not any(parameter.is_meta for parameter in parameters)
 
     def uses_collapsed_attention(self, hidden_states) -> bool:
-        """ "auto": the collapsed path where it applies ("product" interaction, plain Linear layers) and repays what it
-        costs. Per sequence of N tokens (hidden size C) it builds a (C x C) matrix, 2 C^3 multiply-adds, and saves
-        three of the plain path's four (N x C) by (C x C) products, 6 N C^2: it repays from N = C / 2 on, and
-        with gradients, whose backward builds the matrix's gradient as well, from N = C. And only for batches of at
-        least `collapse_min_tokens_per_unit` * C tokens, where the GEMMs, not the kernel launches, set the time.
-        While torch.export traces, the batch and the length may be symbolic, and a rule on them would hold the graph
-        to one side of it: "auto" then takes the collapsed path wherever it applies, as `fastformer.export` does."""
+        """ "auto": the collapsed path where it applies ("product" interaction, plain Linear layers)
+        and repays what it costs. Per sequence of N tokens (hidden size C) it builds a (C x C)
+        matrix, 2 C^3 multiply-adds, and saves three of the plain path's four (N x C) by (C x C)
+        products, 6 N C^2: it repays from N = C / 2 on, and with gradients, whose backward builds
+        the matrix's gradient as well, from N = C. And only for batches of at least
+        `collapse_min_tokens_per_unit` * C tokens, where the GEMMs, not the kernel launches, set the
+        time. While torch.export traces, the batch and the length may be symbolic, and a rule on
+        them would hold the graph to one side of it: "auto" then takes the collapsed path wherever
+        it applies, as `fastformer.export` does."""
         mode = self.config.additive_attention_mode
         if mode == "auto":
             if self.config.interaction != "product":
@@ -474,29 +508,34 @@ class FastformerLayer(GradientCheckpointingLayer):
             )
         if mode == "collapsed" and self.config.interaction != "product":
             raise ValueError(
-                'additive_attention_mode="collapsed" folds the "product" interaction\'s linear maps and needs '
-                f'interaction="product", got interaction={self.config.interaction!r}; use "auto" or "plain"'
+                'additive_attention_mode="collapsed" folds the "product" interaction\'s '
+                "linear maps and needs "
+                f'interaction="product", got interaction={self.config.interaction!r}; '
+                'use "auto" or "plain"'
             )
         if mode == "collapsed" and not self.folds_plain_linears():
             raise ValueError(
-                'additive_attention_mode="collapsed" folds the attention\'s nn.Linear weights, but some are wrapped '
-                "(e.g. by a PEFT adapter or by quantization), whose output the folding would skip, or offloaded by a "
+                'additive_attention_mode="collapsed" folds the attention\'s nn.Linear weights, '
+                "but some are wrapped "
+                "(e.g. by a PEFT adapter or by quantization), whose output the folding would "
+                "skip, or offloaded by a "
                 'device map (on "meta" outside their forward); use "auto" or "plain"'
             )
         return mode == "collapsed"
 
     def forward(self, hidden_states, attention_mask=None, segment_ids=None, output_attentions=False):
-        """Returns the new hidden states and, with `output_attentions`, the attention's two pooling distributions
-        (B, H, 2, N), else None (what `capture_outputs` records as `attentions`). attention_mask: (B, N) or its
-        `functional.PoolingMask`; `segment_ids`: packed rows' sequences (`FastformerAttention`)."""
+        """Returns the new hidden states and, with `output_attentions`, the attention's two pooling
+        distributions (B, H, 2, N), else None (what `capture_outputs` records as `attentions`).
+        attention_mask: (B, N) or its `functional.PoolingMask`; `segment_ids`: packed rows'
+        sequences (`FastformerAttention`)."""
         hidden_states, weights = self.attention_sublayer(hidden_states, attention_mask, segment_ids, output_attentions)
         return self.feed_forward(hidden_states), weights
 
     def attention_sublayer(self, hidden_states, attention_mask=None, segment_ids=None, output_attentions=False):
-        """The first half of the layer: attention -> dense -> dropout -> add & LayerNorm (what a BERT layer's
-        `attention` module computes; `fastformer.distillation` matches the two). Returns it and the weights (None
-        unless `output_attentions`). Packed rows take the plain path: the collapsed one folds the maps into one
-        matrix per row."""
+        """The first half of the layer: attention -> dense -> dropout -> add & LayerNorm (what a
+        BERT layer's `attention` module computes; `fastformer.distillation` matches the two).
+        Returns it and the weights (None unless `output_attentions`). Packed rows take the plain
+        path: the collapsed one folds the maps into one matrix per row."""
         if segment_ids is None and self.uses_collapsed_attention(hidden_states):
             projected, weights = self.collapsed_attention(hidden_states, attention_mask, output_attentions)
         else:
@@ -505,16 +544,19 @@ class FastformerLayer(GradientCheckpointingLayer):
         return self.attention_output.add_and_norm(projected, hidden_states), weights
 
     def collapsed_attention(self, hidden_states, attention_mask=None, output_attentions=False):
-        """`attention_output.dense(attention(...))` for the "product" interaction, with the Linear layers folded.
+        """`attention_output.dense(attention(...))` for the "product" interaction, with the Linear
+        layers folded.
 
-        The global query and key come from `pool_projections` (so q_i, k_i and p_i are never formed), and then
-        everything left is linear in x_i given the global key k:
-            dense(r_i + q_i) = W_o (W_r (k * (W_v x_i + b_v)) + b_r + W_q x_i + b_q) + b_o = M x_i + m
-            M = (W_o W_r) diag(k) W_v + W_o W_q,    m = W_o (W_r (k * b_v) + b_r + b_q) + b_o
-        (without the query residual, `config.query_residual=False`, the W_q x_i + b_q terms drop out)
-        so the sub-layer costs one (N x C) by (C x C) product per sequence instead of five, and stores no
-        (N x C) activation besides x. M depends on the sequence (through k): a (C x C) product per sequence.
-        Returns it and, with `output_attentions`, the pooling weights (B, H, 2, N), else None.
+        The global query and key come from `pool_projections` (so q_i, k_i and p_i are never
+        formed), and then everything left is linear in x_i given the global key k:
+            dense(r_i + q_i) = W_o (W_r (k * (W_v x_i + b_v)) + b_r + W_q x_i + b_q) + b_o = M
+            x_i + m M = (W_o W_r) diag(k) W_v + W_o W_q,    m = W_o (W_r
+            (k * b_v) + b_r + b_q) + b_o
+        (without the query residual, `config.query_residual=False`, the W_q x_i + b_q terms drop
+        out) so the sub-layer costs one (N x C) by (C x C) product per sequence instead of five, and
+        stores no (N x C) activation besides x. M depends on the sequence (through k): a (C x C)
+        product per sequence. Returns it and, with `output_attentions`, the pooling weights
+        (B, H, 2, N), else None.
         """
         attention, dense = self.attention, self.attention_output.dense
         batch, _, hidden_size = hidden_states.shape
@@ -527,7 +569,8 @@ class FastformerLayer(GradientCheckpointingLayer):
         global_query, alpha = pooled(query.weight, query.bias, query_weight)
         key_weight = key_weight * global_query  # w_k . (q * k_i) = (w_k * q) . k_i
         pooled_key, beta = pooled(key.weight, key.bias, key_weight)
-        global_key = (global_query * pooled_key).reshape(batch, 1, hidden_size)  # sum_i beta_i (q * k_i)
+        # sum_i beta_i (q * k_i)
+        global_key = (global_query * pooled_key).reshape(batch, 1, hidden_size)
 
         out_transform = dense.weight @ attention.transform.weight  # W_o W_r
         matrix = (out_transform * global_key) @ value.weight  # (B, C, C)
@@ -541,12 +584,14 @@ class FastformerLayer(GradientCheckpointingLayer):
 
 
 class FastformerDecoderLayer(GradientCheckpointingLayer):
-    """Causal Fastformer attention, then (in an encoder-decoder) cross-attention, then the feed-forward block.
+    """Causal Fastformer attention, then (in an encoder-decoder) cross-attention, then the
+    feed-forward block.
 
-    `cross_key`, `cross_value`: `cross_attention.encode(...)` of the encoder output, computed once per distinct
-    layer by the caller (positional, so that reentrant gradient checkpointing sends their gradients back once);
-    `cache_layer`: the generation state of this layer application (`FastformerCacheLayer`); `token_mask`: the
-    attention mask as the short convolution reads it (`FastformerCausalAttention`).
+    `cross_key`, `cross_value`: `cross_attention.encode(...)` of the encoder output, computed once
+    per distinct layer by the caller (positional, so that reentrant gradient checkpointing sends
+    their gradients back once); `cache_layer`: the generation state of this layer application
+    (`FastformerCacheLayer`); `token_mask`: the attention mask as the short convolution reads it
+    (`FastformerCausalAttention`).
     """
 
     def __init__(self, config: FastformerConfig, cross_attention: bool):
@@ -583,23 +628,24 @@ class FastformerDecoderLayer(GradientCheckpointingLayer):
 
 
 class FastformerScoreVector(nn.Module):
-    """The additive pooler's score vector s, `weight` (1, hidden_size) as a one-output Linear layer's (no bias: a
-    softmax ignores a shift, so its gradient is 0 and Adam would only move it by rounding noise). Its forward hands it
-    out as the pooling's query: read inside the module's own forward, as a device map that offloads it needs
-    (accelerate loads an offloaded weight around the forward), and left as it is by quantization, which swaps
-    nn.Linear layers."""
+    """The additive pooler's score vector s, `weight` (1, hidden_size) as a one-output Linear
+    layer's (no bias: a softmax ignores a shift, so its gradient is 0 and Adam would only move it by
+    rounding noise). Its forward hands it out as the pooling's query: read inside the module's own
+    forward, as a device map that offloads it needs (accelerate loads an offloaded weight around the
+    forward), and left as it is by quantization, which swaps nn.Linear layers."""
 
     def __init__(self, hidden_size: int):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(1, hidden_size))
-        # drawn as nn.Linear(hidden_size, 1) draws its weight, so that a seeded model draws the same numbers as with
-        # such a Linear layer (`_init_weights` then draws it from the config)
+        # drawn as nn.Linear(hidden_size, 1) draws its weight, so that a seeded model draws the same
+        # numbers as with such a Linear layer (`_init_weights` then draws it from the config)
         nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
 
     def forward(self, keys) -> torch.Tensor:
         """The query of each row of `keys` (B, 1, N, C): (B, 1, 1, C)."""
-        # a copy of the score vector, at an aligned address: the CPU kernel sums in an order that follows the
-        # query's alignment, which a loaded (memory-mapped) weight does not have, so a reloaded model would differ
+        # a copy of the score vector, at an aligned address: the CPU kernel sums in an order that
+        # follows the query's alignment, which a loaded (memory-mapped) weight does not have, so a
+        # reloaded model would differ
         return self.weight.clone().view(1, 1, 1, -1).expand(keys.shape[0], 1, 1, -1)
 
 
@@ -615,11 +661,12 @@ class FastformerPooler(nn.Module):
             self.score = FastformerScoreVector(config.hidden_size)
 
     def forward(self, hidden_states, attention_mask=None, mask: PoolingMask | None = None) -> torch.Tensor:
-        """attention_mask: (B, N), True for tokens; `mask`: its `functional.PoolingMask` where the caller has made
-        one (the additive pooler takes it, else makes it). A row without tokens pools to zeros."""
+        """attention_mask: (B, N), True for tokens; `mask`: its `functional.PoolingMask` where the
+        caller has made one (the additive pooler takes it, else makes it). A row without tokens
+        pools to zeros."""
         if self.pooler_type == "additive":
-            # softmax_i(s . tanh(dense(h_i))) weighted sum of the h_i: attention with the score vector s as the one
-            # query, one fused kernel
+            # softmax_i(s . tanh(dense(h_i))) weighted sum of the h_i: attention with the score
+            # vector s as the one query, one fused kernel
             mask = as_pooling_mask(attention_mask, compute_dtype(hidden_states)) if mask is None else mask
             keys = torch.tanh(self.dense(hidden_states)).unsqueeze(1)  # (B, 1, N, C)
             query = self.score(keys)  # (B, 1, 1, C)
@@ -631,27 +678,32 @@ class FastformerPooler(nn.Module):
             attention_mask = torch.ones(hidden_states.shape[:2], dtype=torch.bool, device=hidden_states.device)
         attention_mask = attention_mask.to(torch.bool)
         if self.pooler_type == "cls":
-            first_token = attention_mask.int().argmax(dim=-1)  # left padding puts the first token later
+            # left padding puts the first token later
+            first_token = attention_mask.int().argmax(dim=-1)
             return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), first_token]
         weights = attention_mask / attention_mask.sum(dim=-1, keepdim=True).clamp(min=1)  # "mean"
-        return (weights.to(hidden_states.dtype).unsqueeze(1) @ hidden_states).squeeze(1)  # (B, hidden)
+        # (B, hidden)
+        return (weights.to(hidden_states.dtype).unsqueeze(1) @ hidden_states).squeeze(1)
 
 
 class FastformerPreTrainedModel(PreTrainedModel):
     config: FastformerConfig
     base_model_prefix = "fastformer"
     supports_gradient_checkpointing = True
-    # the softmax cross-attention goes through transformers' attention functions ("eager" always works)
+    # the softmax cross-attention goes through transformers' attention functions
+    # ("eager" always works)
     _supports_sdpa = True
-    # the layers that device maps and FSDP keep whole: only classes a model of this class has (accelerate's FSDP
-    # refuses a name it cannot find), and no embeddings (its FSDP2 shards the input embeddings itself, a second
-    # time if they were named); the generative heads name theirs
+    # the layers that device maps and FSDP keep whole: only classes a model of this class has
+    # (accelerate's FSDP refuses a name it cannot find), and no embeddings (its FSDP2 shards the
+    # input embeddings itself, a second time if they were named); the generative heads name theirs
     _no_split_modules = ["FastformerLayer"]
-    # every forward (training, inference, a cached decoding step) compiles as one graph (tests/test_compile.py); with a
-    # static cache, generate() on a GPU then compiles the decoding steps itself, whose state stays at its addresses
+    # every forward (training, inference, a cached decoding step) compiles as one graph
+    # (tests/test_compile.py); with a static cache, generate() on a GPU then compiles the decoding
+    # steps itself, whose state stays at its addresses
     _can_compile_fullgraph = True
-    # what `output_hidden_states` / `output_attentions` collect (transformers' `capture_outputs` hooks): every
-    # layer application's output, and the encoder layers' pooling distributions (B, H, 2, N)
+    # what `output_hidden_states` / `output_attentions` collect (transformers' `capture_outputs`
+    # hooks): every layer application's output, and the encoder layers' pooling distributions
+    # (B, H, 2, N)
     _can_record_outputs = {
         "hidden_states": FastformerLayer,
         "attentions": OutputRecorder(FastformerLayer, index=1),
@@ -683,12 +735,13 @@ class FastformerPreTrainedModel(PreTrainedModel):
 
 
 class FastformerStack(FastformerPreTrainedModel):
-    """Embeddings, then `num_layers` applications of `layers` (with `config.share_layers` one layer, applied
-    every time): what the encoder (`FastformerModel`) and the decoder (`FastformerDecoder`) have in common.
+    """Embeddings, then `num_layers` applications of `layers` (with `config.share_layers` one layer,
+    applied every time): what the encoder (`FastformerModel`) and the decoder (`FastformerDecoder`)
+    have in common.
 
-    An attention mask marks tokens with any non-zero value, padding with 0 (as BERT's). Without `position_ids`,
-    positions count real tokens only, so left padding does not shift them, and continue after `past_positions`
-    ((B,) real tokens before these, in generation)."""
+    An attention mask marks tokens with any non-zero value, padding with 0 (as BERT's). Without
+    `position_ids`, positions count real tokens only, so left padding does not shift them, and
+    continue after `past_positions` ((B,) real tokens before these, in generation)."""
 
     input_name = "input_ids"  # for error messages
 
@@ -709,24 +762,28 @@ class FastformerStack(FastformerPreTrainedModel):
 
     @staticmethod
     def packed_sequences(position_ids, attention_mask, batch_size) -> torch.Tensor | None:
-        """The sequence of every token (B, N) where the rows are packed, else None: read from `position_ids` that
-        restart without an attention mask (one look at their values), as transformers' masks read them. Not while
-        a graph is traced (torch.compile, export), where the look would be a graph break: there, pass a mask."""
+        """The sequence of every token (B, N) where the rows are packed, else None: read from
+        `position_ids` that restart without an attention mask (one look at their values), as
+        transformers' masks read them. Not while a graph is traced (torch.compile, export), where
+        the look would be a graph break: there, pass a mask."""
         if position_ids is None or attention_mask is not None or is_tracing(position_ids):
             return None
         return find_packed_sequence_indices(position_ids.expand(batch_size, -1))
 
     def embed(self, input_ids, attention_mask, position_ids, inputs_embeds, past_tokens=0, token_type_ids=None):
-        """The checked inputs' embeddings (B, N, hidden_size) and their attention mask as booleans; `past_tokens`: the
-        columns before these (in generation), which the mask may cover too, as generate() passes it;
-        `token_type_ids`: these columns' only, as generate() passes them. Without `position_ids`, positions count the
-        real tokens of a mask over all the columns, else continue after `past_tokens`."""
+        """The checked inputs' embeddings (B, N, hidden_size) and their attention mask as booleans;
+        `past_tokens`: the columns before these (in generation), which the mask may cover too, as
+        generate() passes it; `token_type_ids`: these columns' only, as generate() passes them.
+        Without `position_ids`, positions count the real tokens of a mask over all the columns, else
+        continue after `past_tokens`."""
         batch_size, length = check_inputs(input_ids, inputs_embeds, self.config, self.input_name)
         if token_type_ids is not None:
             if self.embeddings.token_type_embeddings is None:
                 raise ValueError(
-                    "The encoder-decoder's decoder has no token types (as BART's), but was given `token_type_ids`: "
-                    "they are the encoder's (`FastformerForConditionalGeneration`'s `token_type_ids`)"
+                    "The encoder-decoder's decoder has no token types (as BART's), but was "
+                    "given `token_type_ids`: "
+                    "they are the encoder's "
+                    "(`FastformerForConditionalGeneration`'s `token_type_ids`)"
                 )
             check_token_type_ids(token_type_ids, (batch_size, length), self.config.type_vocab_size)
         whole_mask = None
@@ -751,11 +808,13 @@ class FastformerStack(FastformerPreTrainedModel):
         else:
             position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
             position_ids = position_ids + past_tokens if past_tokens else position_ids
-        # every column counts against the table, padding too: whether a row's real tokens fit would take its values
+        # every column counts against the table, padding too: whether a row's real tokens fit would
+        # take its values
         if past_tokens + length > max_positions:
             name = self.input_name if inputs_embeds is None else self.input_name.replace("input_ids", "inputs_embeds")
             raise ValueError(
-                f"The `{name}` sequence reaches more than {max_positions} positions (`max_position_embeddings`): "
+                f"The `{name}` sequence reaches more than {max_positions} positions "
+                "(`max_position_embeddings`): "
                 "truncate it, generate fewer tokens or use a config with more positions"
             )
         return self.embeddings(input_ids, position_ids, inputs_embeds, token_type_ids), attention_mask
@@ -764,14 +823,16 @@ class FastformerStack(FastformerPreTrainedModel):
 class FastformerModel(FastformerStack):
     """The bare Fastformer encoder.
 
-    `attentions` (with `output_attentions=True`) holds, per applied layer, the two additive-attention pooling
-    distributions as a tensor of shape (batch, num_heads, 2, seq_len): [:, :, 0] is alpha (the weights that
-    pool the global query), [:, :, 1] is beta (the weights that pool the global key). Padding gets 0.
-    Without `position_ids`, positions count real tokens only, so left padding does not shift them.
+    `attentions` (with `output_attentions=True`) holds, per applied layer, the two
+    additive-attention pooling distributions as a tensor of shape (batch, num_heads, 2, seq_len):
+    [:, :, 0] is alpha (the weights that pool the global query), [:, :, 1] is beta (the weights that
+    pool the global key). Padding gets 0. Without `position_ids`, positions count real tokens only,
+    so left padding does not shift them.
 
-    Packed rows (`DataCollatorWithFlattening`: no attention mask, `position_ids` that restart at each sequence, as
-    transformers' `find_packed_sequence_indices` reads them) give every sequence the hidden states it has alone;
-    `pooler_output` is then None (one vector per row would mix the sequences).
+    Packed rows (`DataCollatorWithFlattening`: no attention mask, `position_ids` that restart at
+    each sequence, as transformers' `find_packed_sequence_indices` reads them) give every sequence
+    the hidden states it has alone; `pooler_output` is then None (one vector per row would mix the
+    sequences).
     """
 
     def __init__(self, config: FastformerConfig, add_pooling_layer: bool = True):
@@ -798,21 +859,25 @@ class FastformerModel(FastformerStack):
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
         r"""
-        token_type_ids: the token types (segments) (B, N), as BERT's: 0 for the first text of a pair, 1 for the
+        token_type_ids: the token types (segments) (B, N), as BERT's: 0 for the first text of a
+        pair, 1 for the
             second; none given reads as all zeros.
-        encoder_hidden_states, encoder_attention_mask, cache: BERT's as a decoder; the Fastformer encoder has
+        encoder_hidden_states, encoder_attention_mask, cache: BERT's as a decoder; the Fastformer
+        encoder has
             no cross-attention and no generation state, so they are refused (the decoders are
             `FastformerForConditionalGeneration` and `FastformerForCausalLM`).
         use_cache: as BERT's encoder, it has nothing to cache: no effect.
         """
         if encoder_hidden_states is not None or encoder_attention_mask is not None:
             raise ValueError(
-                "The Fastformer encoder has no cross-attention (`encoder_hidden_states`, `encoder_attention_mask`): "
+                "The Fastformer encoder has no cross-attention (`encoder_hidden_states`, "
+                "`encoder_attention_mask`): "
                 "a decoder that reads an encoder's output is FastformerForConditionalGeneration's"
             )
         if cache is not None:
             raise ValueError(
-                f"The Fastformer encoder keeps no generation state, but was given a cache ({type(cache).__name__}); "
+                "The Fastformer encoder keeps no generation state, but was given a cache "
+                f"({type(cache).__name__}); "
                 "generation is FastformerForCausalLM's and FastformerForConditionalGeneration's"
             )
         check_keywords(kwargs, type(self).__name__, causal=False)
@@ -834,12 +899,14 @@ class FastformerModel(FastformerStack):
 class FastformerForSequenceClassification(FastformerPreTrainedModel):
     """Fastformer with a linear classifier on the pooled output (`config.pooler_type`).
 
-    `config.problem_type` selects the loss as in transformers: "regression" (MSE), "single_label_classification"
-    (cross-entropy) or "multi_label_classification" (BCE with logits); inferred from the labels when unset.
+    `config.problem_type` selects the loss as in transformers: "regression" (MSE),
+    "single_label_classification" (cross-entropy) or "multi_label_classification" (BCE with logits);
+    inferred from the labels when unset.
     """
 
-    # the loss is the batch's mean, not a sum over `num_items_in_batch`: the Trainer must scale it itself (it would
-    # infer the opposite from `**kwargs`, and under DDP scale the gradients by the number of processes)
+    # the loss is the batch's mean, not a sum over `num_items_in_batch`: the Trainer must scale it
+    # itself (it would infer the opposite from `**kwargs`, and under DDP scale the gradients by the
+    # number of processes)
     accepts_loss_kwargs = False
 
     def __init__(self, config: FastformerConfig):
@@ -873,8 +940,10 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
         )
         if outputs.pooler_output is None:
             raise ValueError(
-                f"{type(self).__name__} gives one prediction per row, but the rows are packed (`position_ids` restart "
-                "without an attention mask): pad the sequences to a batch instead of DataCollatorWithFlattening"
+                f"{type(self).__name__} gives one prediction per row, but the rows are packed "
+                "(`position_ids` restart "
+                "without an attention mask): pad the sequences to a batch instead of "
+                "DataCollatorWithFlattening"
             )
         logits = self.classifier(self.dropout(outputs.pooler_output))
         loss = None
@@ -887,8 +956,9 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
 
 
 class FastformerLMHead(nn.Module):
-    """dense -> activation -> LayerNorm -> vocabulary projection (tied to the input embeddings by default); the
-    dense layer maps to the width of the embedding matrix (`config.embedding_width`, as ELECTRA's generator)."""
+    """dense -> activation -> LayerNorm -> vocabulary projection (tied to the input embeddings by
+    default); the dense layer maps to the width of the embedding matrix (`config.embedding_width`,
+    as ELECTRA's generator)."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -902,7 +972,8 @@ class FastformerLMHead(nn.Module):
 
 
 class FastformerForMaskedLM(FastformerPreTrainedModel):
-    """Fastformer with a masked-language-modeling head, for pretraining; labels are -100 where not masked."""
+    """Fastformer with a masked-language-modeling head, for pretraining; labels are -100 where not
+    masked."""
 
     _tied_weights_keys = {"lm_head.decoder.weight": "fastformer.embeddings.word_embeddings.weight"}
     # the Trainer passes num_items_in_batch, so the loss stays exact under gradient accumulation
@@ -935,7 +1006,8 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
         r"""
-        encoder_hidden_states, encoder_attention_mask: BERT's as a decoder; refused (`FastformerModel`).
+        encoder_hidden_states, encoder_attention_mask: BERT's as a decoder; refused
+        (`FastformerModel`).
         """
         outputs = self.fastformer(
             input_ids,
@@ -961,18 +1033,20 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
 
 
 class FastformerCacheLayer(LinearAttentionLayer):
-    """The cache of one decoder layer application, registered as the layer type "fastformer" (`config.layer_types`),
-    so that `DynamicCache(config=config)` and generate() build it. In a self-attention cache it holds the causal
-    attention's `CausalAttentionState` in four recurrent-state slots (the query's pooling, then the key's: a (B, H) log
-    normalizer and a (B, H, D) pooled vector each), with `config.decoder_conv_kernel` K the short convolution's last
-    K - 1 inputs (B, D, K - 1) in the first convolution slot, and the number of columns read (`get_seq_length`). In
-    the cross-attention cache of an `EncoderDecoderCache` it holds the source's keys and values (`update`), written
-    once, on the first step.
+    """The cache of one decoder layer application, registered as the layer type "fastformer"
+    (`config.layer_types`), so that `DynamicCache(config=config)` and generate() build it. In a
+    self-attention cache it holds the causal attention's `CausalAttentionState` in four
+    recurrent-state slots (the query's pooling, then the key's: a (B, H) log normalizer and a
+    (B, H, D) pooled vector each), with `config.decoder_conv_kernel` K the short convolution's last
+    K - 1 inputs (B, D, K - 1) in the first convolution slot, and the number of columns read
+    (`get_seq_length`). In the cross-attention cache of an `EncoderDecoderCache` it holds the
+    source's keys and values (`update`), written once, on the first step.
 
-    A state is copied into the layer's tensors, whose addresses then stay (CUDA graphs, a compiled decoding step), as
-    transformers' linear-attention layers do. A state with gradients is kept as it is instead (a later step writing
-    into it would change what the backward pass reads), and so is one that replaces an inference tensor outside
-    `torch.inference_mode()`. `reset` zeroes the tensors. A pooled state cannot be rolled back: no `crop`."""
+    A state is copied into the layer's tensors, whose addresses then stay (CUDA graphs, a compiled
+    decoding step), as transformers' linear-attention layers do. A state with gradients is kept as
+    it is instead (a later step writing into it would change what the backward pass reads), and so
+    is one that replaces an inference tensor outside `torch.inference_mode()`. `reset` zeroes the
+    tensors. A pooled state cannot be rolled back: no `crop`."""
 
     _layer_type = "fastformer"
     is_croppable = False
@@ -1018,7 +1092,8 @@ class FastformerCacheLayer(LinearAttentionLayer):
         return self.conv_states[state_idx]
 
     def _write(self, held: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
-        """`new` copied into `held` in place, or kept at a static address of its own where it cannot be."""
+        """`new` copied into `held` in place, or kept at a static address of its own where it cannot
+        be."""
         self.device, self.dtype = new.device, new.dtype
         in_place = (
             held is not None
@@ -1028,7 +1103,8 @@ class FastformerCacheLayer(LinearAttentionLayer):
         )
         if in_place:
             return held.copy_(new)
-        new = new.contiguous()  # a state of its own: a slice would keep the whole tensor it was cut from
+        # a state of its own: a slice would keep the whole tensor it was cut from
+        new = new.contiguous()
         if not is_torchdynamo_compiling():
             torch._dynamo.mark_static_address(new)
         return new
@@ -1064,24 +1140,25 @@ class FastformerCacheLayer(LinearAttentionLayer):
         self._map_rows(lambda tensor: tensor.repeat_interleave(repeats, dim=0))
 
 
-# transformers registers a layer class by its `_layer_type` where it subclasses `CacheLayerMixin` (attention caches);
-# a linear-attention layer is registered here, for both kinds of cache, as cache_utils registers its own: a
-# `StaticCache` (`generate(cache_implementation="static")`) is the one generate() compiles its decoding steps for
+# transformers registers a layer class by its `_layer_type` where it subclasses `CacheLayerMixin`
+# (attention caches); a linear-attention layer is registered here, for both kinds of cache, as
+# cache_utils registers its own: a `StaticCache` (`generate(cache_implementation="static")`) is the
+# one generate() compiles its decoding steps for
 DYNAMIC_LAYER_TYPE_MAPPING[FastformerCacheLayer._layer_type] = FastformerCacheLayer
 STATIC_LAYER_TYPE_MAPPING[FastformerCacheLayer._layer_type] = FastformerCacheLayer
 
 
 class FastformerDecoder(FastformerStack):
-    """Token and position embeddings, then `config.num_decoder_layers` causal Fastformer layers (with
-    cross-attention to an encoder output when `cross_attention`). Positions count real tokens only and continue
-    from the cache (`FastformerStack.embed`).
+    """Token and position embeddings, then `config.num_decoder_layers` causal Fastformer layers
+    (with cross-attention to an encoder output when `cross_attention`). Positions count real tokens
+    only and continue from the cache (`FastformerStack.embed`).
 
-    `cache`: a `DynamicCache` of `FastformerCacheLayer`s (`DynamicCache(config=config)`), or for cross-attention an
-    `EncoderDecoderCache` of two, the second holding the source's keys and values from the first step on, as BART's.
-    With `use_cache` and no cache, the decoder makes one."""
+    `cache`: a `DynamicCache` of `FastformerCacheLayer`s (`DynamicCache(config=config)`), or for
+    cross-attention an `EncoderDecoderCache` of two, the second holding the source's keys and values
+    from the first step on, as BART's. With `use_cache` and no cache, the decoder makes one."""
 
-    # `output_attentions`: per layer application, the causal attention's pooling weights (B, H, 2, T, T) and the
-    # softmax cross-attention's weights (B, H, T, M)
+    # `output_attentions`: per layer application, the causal attention's pooling weights
+    # (B, H, 2, T, T) and the softmax cross-attention's weights (B, H, T, M)
     _can_record_outputs = {
         "hidden_states": FastformerDecoderLayer,
         "attentions": OutputRecorder(FastformerCausalAttention, index=1),
@@ -1097,8 +1174,9 @@ class FastformerDecoder(FastformerStack):
         self.post_init()
 
     def cross_attention_inputs(self, encoder_hidden_states, encoder_attention_mask, cache):
-        """Per distinct layer, the (key, value) its cross-attention reads: from the cross-attention cache after the
-        first step, else computed (once per distinct layer, with or without a cache)."""
+        """Per distinct layer, the (key, value) its cross-attention reads: from the cross-attention
+        cache after the first step, else computed (once per distinct layer, with or without a
+        cache)."""
         if self.layers[0].cross_attention is None:
             return [(None, None)] * len(self.layers)
         cross_cache = cache.cross_attention_cache if isinstance(cache, EncoderDecoderCache) else None
@@ -1117,17 +1195,20 @@ class FastformerDecoder(FastformerStack):
         return inputs
 
     def source_mask(self, hidden_states, encoder_hidden_states, encoder_attention_mask):
-        """The softmax cross-attention's mask over the source, as transformers' `create_bidirectional_mask` makes
-        it for the attention function in use (None without cross-attention or padding)."""
+        """The softmax cross-attention's mask over the source, as transformers'
+        `create_bidirectional_mask` makes it for the attention function in use (None without
+        cross-attention or padding)."""
         softmax = self.layers[0].cross_attention is not None and self.config.cross_attention_type == "softmax"
         if not softmax or encoder_attention_mask is None:
             return None
         mask = encoder_attention_mask.to(torch.bool)
-        # a source that is all padding attends to all of it: finite numbers instead of a softmax over nothing
+        # a source that is all padding attends to all of it: finite numbers instead of a softmax
+        # over nothing
         mask = mask | ~mask.any(dim=-1, keepdim=True)
         if encoder_hidden_states is None:  # a later decoding step: only the source's shape is read
             encoder_hidden_states = hidden_states.new_empty(*mask.shape, 0)
-        # no skip of a mask without padding: telling would read the mask's values, a GPU synchronization per step
+        # no skip of a mask without padding: telling would read the mask's values, a GPU
+        # synchronization per step
         return create_bidirectional_mask(
             config=self.config,
             inputs_embeds=hidden_states,
@@ -1137,9 +1218,10 @@ class FastformerDecoder(FastformerStack):
         )
 
     def packed(self, position_ids, attention_mask, batch_size, states, kwargs) -> PackedRows | None:
-        """The `PackedRows` of packed rows (`packed_sequences`), looked for where transformers' masks look: without
-        a cache (with one, the rows continue as they are). They train and score: cross-attention and attention
-        weights would follow a row, not its sequences, and are refused."""
+        """The `PackedRows` of packed rows (`packed_sequences`), looked for where transformers'
+        masks look: without a cache (with one, the rows continue as they are). They train and score:
+        cross-attention and attention weights would follow a row, not its sequences, and are
+        refused."""
         if states is not None:
             return None
         segment_ids = self.packed_sequences(position_ids, attention_mask, batch_size)
@@ -1151,23 +1233,27 @@ class FastformerDecoder(FastformerStack):
         }
         if any(refused.values()):
             raise ValueError(
-                "The rows are packed (`position_ids` restart without an attention mask), which the decoder takes "
+                "The rows are packed (`position_ids` restart without an attention mask), "
+                "which the decoder takes "
                 f"apart without {', '.join(name for name, given in refused.items() if given)}"
             )
         return packed_rows(segment_ids)
 
     def checked_cache(self, cache: Cache | None, use_cache: bool | None, batch_size: int) -> Cache | None:
-        """The cache this forward reads and updates: the one given (whatever `use_cache` says, as transformers' models
-        read it), else with `use_cache` a new one. Its self-attention part is made of `FastformerCacheLayer`s: an empty
-        transformers cache (`DynamicCache()`) gets them, and a cache of `batch_size / k` rows (a returned cache
-        that generate() continues with k beams or samples per row) is repeated per row. Refused: a cache of keys and
-        values (PEFT's prefix tuning), and a cache with the layers checkpointed (gradient checkpointing recomputes
-        the layers, and the state cannot be read twice)."""
+        """The cache this forward reads and updates: the one given (whatever `use_cache` says, as
+        transformers' models read it), else with `use_cache` a new one. Its self-attention part is
+        made of `FastformerCacheLayer`s: an empty transformers cache (`DynamicCache()`) gets them,
+        and a cache of `batch_size / k` rows (a returned cache that generate() continues with k
+        beams or samples per row) is repeated per row. Refused: a cache of keys and values
+        (PEFT's prefix tuning), and a cache with the layers checkpointed (gradient checkpointing
+        recomputes the layers, and the state cannot be read twice)."""
         if self.training and torch.is_grad_enabled() and self.is_activation_checkpointing:
             if cache is not None and cache.get_seq_length() > 0:
                 raise ValueError(
-                    "The decoder continues from a cache, which gradient checkpointing cannot recompute from: call "
-                    "model.gradient_checkpointing_disable(), or train on the whole sequence without a cache"
+                    "The decoder continues from a cache, which gradient checkpointing cannot "
+                    "recompute from: call "
+                    "model.gradient_checkpointing_disable(), or train on the whole "
+                    "sequence without a cache"
                 )
             if use_cache or cache is not None:
                 logger.warning_once(
@@ -1191,8 +1277,10 @@ class FastformerDecoder(FastformerStack):
         if layers is not None and not all(isinstance(layer, FastformerCacheLayer) for layer in layers):
             if states.get_seq_length() > 0:
                 raise ValueError(
-                    f"The cache holds keys and values ({type(states).__name__}), as PEFT's prefix tuning passes them, "
-                    "but Fastformer's decoder continues from a recurrent state: prefix tuning is not supported (prompt "
+                    f"The cache holds keys and values ({type(states).__name__}), as PEFT's prefix "
+                    "tuning passes them, "
+                    "but Fastformer's decoder continues from a recurrent state: prefix tuning is "
+                    "not supported (prompt "
                     "tuning and LoRA are)"
                 )
             layers.clear()
@@ -1255,24 +1343,28 @@ class FastformerDecoder(FastformerStack):
 
 
 class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
-    """What the generative heads (`FastformerForConditionalGeneration`, `FastformerForCausalLM`) share: a decoder
-    whose cache is a recurrent state, which generate() builds from `config.layer_types` as it builds any cache."""
+    """What the generative heads (`FastformerForConditionalGeneration`, `FastformerForCausalLM`)
+    share: a decoder whose cache is a recurrent state, which generate() builds from
+    `config.layer_types` as it builds any cache."""
 
     _supported_generation_modes = ("greedy_search", "sample", "beam_search", "beam_sample")
 
     def __init__(self, config: FastformerConfig):
         if config.embedding_width != config.hidden_size:
             raise ValueError(
-                f"{type(self).__name__} needs embedding_size == hidden_size (its LM head is the word embedding "
-                f"matrix), got embedding_size={config.embedding_size}, hidden_size={config.hidden_size}"
+                f"{type(self).__name__} needs embedding_size == hidden_size (its LM head "
+                "is the word embedding "
+                f"matrix), got embedding_size={config.embedding_size}, "
+                f"hidden_size={config.hidden_size}"
             )
         super().__init__(config)
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def prepare_inputs_for_generation(self, input_ids, cache=None, is_first_iteration=False, **kwargs):
-        """As transformers', where generation continues from a returned cache: a seq2seq decoder input without a mask
-        is taken to be the whole sequence so far, of which the cached tokens are left out (generate() leaves them
-        out where a mask tells it so), and forms that cannot continue are refused."""
+        """As transformers', where generation continues from a returned cache: a seq2seq decoder
+        input without a mask is taken to be the whole sequence so far, of which the cached tokens
+        are left out (generate() leaves them out where a mask tells it so), and forms that cannot
+        continue are refused."""
         if is_first_iteration and cache is not None and cache.get_seq_length() > 0:
             new_tokens = self.tokens_to_continue(cache, input_ids, kwargs)
             if new_tokens is not None:
@@ -1280,37 +1372,41 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
         inputs = super().prepare_inputs_for_generation(
             input_ids, cache=cache, is_first_iteration=is_first_iteration, **kwargs
         )
-        # the causal LM's mask as generate() widens it at every step, cut to the new tokens' columns (the positions
-        # come from generate() too): every decoding step then has the same shapes (a compiled step, CUDA graphs)
+        # the causal LM's mask as generate() widens it at every step, cut to the new tokens' columns
+        # (the positions come from generate() too): every decoding step then has the same shapes (a
+        # compiled step, CUDA graphs)
         mask, seen = inputs.get("attention_mask"), 0 if cache is None else cache.get_seq_length()
         if not self.config.is_encoder_decoder and seen and mask is not None and "position_ids" in inputs:
             inputs["attention_mask"] = mask[:, seen:]
         return inputs
 
     def tokens_to_continue(self, cache, input_ids, kwargs) -> int | None:
-        """How many of the input tokens generation that continues from `cache` runs, None to leave it to generate():
-        a seq2seq decoder input without a mask, longer than the cached tokens, is the whole sequence so far. Refused:
-        a cache of beam search (its rows are the last step's beams, not the returned sequences), and a mask that is
-        neither as wide as the input (and longer than the cached tokens) nor as wide as the cached and the input
-        tokens."""
+        """How many of the input tokens generation that continues from `cache` runs, None to leave
+        it to generate(): a seq2seq decoder input without a mask, longer than the cached tokens, is
+        the whole sequence so far. Refused: a cache of beam search (its rows are the last step's
+        beams, not the returned sequences), and a mask that is neither as wide as the input (and
+        longer than the cached tokens) nor as wide as the cached and the input tokens."""
         seq2seq = self.config.is_encoder_decoder
         name = "decoder_input_ids" if seq2seq else "input_ids"
         seen, length = cache.get_seq_length(), input_ids.shape[1]
         states = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         if any(getattr(layer, "holds_beams", False) for layer in states.layers):
             raise ValueError(
-                "This cache comes from beam search: it holds the state of every beam at the last step, not of the "
-                "returned sequences. Continue from a cache of greedy search or sampling, or without a cache"
+                "This cache comes from beam search: it holds the state of every beam at the "
+                "last step, not of the "
+                "returned sequences. Continue from a cache of greedy search or "
+                "sampling, or without a cache"
             )
         mask = kwargs.get("decoder_attention_mask" if seq2seq else "attention_mask")
         if mask is None and seq2seq and length > seen:
             return length - seen
-        # generate() leaves out as many tokens as the cache has read where the input is as wide as its mask (it may
-        # have dropped a mask of ones, after making position ids from it), and nothing where it is not
+        # generate() leaves out as many tokens as the cache has read where the input is as wide as
+        # its mask (it may have dropped a mask of ones, after making position ids from it), and
+        # nothing where it is not
         new_tokens = kwargs.get("next_sequence_length")
         width = (mask if mask is not None else kwargs.get("position_ids", input_ids)).shape[-1]
-        # generate() puts `decoder_start_token_id` before decoder inputs that do not start with it, and widens
-        # their mask, so that new tokens alone would continue after a second start token
+        # generate() puts `decoder_start_token_id` before decoder inputs that do not start with it,
+        # and widens their mask, so that new tokens alone would continue after a second start token
         prepended = seq2seq and length > 1 and bool((input_ids[:, 0] == self.config.decoder_start_token_id).all())
         whole = width == length and length > seen
         cached_and_new = mask is not None and width == seen + length and not prepended
@@ -1318,16 +1414,19 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
             return new_tokens
         also = "" if seq2seq else ", or only the new tokens with a mask of the cached and new tokens"
         raise ValueError(
-            f"Generation continues from a cache that has read {seen} tokens, but `{name}` has {length} and its "
-            f"attention mask {width}: pass the whole sequence so far (the `sequences` generate() returned, then the "
+            f"Generation continues from a cache that has read {seen} tokens, but `{name}` "
+            f"has {length} and its "
+            f"attention mask {width}: pass the whole sequence so far (the `sequences` "
+            "generate() returned, then the "
             f"new tokens) with a mask as wide or none{also}"
         )
 
 
 class FastformerSeq2SeqModel(FastformerPreTrainedModel):
-    """The bare encoder-decoder, as BART's `BartModel`: a Fastformer encoder (`FastformerModel` without its pooler)
-    and a causal Fastformer decoder with cross-attention. The decoder's word embeddings are the encoder's (its own
-    with `config.tie_encoder_embeddings=False`). `decoder_input_ids` are the decoder's inputs as they are: the head
+    """The bare encoder-decoder, as BART's `BartModel`: a Fastformer encoder (`FastformerModel`
+    without its pooler) and a causal Fastformer decoder with cross-attention. The decoder's word
+    embeddings are the encoder's (its own with `config.tie_encoder_embeddings=False`).
+    `decoder_input_ids` are the decoder's inputs as they are: the head
     (`FastformerForConditionalGeneration`) makes them from `labels`."""
 
     base_model_prefix = "model"
@@ -1349,7 +1448,8 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
         return self.encoder.get_input_embeddings()
 
     def set_input_embeddings(self, value):
-        self.encoder.set_input_embeddings(value)  # the decoder's are tied to them (`tie_weights`) where they share
+        # the decoder's are tied to them (`tie_weights`) where they share
+        self.encoder.set_input_embeddings(value)
 
     @can_return_tuple
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
@@ -1371,9 +1471,11 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         r"""
-        cache: the generation state to continue, an `EncoderDecoderCache` (`past_key_values` and `cache_params` are
+        cache: the generation state to continue, an `EncoderDecoderCache` (`past_key_values` and
+        `cache_params` are
             its former names): read whenever given, returned with `use_cache`.
-        token_type_ids, position_ids: the encoder's (`FastformerModel`), read where it runs (no `encoder_outputs`).
+        token_type_ids, position_ids: the encoder's (`FastformerModel`), read where it runs
+        (no `encoder_outputs`).
         """
         # the cache checked before the encoder runs (the decoder takes it as it is then)
         decoder_inputs = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
@@ -1383,7 +1485,8 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
             rows = None if position_ids is None else position_ids.shape[0]
             if self.encoder.packed_sequences(position_ids, attention_mask, rows) is not None:
                 raise ValueError(
-                    "The source rows are packed (`position_ids` restart without an attention mask), which the "
+                    "The source rows are packed (`position_ids` restart without an "
+                    "attention mask), which the "
                     "encoder-decoder does not take apart: pad the sequences to a batch"
                 )
             encoder_outputs = self.encoder(
@@ -1422,21 +1525,24 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
 
 
 class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerativeModel):
-    """`FastformerSeq2SeqModel` with a language-modeling head, for summarization and other sequence-to-sequence
-    tasks, as BART's `BartForConditionalGeneration`. One decoding step costs the same at any output length, and the
-    generation state (`FastformerCacheLayer`s in an `EncoderDecoderCache`) does not grow.
+    """`FastformerSeq2SeqModel` with a language-modeling head, for summarization and other
+    sequence-to-sequence tasks, as BART's `BartForConditionalGeneration`. One decoding step costs
+    the same at any output length, and the generation state (`FastformerCacheLayer`s in an
+    `EncoderDecoderCache`) does not grow.
 
-    The LM head is the decoder's word embedding matrix (`config.tie_word_embeddings`). `labels` are the target ids
-    (-100 where ignored); `decoder_input_ids` default to them shifted right after `decoder_start_token_id`.
-    Checkpoints are saved with the encoder under `fastformer.` and the decoder under `decoder.`, the names of
-    `FastformerModel` and of earlier releases, and load from them (`transformers.conversion_mapping`): a seq2seq
-    checkpoint's encoder loads into `FastformerModel` and `FastformerForSequenceClassification`.
+    The LM head is the decoder's word embedding matrix (`config.tie_word_embeddings`). `labels` are
+    the target ids (-100 where ignored); `decoder_input_ids` default to them shifted right after
+    `decoder_start_token_id`. Checkpoints are saved with the encoder under `fastformer.` and the
+    decoder under `decoder.`, the names of `FastformerModel` and of earlier releases, and load from
+    them (`transformers.conversion_mapping`): a seq2seq checkpoint's encoder loads into
+    `FastformerModel` and `FastformerForSequenceClassification`.
 
-    `output_attentions=True` returns, per layer application, `encoder_attentions` as `FastformerModel`'s (B, H, 2, M),
-    `decoder_attentions` the causal attention's pooling weights (B, H, 2, T, T) (index 0 alpha, 1 beta; row t weighs
-    tokens 1..t) and `cross_attentions` the softmax cross-attention's weights (B, H, T, M) (with
-    `attn_implementation="eager"`; "sdpa" gives none, as for BART). The decoder's weights need its whole input in
-    one pass: a forward that continues a cache refuses `output_attentions=True`.
+    `output_attentions=True` returns, per layer application, `encoder_attentions` as
+    `FastformerModel`'s (B, H, 2, M), `decoder_attentions` the causal attention's pooling weights
+    (B, H, 2, T, T) (index 0 alpha, 1 beta; row t weighs tokens 1..t) and `cross_attentions` the
+    softmax cross-attention's weights (B, H, T, M) (with `attn_implementation="eager"`; "sdpa" gives
+    none, as for BART). The decoder's weights need its whole input in one pass: a forward that
+    continues a cache refuses `output_attentions=True`.
     """
 
     base_model_prefix = "model"
@@ -1486,14 +1592,20 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         r"""
-        cache: the generation state to continue, an `EncoderDecoderCache` (`past_key_values` and `cache_params` are
-            its former names): read whenever given, returned with `use_cache` (off with `labels`, as BART's).
-        logits_to_keep: the last `logits_to_keep` positions (0: all) or the positions given, whose logits are
-            computed (`transformers.modeling_utils.slice_logits_to_keep`); generate() asks for the last one only.
-        source_ids: with `config.copy_mechanism`, the source's token ids (B, M) that the copy head copies:
-            `input_ids` by default; needed beside `encoder_outputs` or `inputs_embeds` without `input_ids`
-            (generate() passes them at every step).
-        token_type_ids, position_ids: the encoder's (`FastformerModel`), read where it runs (no `encoder_outputs`).
+        cache: the generation state to continue, an `EncoderDecoderCache` (`past_key_values` and
+        `cache_params` are
+            its former names): read whenever given, returned with `use_cache` (off with `labels`, as
+            BART's).
+        logits_to_keep: the last `logits_to_keep` positions (0: all) or the positions given, whose
+        logits are
+            computed (`transformers.modeling_utils.slice_logits_to_keep`); generate() asks for the
+            last one only.
+        source_ids: with `config.copy_mechanism`, the source's token ids (B, M) that the copy head
+        copies:
+            `input_ids` by default; needed beside `encoder_outputs` or `inputs_embeds` without
+            `input_ids` (generate() passes them at every step).
+        token_type_ids, position_ids: the encoder's (`FastformerModel`), read where it runs
+        (no `encoder_outputs`).
         """
         if labels is not None:
             use_cache = False
@@ -1505,7 +1617,8 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
             self.copy_head.check_decoder_input_ids(decoder_input_ids)
             if isinstance(logits_to_keep, torch.Tensor) and logits_to_keep.dtype == torch.bool:
                 raise ValueError(
-                    "config.copy_mechanism keeps the (batch, position) layout: pass `logits_to_keep` as a count or as "
+                    "config.copy_mechanism keeps the (batch, position) layout: pass "
+                    "`logits_to_keep` as a count or as "
                     "positions, not as a boolean mask"
                 )
         outputs = self.model(
@@ -1536,7 +1649,8 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
             )
         loss = None
         if labels is not None:
-            # the labels are aligned with the logits already (no shift): the masked-LM loss is exactly that
+            # the labels are aligned with the logits already (no shift): the masked-LM loss is
+            # exactly that
             loss = ForMaskedLMLoss(logits, labels, self.config.vocab_size, num_items_in_batch=num_items_in_batch)
         return Seq2SeqLMOutput(
             loss=loss,
@@ -1551,9 +1665,9 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
         )
 
     def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True) -> nn.Embedding:
-        """As transformers', and the decoder's word embeddings where they are not the encoder's (with
-        `config.tie_encoder_embeddings=False`, or `tie_word_embeddings=False`, where nothing is tied) are resized
-        as well."""
+        """As transformers', and the decoder's word embeddings where they are not the encoder's
+        (with `config.tie_encoder_embeddings=False`, or `tie_word_embeddings=False`, where nothing
+        is tied) are resized as well."""
         embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
         decoder = self.get_decoder()
         old = decoder.get_input_embeddings()
@@ -1563,7 +1677,8 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
         return embeddings
 
     def shift_labels_right(self, labels: torch.Tensor) -> torch.Tensor:
-        """Decoder inputs for teacher forcing: `decoder_start_token_id`, then the labels without the last one."""
+        """Decoder inputs for teacher forcing: `decoder_start_token_id`, then the labels without the
+        last one."""
         if self.config.decoder_start_token_id is None or self.config.pad_token_id is None:
             raise ValueError("Set `decoder_start_token_id` and `pad_token_id` in the config to train from `labels`")
         shifted = labels.new_full(labels.shape, self.config.decoder_start_token_id)
@@ -1575,10 +1690,11 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
 
 
 class FastformerForCausalLM(FastformerGenerativeModel):
-    """A decoder-only Fastformer language model: the causal layers of `FastformerForConditionalGeneration`
-    without cross-attention, generating with the same constant-size state. `labels` are usually the input
-    ids; the loss shifts them (position t predicts token t + 1). `output_attentions=True` returns the causal
-    attention's pooling weights (B, H, 2, T, T) per layer application, as `FastformerForConditionalGeneration`'s
+    """A decoder-only Fastformer language model: the causal layers of
+    `FastformerForConditionalGeneration` without cross-attention, generating with the same
+    constant-size state. `labels` are usually the input ids; the loss shifts them (position t
+    predicts token t + 1). `output_attentions=True` returns the causal attention's pooling weights
+    (B, H, 2, T, T) per layer application, as `FastformerForConditionalGeneration`'s
     `decoder_attentions`."""
 
     _tied_weights_keys = {"lm_head.weight": "decoder.embeddings.word_embeddings.weight"}
@@ -1587,11 +1703,13 @@ class FastformerForCausalLM(FastformerGenerativeModel):
 
     def __init__(self, config: FastformerConfig):
         if config.is_encoder_decoder:
-            # e.g. a text-generation pipeline on a seq2seq checkpoint: its embeddings are stored under the encoder
-            # and would be left random here
+            # e.g. a text-generation pipeline on a seq2seq checkpoint: its embeddings are stored
+            # under the encoder and would be left random here
             raise ValueError(
-                "This config is an encoder-decoder's (is_encoder_decoder=True): load the checkpoint with "
-                "FastformerForConditionalGeneration / AutoModelForSeq2SeqLM, not FastformerForCausalLM"
+                "This config is an encoder-decoder's (is_encoder_decoder=True): load "
+                "the checkpoint with "
+                "FastformerForConditionalGeneration / AutoModelForSeq2SeqLM, not "
+                "FastformerForCausalLM"
             )
         super().__init__(config)
         self.decoder = FastformerDecoder(config, cross_attention=False)
@@ -1625,18 +1743,25 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         r"""
-        token_type_ids: the token types (segments) (B, T), as the encoder's (`FastformerModel`), of these tokens only
+        token_type_ids: the token types (segments) (B, T), as the encoder's (`FastformerModel`), of
+        these tokens only
             (generate() passes them so); none given reads as all zeros.
-        cache: the generation state to continue, a `DynamicCache` of `FastformerCacheLayer`s (`past_key_values` and
-            `cache_params` are its former names): read whenever given, returned with `use_cache` (off with `labels`).
-        encoder_hidden_states, encoder_attention_mask: GPT-2's with cross-attention; refused, as by GPT-2 without
+        cache: the generation state to continue, a `DynamicCache` of `FastformerCacheLayer`s
+        (`past_key_values` and
+            `cache_params` are its former names): read whenever given, returned with `use_cache`
+            (off with `labels`).
+        encoder_hidden_states, encoder_attention_mask: GPT-2's with cross-attention; refused, as by
+        GPT-2 without
             it (an encoder-decoder is `FastformerForConditionalGeneration`).
-        logits_to_keep: the last `logits_to_keep` positions (0: all) or the positions given, whose logits are
-            computed (`transformers.modeling_utils.slice_logits_to_keep`); generate() asks for the last one only.
+        logits_to_keep: the last `logits_to_keep` positions (0: all) or the positions given, whose
+        logits are
+            computed (`transformers.modeling_utils.slice_logits_to_keep`); generate() asks for the
+            last one only.
         """
         if encoder_hidden_states is not None or encoder_attention_mask is not None:
             raise ValueError(
-                "FastformerForCausalLM has no cross-attention to read `encoder_hidden_states` with: an "
+                "FastformerForCausalLM has no cross-attention to read "
+                "`encoder_hidden_states` with: an "
                 "encoder-decoder is FastformerForConditionalGeneration"
             )
         if labels is not None:
@@ -1668,9 +1793,10 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         )
 
 
-# checkpoints name the encoder-decoder's encoder `fastformer.` and its decoder `decoder.` (as the encoder heads and
-# earlier releases name them): renamed on load, and back on save (the last renaming to a name is the one reversed);
-# an encoder's own checkpoint (`FastformerModel`'s, without a prefix) loads as the encoder too
+# checkpoints name the encoder-decoder's encoder `fastformer.` and its decoder `decoder.` (as the
+# encoder heads and earlier releases name them): renamed on load, and back on save (the last
+# renaming to a name is the one reversed); an encoder's own checkpoint (`FastformerModel`'s, without
+# a prefix) loads as the encoder too
 register_checkpoint_conversion_mapping(
     "FastformerForConditionalGeneration",
     [
