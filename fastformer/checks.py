@@ -186,9 +186,22 @@ FLASH_PACKING_KEYWORDS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max
 
 
 def check_keywords(kwargs: dict, owner: str, causal: bool):
-    """Refuses the keywords of transformers' `TransformersKwargs` that a forward's `**kwargs` holds and the model
-    cannot honour, instead of dropping them: an `is_causal` other than the model's (`causal`), and flash-attention's
-    packing keywords (Fastformer reads packed rows from `position_ids`). `owner` names the forward."""
+    """Refuses the keywords of transformers' models that a forward's `**kwargs` holds and the model cannot honour,
+    instead of dropping them: BERT's and GPT-2's as decoders with cross-attention (`encoder_hidden_states`,
+    `encoder_attention_mask`), a cache given to an encoder (not `causal`), an `is_causal` other than the model's,
+    and flash-attention's packing keywords (Fastformer reads packed rows from `position_ids`). `owner` names the
+    forward."""
+    cross = [name for name in ("encoder_hidden_states", "encoder_attention_mask") if kwargs.get(name) is not None]
+    if cross:
+        raise ValueError(
+            f"{owner} has no cross-attention to read `{'`, `'.join(cross)}` with: a decoder that reads an encoder's "
+            "output is FastformerForConditionalGeneration's"
+        )
+    if not causal and kwargs.get("cache") is not None:
+        raise ValueError(
+            f"{owner} keeps no generation state, but was given a cache ({type(kwargs['cache']).__name__}): "
+            "generation is FastformerForCausalLM's and FastformerForConditionalGeneration's"
+        )
     is_causal = kwargs.get("is_causal")
     if is_causal is not None and bool(is_causal) != causal:
         kind = "causal (every token reads its prefix)" if causal else "bidirectional (every token reads all)"

@@ -452,9 +452,8 @@ class FastformerLayer(GradientCheckpointingLayer):
     - "collapsed": the same function with the Linear layers folded into one matrix per sequence
       (`collapsed_attention`; "product" interaction only);
     - "auto" (default): "collapsed" where it applies and repays building its matrix, "plain"
-    otherwise
-      (`uses_collapsed_attention`); while torch.export traces (a length of any value), "collapsed"
-      where it applies.
+      otherwise (`uses_collapsed_attention`); while torch.export traces (a length of any value),
+      "collapsed" where it applies.
     The layer owns the choice because the folding reads weights of both `attention` and
     `attention_output`.
     """
@@ -852,34 +851,15 @@ class FastformerModel(FastformerStack):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        encoder_hidden_states: torch.Tensor | None = None,
-        encoder_attention_mask: torch.Tensor | None = None,
-        cache: Cache | None = None,
-        use_cache: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
         r"""
         token_type_ids: the token types (segments) (B, N), as BERT's: 0 for the first text of a
-        pair, 1 for the
-            second; none given reads as all zeros.
-        encoder_hidden_states, encoder_attention_mask, cache: BERT's as a decoder; the Fastformer
-        encoder has
-            no cross-attention and no generation state, so they are refused (the decoders are
-            `FastformerForConditionalGeneration` and `FastformerForCausalLM`).
-        use_cache: as BERT's encoder, it has nothing to cache: no effect.
+            pair, 1 for the second; none given reads as all zeros.
+        kwargs: transformers' keywords (`output_attentions`, ...); the ones of BERT as a decoder
+            (`encoder_hidden_states`, a cache) are refused (`checks.check_keywords`), `use_cache` has
+            no effect, as for BERT's encoder.
         """
-        if encoder_hidden_states is not None or encoder_attention_mask is not None:
-            raise ValueError(
-                "The Fastformer encoder has no cross-attention (`encoder_hidden_states`, "
-                "`encoder_attention_mask`): "
-                "a decoder that reads an encoder's output is FastformerForConditionalGeneration's"
-            )
-        if cache is not None:
-            raise ValueError(
-                "The Fastformer encoder keeps no generation state, but was given a cache "
-                f"({type(cache).__name__}); "
-                "generation is FastformerForCausalLM's and FastformerForConditionalGeneration's"
-            )
         check_keywords(kwargs, type(self).__name__, causal=False)
         hidden_states, attention_mask = self.embed(
             input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids=token_type_ids
@@ -999,24 +979,16 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        encoder_hidden_states: torch.Tensor | None = None,
-        encoder_attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
-        r"""
-        encoder_hidden_states, encoder_attention_mask: BERT's as a decoder; refused
-        (`FastformerModel`).
-        """
         outputs = self.fastformer(
             input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
-            encoder_hidden_states=encoder_hidden_states,
-            encoder_attention_mask=encoder_attention_mask,
             return_dict=True,
             **kwargs,
         )
@@ -1472,8 +1444,7 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
     ) -> Seq2SeqModelOutput:
         r"""
         cache: the generation state to continue, an `EncoderDecoderCache` (`past_key_values` and
-        `cache_params` are
-            its former names): read whenever given, returned with `use_cache`.
+            `cache_params` are its former names): read whenever given, returned with `use_cache`.
         token_type_ids, position_ids: the encoder's (`FastformerModel`), read where it runs
         (no `encoder_outputs`).
         """
@@ -1593,17 +1564,14 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
     ) -> Seq2SeqLMOutput:
         r"""
         cache: the generation state to continue, an `EncoderDecoderCache` (`past_key_values` and
-        `cache_params` are
-            its former names): read whenever given, returned with `use_cache` (off with `labels`, as
-            BART's).
+            `cache_params` are its former names): read whenever given, returned with `use_cache`
+            (off with `labels`, as BART's).
         logits_to_keep: the last `logits_to_keep` positions (0: all) or the positions given, whose
-        logits are
-            computed (`transformers.modeling_utils.slice_logits_to_keep`); generate() asks for the
-            last one only.
+            logits are computed (`transformers.modeling_utils.slice_logits_to_keep`); generate()
+            asks for the last one only.
         source_ids: with `config.copy_mechanism`, the source's token ids (B, M) that the copy head
-        copies:
-            `input_ids` by default; needed beside `encoder_outputs` or `inputs_embeds` without
-            `input_ids` (generate() passes them at every step).
+            copies: `input_ids` by default; needed beside `encoder_outputs` or `inputs_embeds`
+            without `input_ids` (generate() passes them at every step).
         token_type_ids, position_ids: the encoder's (`FastformerModel`), read where it runs
         (no `encoder_outputs`).
         """
@@ -1734,8 +1702,6 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         position_ids: torch.Tensor | None = None,
         cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        encoder_hidden_states: torch.Tensor | None = None,
-        encoder_attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         use_cache: bool | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
@@ -1744,26 +1710,17 @@ class FastformerForCausalLM(FastformerGenerativeModel):
     ) -> CausalLMOutputWithPast:
         r"""
         token_type_ids: the token types (segments) (B, T), as the encoder's (`FastformerModel`), of
-        these tokens only
-            (generate() passes them so); none given reads as all zeros.
+            these tokens only (generate() passes them so); none given reads as all zeros.
         cache: the generation state to continue, a `DynamicCache` of `FastformerCacheLayer`s
-        (`past_key_values` and
-            `cache_params` are its former names): read whenever given, returned with `use_cache`
-            (off with `labels`).
-        encoder_hidden_states, encoder_attention_mask: GPT-2's with cross-attention; refused, as by
-        GPT-2 without
-            it (an encoder-decoder is `FastformerForConditionalGeneration`).
+            (`past_key_values` and `cache_params` are its former names): read whenever given,
+            returned with `use_cache` (off with `labels`).
+        kwargs: transformers' keywords; GPT-2's with cross-attention (`encoder_hidden_states`) are
+            refused, as by GPT-2 without it (`checks.check_keywords`).
         logits_to_keep: the last `logits_to_keep` positions (0: all) or the positions given, whose
-        logits are
-            computed (`transformers.modeling_utils.slice_logits_to_keep`); generate() asks for the
-            last one only.
+            logits are computed (`transformers.modeling_utils.slice_logits_to_keep`); generate()
+            asks for the last one only.
         """
-        if encoder_hidden_states is not None or encoder_attention_mask is not None:
-            raise ValueError(
-                "FastformerForCausalLM has no cross-attention to read "
-                "`encoder_hidden_states` with: an "
-                "encoder-decoder is FastformerForConditionalGeneration"
-            )
+        check_keywords(kwargs, type(self).__name__, causal=True)
         if labels is not None:
             use_cache = False
             labels = checked_token_labels(labels, self.config, None if input_ids is None else input_ids.shape)

@@ -107,12 +107,25 @@ def continued_logits(model, extra, keyword):
     ],
     ids=lambda cls: cls.__name__,
 )
-def test_every_keyword_of_the_peer_is_a_parameter_of_ours(ours, peer):
+def test_every_keyword_of_the_peer_is_a_parameter_of_ours_or_refused_by_the_one_check(build, ours, peer):
+    """A keyword of the peer's forward is one of ours, or lands in `**kwargs`, where `checks.check_keywords` refuses
+    a value ours cannot honour (a cross-attention's inputs, a cache given to an encoder); `use_cache` has no effect
+    on an encoder, as on BERT's."""
+
     def keywords(model_class):
         parameters = inspect.signature(model_class.forward).parameters.values()
         return {p.name for p in parameters if p.kind is not p.VAR_KEYWORD} - {"self"}
 
-    assert keywords(peer) <= keywords(ours)
+    values = {
+        "encoder_hidden_states": torch.randn(2, 4, 32),
+        "encoder_attention_mask": torch.ones(2, 4, dtype=torch.long),
+        "cache": DynamicCache(),
+    }
+    missing = keywords(peer) - keywords(ours)
+    assert missing <= {*values, "use_cache"}
+    for name in missing - {"use_cache"}:
+        with pytest.raises(ValueError, match="cross-attention|generation state"):
+            build(ours)(IDS, **{name: values[name]})
 
 
 # ---- the state carried both ways: `cache=` and transformers' former `past_key_values=` ---------------------------
