@@ -252,7 +252,8 @@ class FastformerConfig(PreTrainedConfig):
     @property
     def layer_types(self) -> list[str]:
         """Every layer application's cache layer type, as `DynamicCache(config=...)` and generate() read it from the
-        decoder's config (`get_text_config(decoder=True)`): "fastformer" (`FastformerCacheLayer`)."""
+        decoder's config (`get_text_config(decoder=True)`): "fastformer", the `FastformerCacheLayer` that the
+        modeling file registers when it is imported (with the package, or a model's Hub code)."""
         return ["fastformer"] * self.num_hidden_layers
 
     def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
@@ -265,7 +266,8 @@ class FastformerConfig(PreTrainedConfig):
         return config
 
     def validate_layer_type(self):
-        """Part of `@strict`-powered validation: `layer_types` is made here, of Fastformer's own cache layers."""
+        """Part of `@strict`-powered validation. transformers' own checks that `layer_types` are its types, one per
+        layer; Fastformer's are made from `num_hidden_layers` (`layer_types`), of its own type, and cannot differ."""
 
     @property
     def embedding_width(self) -> int:

@@ -739,8 +739,9 @@ class FastformerStack(FastformerPreTrainedModel):
     have in common.
 
     An attention mask marks tokens with any non-zero value, padding with 0 (as BERT's). Without
-    `position_ids`, positions count real tokens only, so left padding does not shift them, and
-    continue after `past_positions` ((B,) real tokens before these, in generation)."""
+    `position_ids`, positions count real tokens only, so left padding does not shift them: in
+    generation, those of a mask over the cached and the new columns (as generate() passes it); a mask
+    over the new columns alone continues after the cached columns, padding included (as GPT-2's)."""
 
     input_name = "input_ids"  # for error messages
 
@@ -1069,9 +1070,9 @@ class FastformerCacheLayer(LinearAttentionLayer):
         self.device, self.dtype = new.device, new.dtype
         in_place = (
             held is not None
-            and held.shape == new.shape
+            and (held.shape, held.dtype, held.device) == (new.shape, new.dtype, new.device)
             and not new.requires_grad
-            and (is_torchdynamo_compiling() or torch.is_inference_mode_enabled() or not held.is_inference())
+            and self._writable(held)
         )
         if in_place:
             return held.copy_(new)
@@ -1081,8 +1082,19 @@ class FastformerCacheLayer(LinearAttentionLayer):
             torch._dynamo.mark_static_address(new)
         return new
 
+    @staticmethod
+    def _writable(held: torch.Tensor) -> bool:
+        """Whether `held` can be written in place: not an inference tensor outside inference mode."""
+        return is_torchdynamo_compiling() or torch.is_inference_mode_enabled() or not held.is_inference()
+
     def reset(self) -> None:
-        super().reset()
+        """Zeroes the states in place (new zeros for those made under `torch.inference_mode()`, where this
+        runs outside it), as transformers' linear-attention layers; drops the keys and values."""
+        for states in (self.recurrent_states, self.conv_states):
+            for index, held in states.items():
+                if held is not None:
+                    states[index] = held.zero_() if self._writable(held) else torch.zeros_like(held)
+        self.has_previous_state = dict.fromkeys(self.has_previous_state, False)
         self.tokens, self.holds_beams = 0, False
         self.keys = self.values = None
         self.is_initialized = False
@@ -1122,8 +1134,8 @@ STATIC_LAYER_TYPE_MAPPING[FastformerCacheLayer._layer_type] = FastformerCacheLay
 
 class FastformerDecoder(FastformerStack):
     """Token and position embeddings, then `config.num_decoder_layers` causal Fastformer layers
-    (with cross-attention to an encoder output when `cross_attention`). Positions count real tokens
-    only and continue from the cache (`FastformerStack.embed`).
+    (with cross-attention to an encoder output when `cross_attention`). Positions as
+    `FastformerStack` says: generate()'s `position_ids`, else counted from the mask.
 
     `cache`: a `DynamicCache` of `FastformerCacheLayer`s (`DynamicCache(config=config)`), or for
     cross-attention an `EncoderDecoderCache` of two, the second holding the source's keys and values
@@ -1211,7 +1223,7 @@ class FastformerDecoder(FastformerStack):
             )
         return packed_rows(segment_ids)
 
-    def checked_cache(self, cache: Cache | None, use_cache: bool | None, batch_size: int) -> Cache | None:
+    def checked_cache(self, cache: Cache | None, use_cache: bool | None, batch_size: int | None) -> Cache | None:
         """The cache this forward reads and updates: the one given (whatever `use_cache` says, as
         transformers' models read it), else with `use_cache` a new one. Its self-attention part is
         made of `FastformerCacheLayer`s: an empty transformers cache (`DynamicCache()`) gets them,
@@ -1260,7 +1272,7 @@ class FastformerDecoder(FastformerStack):
             layers.extend(FastformerCacheLayer() for _ in range(self.num_layers))
         state = states.layers[0].attention_state()
         rows = None if state is None else state.query.pooled.shape[0]
-        if rows is not None and rows != batch_size:
+        if rows is not None and batch_size is not None and rows != batch_size:
             if batch_size % rows:
                 raise ValueError(f"The cache holds {rows} rows, which a batch of {batch_size} cannot continue")
             cache.batch_repeat_interleave(batch_size // rows)
@@ -1281,8 +1293,8 @@ class FastformerDecoder(FastformerStack):
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         check_keywords(kwargs, type(self).__name__, causal=True)
-        batch_size = (input_ids if input_ids is not None else inputs_embeds).shape[0]
-        cache = self.checked_cache(cache, use_cache, batch_size)
+        inputs = input_ids if input_ids is not None else inputs_embeds  # neither: `embed` says so
+        cache = self.checked_cache(cache, use_cache, None if inputs is None else inputs.shape[0])
         states = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         past_tokens = 0 if states is None else states.get_seq_length()
         hidden_states, attention_mask = self.embed(
@@ -1448,9 +1460,10 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
         token_type_ids, position_ids: the encoder's (`FastformerModel`), read where it runs
         (no `encoder_outputs`).
         """
-        # the cache checked before the encoder runs (the decoder takes it as it is then)
+        use_cache = use_cache if use_cache is not None else self.config.use_cache
+        # a given cache checked before the encoder runs (the decoder takes it as it is then)
         decoder_inputs = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
-        if decoder_inputs is not None:
+        if cache is not None and decoder_inputs is not None:
             cache = self.decoder.checked_cache(cache, use_cache, decoder_inputs.shape[0])
         if encoder_outputs is None:
             rows = None if position_ids is None else position_ids.shape[0]
@@ -1750,18 +1763,21 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         )
 
 
-# checkpoints name the encoder-decoder's encoder `fastformer.` and its decoder `decoder.` (as the
-# encoder heads and earlier releases name them): renamed on load, and back on save (the last
-# renaming to a name is the one reversed); an encoder's own checkpoint (`FastformerModel`'s, without
-# a prefix) loads as the encoder too
+# checkpoints name the encoder-decoder's encoder `fastformer.` and its decoder `decoder.` (as the encoder heads and
+# earlier releases name them): renamed on load, and back on save (of two renamings to one name, the last one listed
+# is reversed). The head's renamings run first, to the bare model's names under `model.`, then the bare model's
+# (scoped to `model.` there); an encoder's own checkpoint (`FastformerModel`'s, without a prefix) loads as the encoder
 register_checkpoint_conversion_mapping(
     "FastformerForConditionalGeneration",
     [
-        WeightRenaming(r"^(embeddings|layers)\.", r"model.encoder.\1."),
-        WeightRenaming(r"^fastformer\.", "model.encoder."),
+        WeightRenaming(r"^(embeddings|layers)\.", r"model.fastformer.\1."),
+        WeightRenaming(r"^fastformer\.", "model.fastformer."),
         WeightRenaming(r"^decoder\.", "model.decoder."),
     ],
     overwrite=True,
+)
+register_checkpoint_conversion_mapping(
+    "FastformerSeq2SeqModel", [WeightRenaming(r"^fastformer\.", "encoder.")], overwrite=True
 )
 
 __all__ = [

@@ -17,7 +17,7 @@ from transformers import (
     AutoModelForSequenceClassification,
 )
 
-import fastformer  # noqa: F401
+from fastformer import FastformerSeq2SeqModel
 from tests.legacy_checkpoints.make import ATTENTION_MASK, DECODER_IDS, INPUT_IDS
 
 LEGACY = Path(__file__).parent / "legacy_checkpoints"
@@ -88,3 +88,17 @@ def test_legacy_hub_code_loads_without_the_package(name, tmp_path):
         [sys.executable, "-c", script, str(folder), name], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("name", ["seq2seq", "seq2seq_additive"])
+def test_legacy_seq2seq_checkpoint_loads_into_the_bare_encoder_decoder(name):
+    """`FastformerSeq2SeqModel` (as `BartModel` from a BART checkpoint) takes the encoder and the decoder of a head's
+    checkpoint, and saves them back under their names there."""
+    bare, info = FastformerSeq2SeqModel.from_pretrained(LEGACY / name, output_loading_info=True)
+    head = AutoModelForSeq2SeqLM.from_pretrained(LEGACY / name)
+    # the segment embeddings came after these checkpoints (they start at zero)
+    assert info["missing_keys"] == {"encoder.embeddings.token_type_embeddings.weight"} and not info["mismatched_keys"]
+    with torch.no_grad():
+        states = bare.eval()(INPUT_IDS, attention_mask=ATTENTION_MASK, decoder_input_ids=DECODER_IDS)
+        expected = head.eval().model(INPUT_IDS, attention_mask=ATTENTION_MASK, decoder_input_ids=DECODER_IDS)
+    torch.testing.assert_close(states.last_hidden_state, expected.last_hidden_state, atol=0, rtol=0)

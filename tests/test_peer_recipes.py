@@ -477,6 +477,10 @@ def test_a_cache_made_in_inference_mode_continues_outside_it_as_the_peers(build,
             continued = step(model, extra, IDS[:, 5:], cache=cache).logits
             whole = step(model, extra, IDS).logits[:, 5:]
         torch.testing.assert_close(continued, whole, rtol=1e-5, atol=1e-5)
+    cache.reset()  # ours can be used again, as generate() resets a static cache
+    with torch.no_grad():
+        again = step(model, extra, IDS, cache=cache, use_cache=True).logits[:, 5:]
+    torch.testing.assert_close(again, whole, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("kernel", [0, 3], ids=["plain", "short-convolution"])
