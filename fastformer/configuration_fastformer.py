@@ -112,10 +112,10 @@ class FastformerConfig(PreTrainedConfig):
             authors' code); False gives r_i alone, the attention output of a softmax Transformer, which is what
             models converted from BERT use (`fastformer.conversion`): there the residual adds a term the teacher
             does not have.
-        chunk_size_feed_forward (`int`, defaults to 0): every feed-forward block runs on at most this many tokens
-            at a time (0, transformers' default: all at once): the same result; without gradients, a long batch's
-            (tokens x intermediate_size) activations are then never held at once (docs/PRETRAINED.md, memory), at
-            the cost of a kernel launch per chunk on a GPU.
+        chunk_size_feed_forward (`int`, defaults to 0, `PreTrainedConfig`'s field): every feed-forward block runs
+            on at most this many tokens at a time (0, transformers' default: all at once): the same result; without
+            gradients, a long batch's (tokens x intermediate_size) activations are then never held at once
+            (docs/PRETRAINED.md, memory), at the cost of a kernel launch per chunk on a GPU.
         pooler_type (`str`, defaults to `"additive"`): how `FastformerModel` pools the last layer into
             `pooler_output` for classification: `"additive"` (the paper's: a tanh MLP gives one logit per token,
             masked softmax, weighted sum), `"cls"` (the first real token) or `"mean"` (mean of real tokens).
@@ -130,8 +130,7 @@ class FastformerConfig(PreTrainedConfig):
             (`FastformerLayer.uses_collapsed_attention`); while torch.export traces a graph for every length,
             collapsed with the product interaction. The causal decoder always uses its own causal computation.
             Not to be confused with transformers' `attn_implementation` ("sdpa", "eager"), which selects the
-            function of the softmax cross-attention of `FastformerForConditionalGeneration`. Configs saved with the
-            former name of this field, `attention_implementation`, load with their value here.
+            function of the softmax cross-attention of `FastformerForConditionalGeneration`.
 
     Generation (`FastformerForConditionalGeneration`, `FastformerForCausalLM`):
         num_decoder_layers (`int`, *optional*): decoder layers; `num_hidden_layers` if None. The decoder uses the
@@ -197,7 +196,6 @@ class FastformerConfig(PreTrainedConfig):
     share_heads: bool = False
     interaction: Literal[INTERACTIONS] = "product"  # the tuple of functional.py, the one list of interactions
     query_residual: bool = True
-    chunk_size_feed_forward: int = 0
     pooler_type: Literal["additive", "cls", "mean"] = "additive"
     additive_attention_mode: Literal["auto", "plain", "collapsed"] = "auto"
     num_decoder_layers: int | None = _positive_int(None)
@@ -213,8 +211,6 @@ class FastformerConfig(PreTrainedConfig):
     use_cache: bool = True
 
     def __post_init__(self, **kwargs):
-        if "attention_implementation" in kwargs:  # this field's former name, in configs saved before the rename
-            self.additive_attention_mode = kwargs.pop("attention_implementation")
         if self.num_decoder_layers is None:  # as T5: the decoder mirrors the encoder
             self.num_decoder_layers = self.num_hidden_layers
         super().__post_init__(**kwargs)

@@ -194,19 +194,6 @@ def test_config_saved_before_additive_attention_mode_loads_as_auto(tmp_path):
     assert AutoConfig.from_pretrained(tmp_path).additive_attention_mode == "auto"
 
 
-@pytest.mark.parametrize("mode", ["plain", "collapsed"])
-def test_config_saved_with_the_former_name_attention_implementation_keeps_its_value(mode, tmp_path):
-    FastformerConfig().save_pretrained(tmp_path)
-    path = tmp_path / "config.json"
-    saved = json.loads(path.read_text())
-    del saved["additive_attention_mode"]
-    path.write_text(json.dumps({**saved, "attention_implementation": mode}))
-    for loader in (FastformerConfig, AutoConfig):
-        loaded = loader.from_pretrained(tmp_path)
-        assert loaded.additive_attention_mode == mode and not hasattr(loaded, "attention_implementation")
-    assert "attention_implementation" not in loaded.to_dict()  # saved again under the one name
-
-
 def test_the_generation_model_leaves_the_config_it_is_given_unchanged():
     config = FastformerConfig(hidden_size=32, num_attention_heads=4)
     before = config.to_dict()
