@@ -105,6 +105,11 @@ class FastformerTokenTypeEmbeddings(nn.Embedding):
         super().__init__(*size, padding_idx=0, _weight=torch.zeros(size))
 
 
+def split_heads(heads: int, x: torch.Tensor) -> torch.Tensor:
+    """(B, N, H*D) -> (B, H, N, D)"""
+    return x.view(*x.shape[:2], heads, -1).transpose(1, 2)
+
+
 class FastformerEmbeddings(nn.Module):
     """Token + learned position + token type (segment) embeddings, LayerNorm, dropout; then a
     projection to `hidden_size` where `config.embedding_size` differs (as ELECTRA's
@@ -183,15 +188,12 @@ class FastformerAttention(nn.Module):
             return parameter
         return parameter.expand(self.num_heads, *parameter.shape[1:])  # head-wise sharing
 
-    def _split_heads(self, x):  # (B, N, H*D) -> (B, H, N, D)
-        return x.view(*x.shape[:2], self.num_heads, self.head_dim).transpose(1, 2)
-
     def _project(self, hidden_states):
         """The query (kept whole for the residual) and the per-head queries, keys and values."""
         query = self.query(hidden_states)  # (B, N, H*D)
-        q, k = self._split_heads(query), self._split_heads(self.key(hidden_states))
+        q, k = split_heads(self.num_heads, query), split_heads(self.num_heads, self.key(hidden_states))
         # query-value sharing
-        v = q if self.value is None else self._split_heads(self.value(hidden_states))
+        v = q if self.value is None else split_heads(self.num_heads, self.value(hidden_states))
         return query, q, k, v
 
     def _attention_arguments(self):
@@ -355,23 +357,20 @@ class FastformerCrossAttention(nn.Module):
         else:
             self.context_weight = nn.Parameter(torch.empty(self.num_heads, self.head_dim))  # w_c
 
-    def _split_heads(self, x):  # (B, N, H*D) -> (B, H, N, D)
-        return x.view(*x.shape[:2], self.num_heads, self.head_dim).transpose(1, 2)
-
     def encode(self, encoder_hidden_states, encoder_attention_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
-        value = self._split_heads(self.value(encoder_hidden_states))  # (B, H, M, D)
+        value = split_heads(self.num_heads, self.value(encoder_hidden_states))  # (B, H, M, D)
         if self.cross_attention_type == "additive":
             context, _ = additive_pooling(value, self.context_weight, encoder_attention_mask, return_weights=False)
             context = context.unsqueeze(-2)  # (B, H, D) -> (B, H, 1, D)
             return context, context
-        return self._split_heads(self.key(encoder_hidden_states)), value
+        return split_heads(self.num_heads, self.key(encoder_hidden_states)), value
 
     def forward(self, hidden_states, key, value, source_mask=None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
         """`source_mask`: what transformers' `create_bidirectional_mask` makes for the attention
         function. Returns the output and the attention weights (B, H, T, M) where the attention
         function gives them ("eager"; with `output_attentions` "sdpa" warns that it gives None, as
         for transformers' models)."""
-        query = self._split_heads(self.query(hidden_states))  # (B, H, T, D)
+        query = split_heads(self.num_heads, self.query(hidden_states))  # (B, H, T, D)
         if self.cross_attention_type == "additive":
             if kwargs.get("output_attentions"):
                 raise ValueError(
@@ -688,6 +687,7 @@ class FastformerPooler(nn.Module):
 class FastformerPreTrainedModel(PreTrainedModel):
     config: FastformerConfig
     base_model_prefix = "fastformer"
+    _input_embed_layer = "word_embeddings"  # where transformers' get/set_input_embeddings find them
     supports_gradient_checkpointing = True
     # the softmax cross-attention goes through transformers' attention functions
     # ("eager" always works)
@@ -753,12 +753,6 @@ class FastformerStack(FastformerPreTrainedModel):
     def applied_layers(self):
         """(application index, layer) for every layer application, in order."""
         return ((index, self.layers[index % len(self.layers)]) for index in range(self.num_layers))
-
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
 
     @staticmethod
     def packed_sequences(position_ids, attention_mask, batch_size) -> torch.Tensor | None:
@@ -1678,6 +1672,7 @@ class FastformerForCausalLM(FastformerGenerativeModel):
     (B, H, 2, T, T) per layer application, as `FastformerForConditionalGeneration`'s
     `decoder_attentions`."""
 
+    base_model_prefix = "decoder"
     _tied_weights_keys = {"lm_head.weight": "decoder.embeddings.word_embeddings.weight"}
     _no_split_modules = ["FastformerDecoderLayer"]
     accepts_loss_kwargs = True
@@ -1696,12 +1691,6 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         self.decoder = FastformerDecoder(config, cross_attention=False)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
-
-    def get_input_embeddings(self):
-        return self.decoder.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.decoder.embeddings.word_embeddings = value
 
     @merge_with_config_defaults
     @can_return_tuple
