@@ -1753,20 +1753,18 @@ class FastformerForCausalLM(FastformerGenerativeModel):
 
 
 # checkpoints name the encoder-decoder's encoder `fastformer.` and its decoder `decoder.` (as the encoder heads and
-# earlier releases name them): renamed on load, and back on save (of two renamings to one name, the last one listed
-# is reversed). The head's renamings run first, to the bare model's names under `model.`, then the bare model's
-# (scoped to `model.` there); an encoder's own checkpoint (`FastformerModel`'s, without a prefix) loads as the encoder
+# earlier releases name them): renamed on load, and back on save. The head's renamings run first, to the bare
+# model's names under `model.`, then the bare model's (scoped to `model.` there), which also take an encoder's own
+# checkpoint (`FastformerModel`'s, without a prefix) as the encoder
 register_checkpoint_conversion_mapping(
     "FastformerForConditionalGeneration",
-    [
-        WeightRenaming(r"^(embeddings|layers)\.", r"model.fastformer.\1."),
-        WeightRenaming(r"^fastformer\.", "model.fastformer."),
-        WeightRenaming(r"^decoder\.", "model.decoder."),
-    ],
+    [WeightRenaming(r"^fastformer\.", "model.fastformer."), WeightRenaming(r"^decoder\.", "model.decoder.")],
     overwrite=True,
 )
 register_checkpoint_conversion_mapping(
-    "FastformerSeq2SeqModel", [WeightRenaming(r"^fastformer\.", "encoder.")], overwrite=True
+    "FastformerSeq2SeqModel",
+    [WeightRenaming(r"^(embeddings|layers)\.", r"encoder.\1."), WeightRenaming(r"^fastformer\.", "encoder.")],
+    overwrite=True,
 )
 
 __all__ = [
