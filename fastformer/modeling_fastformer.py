@@ -1045,32 +1045,49 @@ class FastformerCacheLayer(LinearAttentionLayer):
         return self.conv_states[0] if self.has_previous_state[0] and self.is_conv_states_initialized[0] else None
 
     def update_attention_state(self, state: CausalAttentionState, tokens: int):
-        """Keeps the state after `tokens` more columns."""
-        for index, tensor in enumerate(tensor for pooling in state for tensor in pooling):
-            self.recurrent_states[index] = self._write(self.recurrent_states[index], tensor)
+        """Keeps the state after `tokens` more columns: its four tensors copied in place by one
+        multi-tensor copy (one kernel on a GPU), or kept as they are where they cannot be."""
+        new = [tensor for pooling in state for tensor in pooling]
+        held = [self.recurrent_states[index] for index in range(len(new))]
+        if all(self._in_place(old, tensor) for old, tensor in zip(held, new)):
+            if torch.compiler.is_exporting():  # ONNX has no multi-tensor copy
+                for old, tensor in zip(held, new):
+                    old.copy_(tensor)
+            else:
+                torch._foreach_copy_(held, new)
+        else:
+            for index, tensor in enumerate(new):
+                self.recurrent_states[index] = self._own(tensor)
+        for index in range(len(new)):
             self.is_recurrent_states_initialized[index] = self.has_previous_state[index] = True
         self.tokens += tokens
 
     def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, **kwargs) -> torch.Tensor:
         """Keeps the short convolution's last inputs (`functional.causal_convolution`'s state)."""
-        self.conv_states[state_idx] = self._write(self.conv_states[state_idx], conv_states)
+        held = self.conv_states[state_idx]
+        if self._in_place(held, conv_states):
+            held.copy_(conv_states)
+        else:
+            self.conv_states[state_idx] = self._own(conv_states)
         self.conv_kernel_size[state_idx] = conv_states.shape[-1]
         self.is_conv_states_initialized[state_idx] = True
         return self.conv_states[state_idx]
 
-    def _write(self, held: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
-        """`new` copied into `held` in place, or kept at a static address of its own where it cannot
-        be."""
-        self.device, self.dtype = new.device, new.dtype
-        in_place = (
+    def _in_place(self, held: torch.Tensor | None, new: torch.Tensor) -> bool:
+        """Whether `new` can be copied into `held`: one of its shape, dtype and device, no gradient
+        through `new`, and `held` not an inference tensor outside inference mode."""
+        return (
             held is not None
-            and (held.shape, held.dtype, held.device) == (new.shape, new.dtype, new.device)
+            and held.shape == new.shape
+            and held.dtype == new.dtype
+            and held.device == new.device
             and not new.requires_grad
             and self._writable(held)
         )
-        if in_place:
-            return held.copy_(new)
-        # a state of its own: a slice would keep the whole tensor it was cut from
+
+    def _own(self, new: torch.Tensor) -> torch.Tensor:
+        """`new` kept at a static address of its own (a slice would keep the tensor it was cut from)."""
+        self.device, self.dtype = new.device, new.dtype
         new = new.contiguous()
         if not is_torchdynamo_compiling():
             torch._dynamo.mark_static_address(new)
