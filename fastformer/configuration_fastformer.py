@@ -145,8 +145,8 @@ class FastformerConfig(PreTrainedConfig):
             (`functional.causal_convolution`; initialized as the other weights), the short convolution that Mamba2 and
             Qwen3-Next run beside their linear attention's state: a pooled prefix holds no order, and the
             convolution gives each token the ones just before it, in order. The cache then also keeps each layer
-            application's last K - 1 inputs. Padding reads as zero inputs: where it is (the start of a prompt, the
-            end of a training row) a sequence gets what it has alone; padding between tokens would be read as zeros.
+            application's last K - 1 tokens. Padding is skipped wherever it is, as the poolings skip it: a sequence
+            gets what its tokens have alone.
         tie_encoder_embeddings (`bool`, defaults to True): the encoder-decoder's encoder reads the decoder's word
             embeddings (one matrix for the encoder, the decoder and the LM head); False gives the encoder its own,
             as the headline recipe's `freeze_encoder` does so that a frozen encoder stays fixed (the decoder and

@@ -607,24 +607,35 @@ def causal_convolution(
     state: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Every token plus a depthwise convolution of it and the K - 1 tokens before it:
-        out_t = x_t + sum_{j=0..K-1} weight[:, 0, K - 1 - j] * x_{t-j}
-    the short causal convolution that Mamba2's and Qwen3-Next's linear attention run beside their state, so that a
-    decoder's pooled attention reads each token with the ones just before it, in order (`config.decoder_conv_kernel`).
+        out_t = x_t + sum_{j=0..K-1} weight[:, 0, K - 1 - j] * r_j(t)
+    where r_0(t), r_1(t), ... are the real tokens at or before t, latest first (x_t itself for a token): the short
+    causal convolution that Mamba2's and Qwen3-Next's linear attention run beside their state, so that a decoder's
+    pooled attention reads each token with the ones just before it, in order (`config.decoder_conv_kernel`).
 
     x: (B, T, D); weight: (D, 1, K), as a depthwise `nn.Conv1d`'s; attention_mask: (B, T), non-zero for tokens:
-    padding counts as a zero input, so a left- or right-padded sequence gets what it has alone (padding between
-    tokens stays in the window, as zeros, unlike the additive poolings, which skip it); state: (B, D, K - 1), the
-    (masked) inputs before x, None for zeros (the start of a sequence). Returns out (B, T, D) and the state after x:
-    its last K - 1 inputs, a view of a new tensor."""
-    inputs = x if attention_mask is None else x * attention_mask[..., None].to(x.dtype)
-    columns = inputs.transpose(1, 2)  # (B, D, T)
+    padding anywhere is skipped, as the additive poolings skip it (a row gets what its tokens have alone, and a chunk
+    left-padded after a state continues from the state's tokens); state: (B, D, K - 1), the last K - 1 tokens before
+    x, None for zeros (the start of a sequence). Returns out (B, T, D) (a padding position's: its input) and the state
+    after x: its last K - 1 tokens, a view of a new tensor."""
+    columns = x.transpose(1, 2)  # (B, D, T)
     width = weight.shape[-1] - 1
     if state is None:
         history = nn_functional.pad(columns, (width, 0))
     else:
         history = torch.cat((state.to(columns.dtype), columns), dim=-1)
-    mixed = nn_functional.conv1d(history, weight.to(x.dtype), groups=x.shape[-1])  # (B, D, T)
-    return x + mixed.transpose(1, 2), history[..., -width:]
+    kernel = weight.to(x.dtype)
+    if attention_mask is None:
+        mixed = nn_functional.conv1d(history, kernel, groups=x.shape[-1])  # (B, D, T)
+        return x + mixed.transpose(1, 2), history[..., -width:]
+    # the tokens moved to the end in order, padding before them as zeros (a stable sort of the mask), convolved there
+    real = nn_functional.pad(attention_mask.to(torch.bool), (width, 0), value=True)  # the state's columns count
+    order = torch.argsort(real.to(torch.uint8), dim=-1, stable=True)
+    packed = (history * real[:, None]).gather(-1, order[:, None].expand_as(history))
+    mixed = nn_functional.conv1d(nn_functional.pad(packed, (width, 0)), kernel, groups=x.shape[-1])
+    # each token reads the output at its packed column; padding reads none
+    column = real.cumsum(dim=-1)[:, width:] - real.sum(dim=-1, keepdim=True) + real.shape[-1] - 1
+    mixed = mixed.gather(-1, column.clamp(min=0)[:, None].expand(-1, x.shape[-1], -1))
+    return torch.addcmul(x, mixed.transpose(1, 2), attention_mask[..., None].to(x.dtype)), packed[..., -width:]
 
 
 def copy_attention(

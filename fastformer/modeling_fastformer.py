@@ -232,9 +232,9 @@ class FastformerShortConvolution(nn.Module):
     """The decoder attention's input with its recent past (`config.decoder_conv_kernel`): every
     token plus a learned depthwise convolution of it and the K - 1 tokens before it
     (`functional.causal_convolution`; `weight` (D, 1, K) as a depthwise `nn.Conv1d`'s), initialized
-    as the other weights. With a cache it continues from the layer application's last K - 1 inputs,
-    and packed rows convolve each sequence alone. Padding reads as zero inputs: at the start of a
-    prompt or the end of a training row, where the padding is, a sequence gets what it has alone."""
+    as the other weights. With a cache it continues from the layer application's last K - 1 tokens,
+    and packed rows convolve each sequence alone. Padding is skipped wherever it is: a sequence gets
+    what its tokens have alone."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()

@@ -161,16 +161,17 @@ def source_context(source, weight, source_mask=None) -> torch.Tensor:
 
 
 def causal_convolution(x, weight, attention_mask=None) -> torch.Tensor:
-    """(B, T, D): x_t plus, for every offset j in 0..K-1 (weight (D, 1, K)), weight[:, 0, K - 1 - j] * x_{t-j} where
-    t - j is a token (`functional.causal_convolution`, from the start of the sequence)."""
+    """(B, T, D): x_t plus, for a token t and j in 0..K-1 (weight (D, 1, K)), weight[:, 0, K - 1 - j] * the j-th
+    latest token at or before t (`functional.causal_convolution`, from the start of the sequence; padding is skipped,
+    and a padding position keeps its input)."""
     x, weight = x.double(), weight.double()
     batch, length, _ = x.shape
     mask = torch.ones(batch, length, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
     kernel = weight.shape[-1]
     out = x.clone()
     for b in range(batch):
-        for t in range(length):
-            for j in range(kernel):
-                if t - j >= 0 and mask[b, t - j]:
-                    out[b, t] += weight[:, 0, kernel - 1 - j] * x[b, t - j]
+        for t in (t for t in range(length) if mask[b, t]):
+            tokens = [i for i in range(t + 1) if mask[b, i]]
+            for j, i in enumerate(reversed(tokens[-kernel:])):
+                out[b, t] += weight[:, 0, kernel - 1 - j] * x[b, i]
     return out

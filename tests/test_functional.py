@@ -435,7 +435,7 @@ def test_causal_token_by_token_stays_accurate_over_long_float32_decoding():
 
 
 @pytest.mark.parametrize("kernel", [2, 4])
-@pytest.mark.parametrize("mask_kind", ["none", "left", "right", "all-padding-row"])
+@pytest.mark.parametrize("mask_kind", ["none", "left", "right", "holes", "all-padding-row"])
 def test_causal_convolution_matches_the_float64_loop_and_continues_from_its_state(mask_kind, kernel):
     """`causal_convolution` against `naive.causal_convolution`; padding reads as zero (a left-padded row gets what its
     tokens have alone); in pieces, each from the state the last one left, it equals one pass; a zero weight is the
@@ -448,13 +448,17 @@ def test_causal_convolution_matches_the_float64_loop_and_continues_from_its_stat
         mask[1, :3] = False
     elif mask_kind == "right":
         mask[1, 4:] = False
+    elif mask_kind == "holes":  # a chunk left-padded after tokens, as a chat turn's new tokens
+        mask[1, 2:4] = mask[2, 1] = False
     elif mask_kind == "all-padding-row":
         mask[2] = False
     out, state = causal_convolution(x, weight, mask)
     assert state.shape == (3, 6, kernel - 1)
     torch.testing.assert_close(out, naive.causal_convolution(x, weight, mask), rtol=1e-12, atol=1e-12)
-    if mask_kind == "left":
-        torch.testing.assert_close(out[1, 3:], causal_convolution(x[1:2, 3:], weight)[0][0], rtol=1e-12, atol=1e-12)
+    if mask_kind in ("left", "holes"):  # a row's tokens get what they have alone, wherever its padding is
+        tokens = mask[1]
+        alone = causal_convolution(x[1:2, tokens], weight)[0][0]
+        torch.testing.assert_close(out[1, tokens], alone, rtol=1e-12, atol=1e-12)
     pieces, carried = [], None
     for start, stop in ((0, 1), (1, 4), (4, 5), (5, 7)):
         piece, carried = causal_convolution(

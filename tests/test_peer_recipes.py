@@ -521,3 +521,19 @@ def test_resized_vocabulary_reaches_an_untied_decoder_as_barts(build, tmp_path, 
     reloaded = FastformerForConditionalGeneration.from_pretrained(tmp_path).eval()
     with torch.no_grad():
         torch.testing.assert_close(reloaded(source, decoder_input_ids=decoder_ids).logits, logits)
+
+
+def test_a_left_padded_turn_after_the_cache_continues_as_without_its_padding(build):
+    """A chat turn's new tokens left-padded after the cached ones (holes inside the mask): with the decoder's short
+    convolution, as without it and as GPT-2, the real tokens get the logits of the conversation without the holes."""
+    for model in (gpt2(), build(FastformerForCausalLM, decoder_conv_kernel=4, share_layers=False)):
+        prompt, turn = IDS[:, :5], IDS[:, 5:]
+        whole = step(model, {}, IDS).logits[:, 5:]
+        cache = step(model, {}, prompt, use_cache=True).cache
+        padded = torch.cat((torch.zeros(2, 2, dtype=torch.long), turn), dim=1)
+        mask = torch.cat((torch.ones(2, 5), torch.zeros(2, 2), torch.ones_like(turn)), dim=1).long()
+        positions = torch.arange(5, 9).expand(2, -1)
+        positions = torch.cat((torch.ones(2, 2, dtype=torch.long), positions), dim=1)
+        with torch.no_grad():
+            continued = model(padded, attention_mask=mask, position_ids=positions, cache=cache).logits[:, 2:]
+        torch.testing.assert_close(continued, whole, rtol=1e-5, atol=1e-5)
