@@ -1049,7 +1049,8 @@ class FastformerCacheLayer(LinearAttentionLayer):
         multi-tensor copy (one kernel on a GPU), or kept as they are where they cannot be."""
         new = [tensor for pooling in state for tensor in pooling]
         held = [self.recurrent_states[index] for index in range(len(new))]
-        if all(self._in_place(old, tensor) for old, tensor in zip(held, new)):
+        # the four come from one computation, as those held: the first pair speaks for the rest, but for the shape
+        if self._in_place(held[0], new[0]) and held[1] is not None and held[1].shape == new[1].shape:
             if torch.compiler.is_exporting():  # ONNX has no multi-tensor copy
                 for old, tensor in zip(held, new):
                     old.copy_(tensor)
@@ -1281,8 +1282,8 @@ class FastformerDecoder(FastformerStack):
             layers.clear()
         if layers is not None and not layers:
             layers.extend(FastformerCacheLayer() for _ in range(self.num_layers))
-        state = states.layers[0].attention_state()
-        rows = None if state is None else state.query.pooled.shape[0]
+        first = states.layers[0]
+        rows = first.recurrent_states[1].shape[0] if first.has_previous_state[0] else None
         if rows is not None and batch_size is not None and rows != batch_size:
             if batch_size % rows:
                 raise ValueError(f"The cache holds {rows} rows, which a batch of {batch_size} cannot continue")
@@ -1474,7 +1475,7 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
         use_cache = use_cache if use_cache is not None else self.config.use_cache
         # a given cache checked before the encoder runs (the decoder takes it as it is then)
         decoder_inputs = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
-        if cache is not None and decoder_inputs is not None:
+        if cache is not None and encoder_outputs is None and decoder_inputs is not None:
             cache = self.decoder.checked_cache(cache, use_cache, decoder_inputs.shape[0])
         if encoder_outputs is None:
             rows = None if position_ids is None else position_ids.shape[0]
