@@ -14,29 +14,30 @@ last two: pass `target_modules` to PEFT there, and Trainer's label smoothing doe
 import transformers
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-from . import modeling_fastformer
+from . import copy_head, modeling_fastformer
 from .checks import value_checks
-from .configuration_fastformer import AUTO_MAP, FastformerConfig
+from .configuration_fastformer import FastformerConfig, FastformerCopyConfig
 from .copy_encoder_decoder import CopyEncoderDecoderConfig, CopyEncoderDecoderModel
+from .copy_head import *  # noqa: F403  (its __all__)
 from .modeling_fastformer import *  # noqa: F403  (its __all__)
 from .peft_defaults import register_peft_defaults
 
 __version__ = "0.1.0"
-__all__ = ["FastformerConfig", *modeling_fastformer.__all__, "value_checks"]
+__all__ = ["FastformerConfig", "FastformerCopyConfig", *modeling_fastformer.__all__, *copy_head.__all__]
+__all__ += ["value_checks"]
 
-# each head and its Auto class, as the Hub code's `auto_map` names them
-AUTO_CLASSES = {
-    getattr(modeling_fastformer, path.partition(".")[2]): auto_class
-    for auto_class, path in AUTO_MAP.items()
-    if auto_class != "AutoConfig"
-}
-
-FastformerConfig.register_for_auto_class()
-transformers.AutoConfig.register(FastformerConfig.model_type, FastformerConfig, exist_ok=True)
-for _model_class, _auto_class in AUTO_CLASSES.items():
-    _model_class.register_for_auto_class(_auto_class)
-    getattr(transformers, _auto_class).register(FastformerConfig, _model_class, exist_ok=True)
-MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(FastformerConfig.model_type, "FastformerForCausalLM")
+# each config, and each head with its Auto class, as the Hub code's `auto_map` names them
+MODULES = {"modeling_fastformer": modeling_fastformer, "copy_head": copy_head}
+for _config_class in (FastformerConfig, FastformerCopyConfig):
+    _config_class.register_for_auto_class()
+    transformers.AutoConfig.register(_config_class.model_type, _config_class, exist_ok=True)
+    for _auto_class, _path in _config_class.hub_auto_map().items():
+        _module, _, _name = _path.partition(".")
+        _model_class = getattr(MODULES.get(_module), _name, None)
+        if _model_class is not None and _model_class.config_class is _config_class:
+            _model_class.register_for_auto_class(_auto_class)
+            getattr(transformers, _auto_class).register(_config_class, _model_class, exist_ok=True)
+    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(_config_class.model_type, "FastformerForCausalLM")
 transformers.AutoConfig.register(CopyEncoderDecoderConfig.model_type, CopyEncoderDecoderConfig, exist_ok=True)
 transformers.AutoModelForSeq2SeqLM.register(CopyEncoderDecoderConfig, CopyEncoderDecoderModel, exist_ok=True)
 register_peft_defaults()

@@ -8,8 +8,11 @@ from huggingface_hub.dataclasses import strict, validated_field
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
 from transformers.dynamic_module_utils import custom_object_save
+from transformers.utils import logging
 
 from .functional import INTERACTIONS
+
+logger = logging.get_logger(__name__)
 
 
 def _requires(requirement: str, holds):
@@ -49,11 +52,28 @@ SUMMARIZATION_PIPELINE = {
 }
 
 
-def check_copy_context_window(window: int, copy_mechanism: bool = True):
-    """Refuses a `copy_context_window` (`FastformerConfig`'s, or a BERT2BERT decoder config's) without the copy head,
-    or that is no odd window of at least 3 tokens centred on each one (0: none)."""
-    if window and not copy_mechanism:
-        raise ValueError("`copy_context_window` widens the copy head's source states and needs `copy_mechanism=True`")
+COPY_AUTO_MAP = {
+    "AutoConfig": "configuration_fastformer.FastformerCopyConfig",
+    "AutoModelForSeq2SeqLM": "copy_head.FastformerCopyForConditionalGeneration",
+    "AutoModelForCausalLM": "copy_head.FastformerCopyForCausalLM",
+}
+# fields of earlier releases, dropped with a warning where a saved config still has them: the copy head's, the
+# decoder's short convolution's and the encoder's own embeddings' (`FastformerCopyConfig`'s now, with the value
+# that leaves them out), the attention's mode of computation (`set_additive_attention_mode`) and the classifier's
+# dropout (`hidden_dropout_prob`), which change no output
+COPY_FIELDS = {
+    "copy_mechanism": False,
+    "copy_spans": False,
+    "copy_context_window": 0,
+    "decoder_conv_kernel": 0,
+    "tie_encoder_embeddings": True,
+}
+RETIRED_FIELDS = ("additive_attention_mode", "classifier_dropout", *COPY_FIELDS)
+
+
+def check_copy_context_window(window: int):
+    """Refuses a `copy_context_window` (`FastformerCopyConfig`'s, or a BERT2BERT decoder config's) that is no odd
+    window of at least 3 tokens centred on each one (0: none)."""
     if window != 0 and (window < 3 or window % 2 == 0):
         raise ValueError(
             f"`copy_context_window` must be 0 (none) or an odd window of at least 3 tokens centred on each one, got "
@@ -96,7 +116,6 @@ class FastformerConfig(PreTrainedConfig):
         layer_norm_eps (`float`, defaults to 1e-12): LayerNorm epsilon.
         initializer_range (`float`, defaults to 0.02): std of the normal init of every weight matrix and of w_q, w_k.
         pad_token_id (`int`, defaults to 0): padding id (its embedding starts at zero).
-        classifier_dropout (`float`, *optional*): dropout before the classifier; `hidden_dropout_prob` if None.
         tie_word_embeddings (`bool`, defaults to True): the masked-LM output matrix is the input embedding matrix.
         share_query_value (`bool`, defaults to True): query-value sharing (RQ3): values use the query
             transformation (W_v = W_q), so the layer has no W_v.
@@ -140,35 +159,6 @@ class FastformerConfig(PreTrainedConfig):
             encoder's keys and values) or `"additive"` (one context per head pooled from the encoder values,
             c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j, then c * q_t for each decoder token: O(source) once,
             O(1) per generated token, and a cache of one vector per head).
-        decoder_conv_kernel (`int`, defaults to 0): a kernel K of at least 2 (0: none): every decoder layer's causal
-            attention reads each token plus a learned depthwise convolution of it and the K - 1 tokens before it
-            (`functional.causal_convolution`; initialized as the other weights), the short convolution that Mamba2 and
-            Qwen3-Next run beside their linear attention's state: a pooled prefix holds no order, and the
-            convolution gives each token the ones just before it, in order. The cache then also keeps each layer
-            application's last K - 1 tokens. Padding is skipped wherever it is, as the poolings skip it: a sequence
-            gets what its tokens have alone.
-        tie_encoder_embeddings (`bool`, defaults to True): the encoder-decoder's encoder reads the decoder's word
-            embeddings (one matrix for the encoder, the decoder and the LM head); False gives the encoder its own,
-            as the headline recipe's `freeze_encoder` does so that a frozen encoder stays fixed (the decoder and
-            the LM head still share theirs).
-        copy_mechanism (`bool`, defaults to False): `FastformerForConditionalGeneration` can also copy source
-            tokens, as See et al.'s pointer-generator (2017): each decoder output attends over the encoder output
-            (one softmax head of its own), and a learned gate mixes the LM head's distribution over the vocabulary
-            with that attention summed per source token id; the logits are then the mixture's log-probabilities.
-            The source's ids are read at every step (`input_ids`, or `source_ids` beside `encoder_outputs`).
-            Logits processors that scale logits act on log-probabilities then: `repetition_penalty` multiplies
-            their (negative) values and barely moves a likely token; `no_repeat_ngram_size` blocks as before.
-        copy_spans (`bool`, defaults to False): with `copy_mechanism`, the copy head can continue a span of the
-            source: its attention adds a learned gate g_t = u . h_t + c to the score of every source position whose
-            previous token is the decoder's input token t (the token just written), so that copying it writes the
-            source's next token, in order. Additive attention has no token-to-token scores from which a decoder
-            could learn this (an induction head, in softmax attention). The decoder's input ids are read then
-            (`decoder_input_ids` or `labels`). Where the decoder starts with the source's first token (BERT's [CLS]
-            for both), the first step scores the source's first word too: the gate starts a copy at the lead.
-        copy_context_window (`int`, defaults to 0): with `copy_mechanism`, an odd window W of at least 3 (0: none):
-            the copy head reads every source position (its attention's key, and the context its gate reads) as its
-            encoder output plus a learned depthwise convolution of the W outputs centred on it (starting at zero),
-            so that whether a copy may start or stop there is scored from its neighbours.
         bos_token_id, decoder_start_token_id (`int`, *optional*): special ids for generation.
         eos_token_id (`int` or `list[int]`, *optional*): the id, or ids, that end a generated sequence.
         use_cache (`bool`, defaults to True): return the decoder's generation state (`FastformerCacheLayer`s).
@@ -189,7 +179,6 @@ class FastformerConfig(PreTrainedConfig):
     layer_norm_eps: float | int = _positive_number(1e-12)
     initializer_range: float | int = _positive_number(0.02)
     pad_token_id: int | None = 0
-    classifier_dropout: float | int | None = _probability(None)
     tie_word_embeddings: bool = True
     share_query_value: bool = True
     share_layers: bool = True
@@ -200,20 +189,60 @@ class FastformerConfig(PreTrainedConfig):
     additive_attention_mode: Literal["auto", "plain", "collapsed"] = "auto"
     num_decoder_layers: int | None = _positive_int(None)
     cross_attention_type: Literal["softmax", "additive"] = "softmax"
-    decoder_conv_kernel: int = _convolution_kernel(0)
-    tie_encoder_embeddings: bool = True
-    copy_mechanism: bool = False
-    copy_spans: bool = False
-    copy_context_window: int = 0
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
     decoder_start_token_id: int | None = None
     use_cache: bool = True
 
     def __post_init__(self, **kwargs):
+        kwargs.pop("model_type", None)  # the class's (a config saved before `FastformerCopyConfig` names "fastformer")
+        self.drop_retired_fields(kwargs)
         if self.num_decoder_layers is None:  # as T5: the decoder mirrors the encoder
             self.num_decoder_layers = self.num_hidden_layers
         super().__post_init__(**kwargs)
+
+    def drop_retired_fields(self, kwargs: dict):
+        """Takes the fields of earlier releases out of `kwargs`, with a warning: a value that changed outputs then
+        (the copy head's and the short convolution's) is refused here, where `FastformerCopyConfig` holds it (a saved
+        config holding one loads as that: `from_dict`)."""
+        retired = {name: kwargs.pop(name) for name in RETIRED_FIELDS if name in kwargs}
+        if not retired:
+            return
+        if not isinstance(self, FastformerCopyConfig):
+            for name, value in retired.items():
+                if value != COPY_FIELDS.get(name, value):
+                    raise ValueError(
+                        f"`{name}` is a field of FastformerCopyConfig (the copy head's model, "
+                        f"FastformerCopyForConditionalGeneration), not of FastformerConfig: got {name}={value!r}"
+                    )
+        moved = {
+            "additive_attention_mode": "model.set_additive_attention_mode(...)",
+            "classifier_dropout": "hidden_dropout_prob",
+        }
+        logger.warning(
+            f"{type(self).__name__} has no field "
+            + ", ".join(f"`{name}`" + (f" (now {moved[name]})" if name in moved else "") for name in retired)
+            + " any more: dropped, with no change to the model's outputs"
+        )
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs) -> "FastformerConfig":
+        """As transformers', and a config saved before the copy head's fields left `FastformerConfig`, holding the
+        head or the short convolution, loads as the `FastformerCopyConfig` it is now."""
+        if cls is FastformerConfig and any(config_dict.get(name, off) != off for name, off in COPY_FIELDS.items()):
+            cls = FastformerCopyConfig
+        return super(FastformerConfig, cls).from_dict(config_dict, **kwargs)
+
+    @property
+    def convolution_kernel(self) -> int:
+        """The decoder's short convolution's kernel: `FastformerCopyConfig.decoder_conv_kernel`, 0 (none) here."""
+        return getattr(self, "decoder_conv_kernel", 0)
+
+    @property
+    def shares_encoder_embeddings(self) -> bool:
+        """Whether an encoder-decoder's encoder reads the decoder's word embeddings: always here, unless
+        `FastformerCopyConfig.tie_encoder_embeddings` is False."""
+        return getattr(self, "tie_encoder_embeddings", True)
 
     def for_encoder_decoder(self) -> "FastformerConfig":
         """This config if `is_encoder_decoder`, else a copy that is (what generate() reads): the config of
@@ -232,7 +261,7 @@ class FastformerConfig(PreTrainedConfig):
         (`trust_remote_code=True`), and an encoder-decoder's config declares the summarization pipeline
         (`custom_pipelines`), whose file is copied beside it. Entries the config already has are kept."""
         if self.is_remote_code():
-            self.auto_map = {**AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
+            self.auto_map = {**self.hub_auto_map(), **(getattr(self, "auto_map", None) or {})}
             if self.is_encoder_decoder:
                 # here, as it imports transformers' pipelines; a relative import all the same, so that transformers
                 # ships the pipeline's file with this one as Hub code (with its relative imports): a config loaded
@@ -244,6 +273,11 @@ class FastformerConfig(PreTrainedConfig):
                 os.makedirs(save_directory, exist_ok=True)
                 custom_object_save(SummarizationPipeline, save_directory)
         super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
+
+    @classmethod
+    def hub_auto_map(cls) -> dict[str, str]:
+        """The Hub code's `auto_map`: this config's class, and the class of every head it serves."""
+        return AUTO_MAP
 
     @property
     def layer_types(self) -> list[str]:
@@ -283,9 +317,6 @@ class FastformerConfig(PreTrainedConfig):
             raise ValueError(
                 f"`chunk_size_feed_forward` must be 0 (no chunks) or more, got {self.chunk_size_feed_forward}"
             )
-        if self.copy_spans and not self.copy_mechanism:
-            raise ValueError("`copy_spans` continues the copy head's spans and needs `copy_mechanism=True`")
-        check_copy_context_window(self.copy_context_window, self.copy_mechanism)
         if self.additive_attention_mode == "collapsed" and self.interaction != "product":
             raise ValueError(
                 '`additive_attention_mode="collapsed"` folds the product interaction\'s linear maps and needs '
@@ -303,4 +334,47 @@ class FastformerConfig(PreTrainedConfig):
         super().validate_token_ids()
 
 
-__all__ = ["FastformerConfig"]
+@strict
+class FastformerCopyConfig(FastformerConfig):
+    r"""Configuration of `FastformerCopyForConditionalGeneration`, Fastformer's encoder-decoder with See et al.'s
+    pointer-generator (2017), which the headline recipe (scripts/run_summarization.py) trains: `FastformerConfig`'s
+    fields, and the switches of its copy head, of its decoder's short convolution and of its encoder's embeddings.
+    A config saved with them before they left `FastformerConfig` loads as this (`FastformerConfig.from_dict`).
+
+    Args:
+        copy_spans (`bool`, defaults to False): the copy head can continue a span of the source: its attention adds
+            a learned gate g_t = u . h_t + c to the score of every source position whose previous token is the
+            decoder's input token t (the token just written), so that copying it writes the source's next token, in
+            order (an induction head, which additive attention cannot form). The decoder's input ids are read then
+            (`decoder_input_ids` or `labels`).
+        copy_context_window (`int`, defaults to 0): an odd window W of at least 3 (0: none): the copy head reads
+            every source position as its encoder output plus a learned depthwise convolution of the W outputs
+            centred on it (starting at zero), so that where a copy may start or stop is scored from its neighbours.
+        decoder_conv_kernel (`int`, defaults to 0): a kernel K of at least 2 (0: none): every decoder layer's causal
+            attention reads each token plus a learned depthwise convolution of it and the K - 1 tokens before it
+            (`functional.causal_convolution`), the short convolution that Mamba2 and Qwen3-Next run beside their
+            linear attention: a pooled prefix holds no order. The cache keeps each layer application's last K - 1
+            tokens; padding is skipped wherever it is. `FastformerCopyForCausalLM` is the causal LM with it.
+        tie_encoder_embeddings (`bool`, defaults to True): the encoder reads the decoder's word embeddings (one
+            matrix for the encoder, the decoder and the LM head); False gives the encoder its own, so that a frozen
+            encoder stays fixed while the decoder trains.
+    """
+
+    model_type = "fastformer_copy"
+
+    copy_spans: bool = False
+    copy_context_window: int = 0
+    decoder_conv_kernel: int = _convolution_kernel(0)
+    tie_encoder_embeddings: bool = True
+
+    @classmethod
+    def hub_auto_map(cls) -> dict[str, str]:
+        return {**AUTO_MAP, **COPY_AUTO_MAP}
+
+    def validate_architecture(self):
+        """Part of `@strict`-powered validation: the fields that must fit together."""
+        super().validate_architecture()
+        check_copy_context_window(self.copy_context_window)
+
+
+__all__ = ["FastformerConfig", "FastformerCopyConfig"]

@@ -59,7 +59,7 @@ from transformers import (
 )
 from transformers.utils import cached_file
 
-from .configuration_fastformer import FastformerConfig, check_copy_context_window
+from .configuration_fastformer import COPY_FIELDS, FastformerConfig, FastformerCopyConfig, check_copy_context_window
 from .copy_encoder_decoder import CopyEncoderDecoderModel
 from .modeling_fastformer import FastformerForConditionalGeneration, FastformerModel
 
@@ -311,7 +311,8 @@ def fastformer_config(
     if task == "seq2seq":  # bert-base-uncased's [CLS] starts, [SEP] ends a sequence; the script passes the tokenizer's
         settings.update(bos_token_id=101, decoder_start_token_id=101, eos_token_id=102)
     settings.update(overrides)
-    return FastformerConfig(**settings)
+    # the short convolution's and the copy head's fields (`overrides`) are `FastformerCopyConfig`'s
+    return (FastformerCopyConfig if COPY_FIELDS.keys() & overrides.keys() else FastformerConfig)(**settings)
 
 
 def extend_positions(positions: torch.Tensor, length: int) -> torch.Tensor:
@@ -379,13 +380,15 @@ def bert2bert_model(
     tokens from the source's tokenizer; with "self_attention" each decoder layer's cross-attention a copy of its
     self-attention, as `copy_bert_cross_attention` gives a Fastformer's; with `copy_mechanism`, a
     `CopyEncoderDecoderModel` (Fastformer's copy head on top; `copy_spans` and `copy_context_window` as
-    `FastformerConfig`'s, attributes of the decoder's config, `config.decoder.copy_spans`). Returns (model,
+    `FastformerCopyConfig`'s, attributes of the decoder's config, `config.decoder.copy_spans`). Returns (model,
     tokenizer)."""
     if cross_attention_init not in CROSS_ATTENTION_INITS:
         raise ValueError(f"cross_attention_init must be one of {CROSS_ATTENTION_INITS}, got {cross_attention_init!r}")
     if copy_spans and not copy_mechanism:
         raise ValueError("`copy_spans` continues the copy head's spans and needs `copy_mechanism=True`")
-    check_copy_context_window(copy_context_window, copy_mechanism)
+    if copy_context_window and not copy_mechanism:
+        raise ValueError("`copy_context_window` widens the copy head's source states and needs `copy_mechanism=True`")
+    check_copy_context_window(copy_context_window)
     tokenizer = AutoTokenizer.from_pretrained(source)
     model = EncoderDecoderModel.from_encoder_decoder_pretrained(source, source, **kwargs)
     if copy_mechanism:
@@ -448,8 +451,9 @@ def convert_bert(
 
 def copy_encoder_layers(encoder: FastformerModel, decoder_layers) -> None:
     """After the encoder's attention transfer: the decoder's self-attention and feed-forward take the trained
-    encoder layers' weights (the causal attention has the same parameters, and with `decoder_conv_kernel` a short
-    convolution the encoder lacks, which stays as it is). Cross-attention stays as it is."""
+    encoder layers' weights (the causal attention has the same parameters, and with a short convolution
+    (`FastformerCopyConfig.decoder_conv_kernel`) one the encoder lacks, which stays as it is). Cross-attention stays as
+    it is."""
     with torch.no_grad():
         for layer, decoder_layer in zip(encoder.layers, decoder_layers):
             for name in ("attention", "attention_output", "feed_forward"):

@@ -1,5 +1,5 @@
 """transformers' `EncoderDecoderModel` with Fastformer's copy head: the BERT2BERT baseline given the same
-pointer-generator as `FastformerForConditionalGeneration` with `config.copy_mechanism`, so that the lever is tried
+pointer-generator as `FastformerCopyForConditionalGeneration`, so that the lever is tried
 on both (`conversion.bert2bert_model(..., copy_mechanism=True)` builds one).
 
 `import fastformer` registers it with transformers' Auto classes (model type "copy-encoder-decoder"), so that
@@ -11,7 +11,7 @@ from transformers.loss.loss_utils import ForMaskedLMLoss
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 from transformers.models.encoder_decoder.modeling_encoder_decoder import shift_tokens_right
 
-from .copy_head import CopyHeadSourceMixin, FastformerCopyHead, SourceContext, SpanGate
+from .copy_head import CopyHeadMixin, FastformerCopyHead
 
 
 class CopyEncoderDecoderConfig(EncoderDecoderConfig):
@@ -20,7 +20,7 @@ class CopyEncoderDecoderConfig(EncoderDecoderConfig):
     model_type = "copy-encoder-decoder"
 
 
-class CopyEncoderDecoderModel(CopyHeadSourceMixin, EncoderDecoderModel):
+class CopyEncoderDecoderModel(CopyHeadMixin, EncoderDecoderModel):
     """An `EncoderDecoderModel` whose output distribution is the pointer-generator's (`FastformerCopyHead` on the
     decoder's last hidden state and the encoder's output): log-probabilities as `logits`, the loss their NLL (as
     Fastformer's). `source_ids` default to `input_ids`; generate() keeps them for every step and beam."""
@@ -36,12 +36,13 @@ class CopyEncoderDecoderModel(CopyHeadSourceMixin, EncoderDecoderModel):
             self._init_weights(module)
 
     def _init_weights(self, module):
-        """As EncoderDecoderModel's, and the copy head's modules as the decoder's (its span gate and
-        source context by their own `init_weights`): at construction, and for weights a loaded checkpoint lacks."""
-        if isinstance(module, (SpanGate, SourceContext)):
-            module.init_weights()
-        elif getattr(self, "copy_head", None) is not None and module in self.copy_head.modules():
-            self.decoder._init_weights(module)
+        """As `CopyHeadMixin`'s, and the copy head's other modules as the decoder's: at construction, and for
+        weights a loaded checkpoint lacks."""
+        if getattr(self, "copy_head", None) is not None and module in self.copy_head.modules():
+            if hasattr(module, "init_weights"):
+                module.init_weights()
+            else:
+                self.decoder._init_weights(module)
         else:
             super()._init_weights(module)
 
@@ -80,7 +81,7 @@ class CopyEncoderDecoderModel(CopyHeadSourceMixin, EncoderDecoderModel):
             source_ids = input_ids
         source_ids = self.checked_source_ids(source_ids, encoder_states)
         hidden_states = outputs.decoder_hidden_states[-1]
-        outputs.logits = self.copy_head(
+        outputs.logits, _ = self.copy_head(
             hidden_states, outputs.logits, encoder_states, attention_mask, source_ids, decoder_input_ids
         )
         if labels is not None:

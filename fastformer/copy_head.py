@@ -1,19 +1,26 @@
-"""See et al.'s pointer-generator (2017) for encoder-decoders: the copy head, and what a model with one needs to
-keep the source's token ids for every decoding step. `FastformerForConditionalGeneration` uses it with
-`config.copy_mechanism`, and so does the BERT2BERT baseline (`fastformer.copy_encoder_decoder`)."""
+"""See et al.'s pointer-generator (2017) for encoder-decoders: the copy head, what a model with one needs to keep
+the source's token ids for every decoding step, and `FastformerCopyForConditionalGeneration`, Fastformer's
+encoder-decoder with it. The BERT2BERT baseline uses the same head (`fastformer.copy_encoder_decoder`)."""
+
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from transformers import initialization as init
+from transformers.loss.loss_utils import ForMaskedLMLoss
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
+from transformers.modeling_utils import slice_logits_to_keep
+from transformers.utils.generic import can_return_tuple
 
-from .checks import check_inputs
-from .configuration_fastformer import FastformerConfig, check_copy_context_window
+from .checks import check_inputs, checked_token_labels
+from .configuration_fastformer import FastformerConfig, FastformerCopyConfig, check_copy_context_window
 from .functional import accumulation_dtype, copy_attention, pointer_generator, source_context, span_continuations
+from .modeling_fastformer import FastformerForCausalLM, FastformerForConditionalGeneration
 
 
 class SpanGate(nn.Linear):
-    """The copy head's span gate g_t = u . h_t + c (`config.copy_spans`), which starts at u = 0 and c = 4: a span's
-    continuation starts e^4 (about 55) times as likely to be copied as any other source token."""
+    """The copy head's span gate g_t = u . h_t + c (`FastformerCopyConfig.copy_spans`), which starts at u = 0 and
+    c = 4: a span's continuation starts e^4 (about 55) times as likely to be copied as any other source token."""
 
     initial_bias = 4.0
 
@@ -27,10 +34,11 @@ class SpanGate(nn.Linear):
 
 
 class SourceContext(nn.Module):
-    """The copy head's source states with their neighbours (`config.copy_context_window`): every encoder output plus
-    a learned depthwise convolution of the window centred on it (`functional.source_context`; `weight` (D, 1, W) as
-    a depthwise `nn.Conv1d`'s), starting at zero (the encoder's outputs, as without it). It runs at every decoding
-    step over the whole source: W x M x D multiply-adds for M source tokens, W times the copy attention's scores."""
+    """The copy head's source states with their neighbours (`FastformerCopyConfig.copy_context_window`): every
+    encoder output plus a learned depthwise convolution of the window centred on it (`functional.source_context`;
+    `weight` (D, 1, W) as a depthwise `nn.Conv1d`'s), starting at zero (the encoder's outputs, as without it). It
+    runs at every decoding step over the whole source: W x M x D multiply-adds for M source tokens, W times the copy
+    attention's scores."""
 
     def __init__(self, hidden_size: int, window: int):
         super().__init__()
@@ -46,18 +54,19 @@ class SourceContext(nn.Module):
 
 
 class FastformerCopyHead(nn.Module):
-    """The pointer-generator of See et al. (2017) (`config.copy_mechanism`): each decoder output h_t attends over
+    """The pointer-generator of See et al. (2017): each decoder output h_t attends over
     the encoder output (`functional.copy_attention`, one head of its own: query W h_t), and a gate
     p_gen = sigmoid(w . [h_t ; context_t] + b) mixes the LM head's distribution (weight p_gen) with the attention
-    summed per source token id (1 - p_gen): `functional.pointer_generator`, log-probabilities (B, T, V).
+    summed per source token id (1 - p_gen): `functional.pointer_generator`, log-probabilities (B, T, V), and
+    1 - p_gen (B, T).
 
     With `config.copy_spans` the attention also scores the source positions that continue a span (those whose
     previous token is the decoder's input token t, `functional.span_continuations`), by a learned gate
     g_t = u . h_t + c: the pointer can copy a span in order, as an induction head does in softmax attention (additive
     attention has no token-to-token scores to form one).
 
-    With `config.copy_context_window` the attention reads each source position through `SourceContext`: its encoder
-    output and its neighbours', so that where a span may start or stop is scored from the tokens around it."""
+    With `config.copy_context_window` the attention reads each source position through `SourceContext`: its
+    encoder output and its neighbours', so that where a span may start or stop is scored from the tokens around it."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -79,7 +88,8 @@ class FastformerCopyHead(nn.Module):
     def forward(
         self, hidden_states, logits, encoder_hidden_states, encoder_attention_mask, source_ids, decoder_input_ids=None
     ):
-        """`decoder_input_ids` (B, T): the decoder's input tokens at the positions of `hidden_states`, read with
+        """Returns the mixture's log-probabilities (B, T, V) and its copy weight 1 - p_gen (B, T).
+        `decoder_input_ids` (B, T): the decoder's input tokens at the positions of `hidden_states`, read with
         `config.copy_spans` only."""
         bias = None
         if self.span_gate is not None:
@@ -91,21 +101,28 @@ class FastformerCopyHead(nn.Module):
         query = self.query(hidden_states)
         weights, context = copy_attention(query, encoder_hidden_states, encoder_attention_mask, bias)
         gate = self.gate(torch.cat([hidden_states, context], dim=-1)).squeeze(-1)
-        return pointer_generator(logits, weights, source_ids, gate)
+        return pointer_generator(logits, weights, source_ids, gate), torch.sigmoid(-gate)
 
 
-class CopyHeadSourceMixin:
-    """The source's token ids that a copy head (`self.copy_head`, None without one) copies: checked against the
-    encoder's output, and kept by generate() for every decoding step. For `FastformerForConditionalGeneration`
-    and for the BERT2BERT baseline with the same head (`fastformer.copy_encoder_decoder`)."""
+class CopyHeadMixin:
+    """What a model with a copy head (`self.copy_head`) adds: the source's token ids it copies, checked against the
+    encoder's output and kept by generate() for every decoding step, and its modules' initial weights. For
+    `FastformerCopyForConditionalGeneration` and the BERT2BERT baseline with the same head
+    (`fastformer.copy_encoder_decoder`)."""
+
+    def _init_weights(self, module):
+        if isinstance(module, (SpanGate, SourceContext)):
+            module.init_weights()
+        else:
+            super()._init_weights(module)
 
     def checked_source_ids(self, source_ids, encoder_hidden_states) -> torch.Tensor:
         """The source ids the copy head reads, refused where there are none, where they do not match the encoder's
         output in shape, or (inside `checks.value_checks()`) hold an id outside the vocabulary."""
         if source_ids is None:
             raise ValueError(
-                "config.copy_mechanism copies source tokens by their ids: pass `input_ids`, or `source_ids` (the "
-                "source's token ids) beside `encoder_outputs` or `inputs_embeds`"
+                "The copy head copies source tokens by their ids: pass `input_ids`, or `source_ids` (the source's "
+                "token ids) beside `encoder_outputs` or `inputs_embeds`"
             )
         if source_ids.shape != encoder_hidden_states.shape[:2]:
             raise ValueError(
@@ -115,17 +132,117 @@ class CopyHeadSourceMixin:
         check_inputs(source_ids, None, self.config.get_text_config(decoder=True), name="source_ids")
         return source_ids
 
-    def _maybe_prepare_encoder_kwargs_for_generation(self, inputs_tensor, model_kwargs, model_input_name, *args):
-        """As generate()'s, and with the copy head the source's ids are kept for every step (as `source_ids`,
-        expanded with the beams like the encoder's output). With `encoder_outputs` and no `input_ids`, generate()
-        stands -100 in for the ids: then `source_ids` must be given."""
-        given_states = model_kwargs.get("encoder_outputs") is not None
-        model_kwargs = super()._maybe_prepare_encoder_kwargs_for_generation(
-            inputs_tensor, model_kwargs, model_input_name, *args
+    def generate(self, inputs=None, generation_config=None, **kwargs):
+        """As transformers', and the source's token ids (`inputs` or `input_ids`) also go to every decoding step as
+        `source_ids`, which generate() expands with the beams. Beside `encoder_outputs` without ids, pass
+        `source_ids`."""
+        source = inputs if inputs is not None else kwargs.get("input_ids")
+        if kwargs.get("source_ids") is None and source is not None and not source.is_floating_point():
+            kwargs["source_ids"] = source
+        return super().generate(inputs, generation_config, **kwargs)
+
+
+@dataclass
+class CopyGenerationOutput(Seq2SeqLMOutput):
+    r"""
+    `Seq2SeqLMOutput` with the pointer-generator's `logits`: the log-probabilities of its mixture of the LM head's
+    distribution and the copy attention's (B, T, V), scores whose softmax is that mixture, which a loss, a logits
+    processor or generate() reads as any logits.
+
+    lm_logits (`torch.FloatTensor` of shape `(batch_size, target_length, vocab_size)`):
+        The LM head's own scores, before the mixture.
+    copy_probability (`torch.FloatTensor` of shape `(batch_size, target_length)`):
+        The weight 1 - p_gen of the copy attention's distribution in the mixture.
+    """
+
+    lm_logits: torch.FloatTensor | None = None
+    copy_probability: torch.FloatTensor | None = None
+
+
+class FastformerCopyForConditionalGeneration(CopyHeadMixin, FastformerForConditionalGeneration):
+    """`FastformerForConditionalGeneration` with See et al.'s pointer-generator (2017), `FastformerCopyHead`: each
+    decoder output attends over the encoder output (one softmax head of its own), and a learned gate mixes the LM
+    head's distribution over the vocabulary with that attention summed per source token id. The source's token ids
+    are read at every step (`input_ids`, or `source_ids` beside `encoder_outputs`), and with
+    `config.copy_spans` the decoder's input ids (`decoder_input_ids` or `labels`).
+
+    `logits` are the mixture's log-probabilities (`CopyGenerationOutput`): logits processors that scale scores act on
+    log-probabilities then (`repetition_penalty` multiplies their negative values and barely moves a likely token).
+    """
+
+    config_class = FastformerCopyConfig
+
+    def __init__(self, config: FastformerCopyConfig):
+        super().__init__(config)
+        self.copy_head = FastformerCopyHead(self.config)
+        self.post_init()  # the copy head's weights (the rest are initialized already)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        labels: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        num_items_in_batch: torch.Tensor | int | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        source_ids: torch.Tensor | None = None,
+        **kwargs,
+    ) -> CopyGenerationOutput:
+        r"""
+        source_ids: the source's token ids (B, M) that the copy head copies: `input_ids` by default; needed beside
+            `encoder_outputs` or `inputs_embeds` without `input_ids` (generate() passes them at every step).
+        The other arguments are `FastformerForConditionalGeneration`'s.
+        """
+        if isinstance(logits_to_keep, torch.Tensor) and logits_to_keep.dtype == torch.bool:
+            raise ValueError(
+                "The copy head keeps the (batch, position) layout: pass `logits_to_keep` as a count or as positions, "
+                "not as a boolean mask"
+            )
+        if labels is not None:
+            use_cache = False
+            shape = None if decoder_input_ids is None else decoder_input_ids.shape
+            labels = checked_token_labels(labels, self.config, shape)
+            if decoder_input_ids is None and kwargs.get("decoder_inputs_embeds") is None:
+                decoder_input_ids = self.shift_labels_right(labels)
+        self.copy_head.check_decoder_input_ids(decoder_input_ids)
+        # the head reads the decoder's last hidden state; the other states are returned only where asked for
+        hidden_states_asked = kwargs.pop("output_hidden_states", self.config.output_hidden_states)
+        outputs = super().forward(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            encoder_outputs=encoder_outputs,
+            use_cache=use_cache,
+            logits_to_keep=logits_to_keep,
+            output_hidden_states=True,
+            **kwargs,
         )
-        source_is_ids = (model_input_name or self.main_input_name) == "input_ids"
-        if self.copy_head is not None and model_kwargs.get("source_ids") is None and source_is_ids:
-            # one look at the values per generate() call, only beside given encoder outputs
-            if not (given_states and bool((inputs_tensor == -100).all())):
-                model_kwargs["source_ids"] = inputs_tensor
-        return model_kwargs
+        encoder_states = outputs.encoder_last_hidden_state
+        source_ids = self.checked_source_ids(source_ids if source_ids is not None else input_ids, encoder_states)
+        hidden_states = slice_logits_to_keep(outputs.decoder_hidden_states[-1], logits_to_keep)
+        if decoder_input_ids is not None:
+            decoder_input_ids = slice_logits_to_keep(decoder_input_ids[..., None], logits_to_keep)[..., 0]
+        logits, copy_probability = self.copy_head(
+            hidden_states, outputs.logits, encoder_states, attention_mask, source_ids, decoder_input_ids
+        )
+        loss = None
+        if labels is not None:
+            loss = ForMaskedLMLoss(logits, labels, self.config.vocab_size, num_items_in_batch=num_items_in_batch)
+        if not hidden_states_asked:
+            outputs.decoder_hidden_states = outputs.encoder_hidden_states = None
+        return CopyGenerationOutput(
+            **{**outputs, "loss": loss, "logits": logits}, lm_logits=outputs.logits, copy_probability=copy_probability
+        )
+
+
+class FastformerCopyForCausalLM(FastformerForCausalLM):
+    """`FastformerForCausalLM` under `FastformerCopyConfig`, whose `decoder_conv_kernel` gives its decoder the short
+    convolution (a causal LM saved with one before that field left `FastformerConfig` loads as this)."""
+
+    config_class = FastformerCopyConfig
+
+
+__all__ = ["CopyGenerationOutput", "FastformerCopyForCausalLM", "FastformerCopyForConditionalGeneration"]

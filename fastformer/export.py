@@ -124,12 +124,12 @@ class Seq2SeqEncoderGraph(torch.nn.Module):
         pairs = (layer.cross_attention.encode(encoded, attention_mask) for layer in layers)
         # new tensors for every output: the additive cross-attention's key and value are one tensor
         cross = tuple(tensor.clone() for pair in pairs for tensor in pair)
-        return (*cross, encoded) if self.model.copy_head is not None else cross
+        return (*cross, encoded) if getattr(self.model, "copy_head", None) is not None else cross
 
 
 def state_tensors(cache: Cache) -> list[torch.Tensor]:
     """Every layer application's states of a decoder's cache (`FastformerCacheLayer`s), flat, in layer order: its
-    recurrent states in slot order, then its short convolution's (with `config.decoder_conv_kernel`)."""
+    recurrent states in slot order, then its short convolution's (with `config.convolution_kernel`)."""
     return [
         state
         for layer in cache.layers
@@ -141,12 +141,12 @@ def state_tensors(cache: Cache) -> list[torch.Tensor]:
 
 def load_state_tensors(cache: Cache, tensors, config=None):
     """Sets the states of `cache` from `state_tensors`' list of another cache of `config` (with its short
-    convolutions' states where `config.decoder_conv_kernel`; None: a config without them)."""
+    convolutions' states where `config.convolution_kernel`; None: a config without them)."""
     tensors = iter(tensors)
     for layer in cache.layers:
         query, key = (PoolingState(next(tensors), next(tensors)) for _ in range(2))
         layer.update_attention_state(CausalAttentionState(query, key), tokens=0)
-        if config is not None and config.decoder_conv_kernel:
+        if config is not None and config.convolution_kernel:
             layer.update_conv_state(next(tensors))
 
 
@@ -173,8 +173,8 @@ class DecoderStepGraph(torch.nn.Module):
             input_ids, position_ids=positions[:, None], encoder_attention_mask=encoder_attention_mask, cache=cache
         ).last_hidden_state[:, -1:]
         logits = model.lm_head(hidden_states)
-        if model.copy_head is not None:  # the encoder's output is the last of `cross`
-            logits = model.copy_head(hidden_states, logits, cross[-1], encoder_attention_mask, source_ids, input_ids)
+        if getattr(model, "copy_head", None) is not None:  # the encoder's output is the last of `cross`
+            logits, _ = model.copy_head(hidden_states, logits, cross[-1], encoder_attention_mask, source_ids, input_ids)
         return logits[:, -1], positions + 1, tuple(state_tensors(states))
 
 
@@ -186,8 +186,8 @@ def initial_state(config, batch_size: int) -> list[torch.Tensor]:
     for _ in range(config.num_decoder_layers):
         # new tensors for every slot: the same tensor twice would be traced as one input
         state += [tensor for _ in range(2) for tensor in initial_pooling_state(batch_size, heads, dim)]
-        if config.decoder_conv_kernel:
-            state.append(torch.zeros(batch_size, config.hidden_size, config.decoder_conv_kernel - 1))
+        if config.convolution_kernel:
+            state.append(torch.zeros(batch_size, config.hidden_size, config.convolution_kernel - 1))
     return state
 
 
@@ -198,7 +198,8 @@ def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
     encoder_attention_mask, cross.{i}, state.{i} (and with the copy head source_ids; the encoder's output is then
     the last cross.{i}) -> logits, positions_out, state_out.{i}. A graph may leave out an input it does not read
     (the additive cross-attention reads no source mask in the step)."""
-    if type(model).__name__ != "FastformerForConditionalGeneration":
+    # by name: a model loaded as Hub code has classes of its own
+    if "FastformerForConditionalGeneration" not in {cls.__name__ for cls in type(model).__mro__}:
         raise ValueError(
             f"export_seq2seq_onnx exports a FastformerForConditionalGeneration, got {type(model).__name__}"
         )
@@ -224,7 +225,8 @@ def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
     positions = torch.zeros(EXAMPLE_SHAPE[0], dtype=torch.long)
     step_inputs = (input_ids[:, :1], positions, attention_mask, cross, tuple(state))
     step_dims = ({0: batch}, {0: batch}, {0: batch, 1: source}, cross_dims, ({0: batch},) * len(state))
-    copies = model.copy_head is not None  # an input the graph does not read is refused with a dynamic shape
+    # an input the graph does not read is refused with a dynamic shape
+    copies = getattr(model, "copy_head", None) is not None
     if copies:  # a tensor of its own: a view of another input would be traced as that one
         step_inputs, step_dims = step_inputs + (input_ids.clone(),), step_dims + ({0: batch, 1: source},)
     with using_attention_mode(model, exported_attention_mode(config)), torch.no_grad():

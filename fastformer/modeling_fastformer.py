@@ -61,7 +61,6 @@ from .checks import (
     checked_token_labels,
 )
 from .configuration_fastformer import FastformerConfig
-from .copy_head import CopyHeadSourceMixin, FastformerCopyHead, SourceContext, SpanGate
 from .functional import (
     CausalAttentionState,
     PackedRows,
@@ -229,7 +228,7 @@ class FastformerAttention(nn.Module):
 
 
 class FastformerShortConvolution(nn.Module):
-    """The decoder attention's input with its recent past (`config.decoder_conv_kernel`): every
+    """The decoder attention's input with its recent past (`FastformerCopyConfig.decoder_conv_kernel`): every
     token plus a learned depthwise convolution of it and the K - 1 tokens before it
     (`functional.causal_convolution`; `weight` (D, 1, K) as a depthwise `nn.Conv1d`'s), initialized
     as the other weights. With a cache it continues from the layer application's last K - 1 tokens,
@@ -238,7 +237,7 @@ class FastformerShortConvolution(nn.Module):
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(config.hidden_size, 1, config.decoder_conv_kernel))
+        self.weight = nn.Parameter(torch.empty(config.hidden_size, 1, config.convolution_kernel))
 
     def forward(self, hidden_states, token_mask=None, cache_layer=None, packed=None):
         if packed is not None:  # a sequence a row, zeros after its end
@@ -262,13 +261,13 @@ class FastformerCausalAttention(FastformerAttention):
     whole sequence in one call: a cache that holds earlier tokens keeps their pooled state, not the
     tokens.
 
-    With `config.decoder_conv_kernel`, the queries, keys and values are projected from
+    With a short convolution (`config.convolution_kernel`), the queries, keys and values come from
     `FastformerShortConvolution`'s output; `token_mask` (B, T): 1 for tokens, 0 for padding, in the
     hidden states' dtype (None: no padding)."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__(config)
-        self.convolution = FastformerShortConvolution(config) if config.decoder_conv_kernel else None
+        self.convolution = FastformerShortConvolution(config) if config.convolution_kernel else None
 
     def forward(
         self,
@@ -709,9 +708,6 @@ class FastformerPreTrainedModel(PreTrainedModel):
     }
 
     def _init_weights(self, module):
-        if isinstance(module, (SpanGate, SourceContext)):
-            module.init_weights()
-            return
         if isinstance(module, FastformerTokenTypeEmbeddings):
             init.zeros_(module.weight)
             return
@@ -888,8 +884,7 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.fastformer = FastformerModel(config)
-        dropout = config.hidden_dropout_prob if config.classifier_dropout is None else config.classifier_dropout
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
@@ -1004,7 +999,7 @@ class FastformerCacheLayer(LinearAttentionLayer):
     (`config.layer_types`), so that `DynamicCache(config=config)` and generate() build it. In a
     self-attention cache it holds the causal attention's `CausalAttentionState` in four
     recurrent-state slots (the query's pooling, then the key's: a (B, H) log normalizer and a
-    (B, H, D) pooled vector each), with `config.decoder_conv_kernel` K the short convolution's last
+    (B, H, D) pooled vector each), with `config.convolution_kernel` K the short convolution's last
     K - 1 inputs (B, D, K - 1) in the first convolution slot, and the number of columns read
     (`get_seq_length`). In the cross-attention cache of an `EncoderDecoderCache` it holds the
     source's keys and values (`update`), written once, on the first step.
@@ -1320,7 +1315,7 @@ class FastformerDecoder(FastformerStack):
         logits_mask = token_mask = None
         if attention_mask is not None:
             logits_mask = causal_mask(attention_mask, accumulation_dtype(compute_dtype(hidden_states)))
-            if self.config.decoder_conv_kernel:
+            if self.config.convolution_kernel:
                 token_mask = attention_mask.to(hidden_states.dtype)
         for index, layer in self.applied_layers():
             key, value = cross_inputs[index % len(self.layers)]
@@ -1421,7 +1416,7 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
 class FastformerSeq2SeqModel(FastformerPreTrainedModel):
     """The bare encoder-decoder, as BART's `BartModel`: a Fastformer encoder (`FastformerModel`
     without its pooler) and a causal Fastformer decoder with cross-attention. The decoder's word
-    embeddings are the encoder's (its own with `config.tie_encoder_embeddings=False`).
+    embeddings are the encoder's (its own with `FastformerCopyConfig.tie_encoder_embeddings=False`).
     `decoder_input_ids` are the decoder's inputs as they are: the head
     (`FastformerForConditionalGeneration`) makes them from `labels`."""
 
@@ -1436,7 +1431,7 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
 
     @property
     def _tied_weights_keys(self) -> dict[str, str]:
-        if not self.config.tie_encoder_embeddings:
+        if not self.config.shares_encoder_embeddings:
             return {}
         return {"decoder.embeddings.word_embeddings.weight": "encoder.embeddings.word_embeddings.weight"}
 
@@ -1520,7 +1515,7 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
         )
 
 
-class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerativeModel):
+class FastformerForConditionalGeneration(FastformerGenerativeModel):
     """`FastformerSeq2SeqModel` with a language-modeling head, for summarization and other
     sequence-to-sequence tasks, as BART's `BartForConditionalGeneration`. One decoding step costs
     the same at any output length, and the generation state (`FastformerCacheLayer`s in an
@@ -1549,12 +1544,11 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
         super().__init__(config.for_encoder_decoder())
         self.model = FastformerSeq2SeqModel(self.config)
         self.lm_head = nn.Linear(self.config.hidden_size, self.config.vocab_size, bias=False)
-        self.copy_head = FastformerCopyHead(self.config) if self.config.copy_mechanism else None
         self.post_init()
 
     @property
     def _tied_weights_keys(self) -> dict[str, str]:
-        source = "encoder" if self.config.tie_encoder_embeddings else "decoder"
+        source = "encoder" if self.config.shares_encoder_embeddings else "decoder"
         return {"lm_head.weight": f"model.{source}.embeddings.word_embeddings.weight"}
 
     def get_encoder(self, modality=None):
@@ -1582,7 +1576,6 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
         use_cache: bool | None = None,
         num_items_in_batch: torch.Tensor | int | None = None,
         logits_to_keep: int | torch.Tensor = 0,
-        source_ids: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
@@ -1594,9 +1587,6 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
         logits_to_keep: the last `logits_to_keep` positions (0: all) or the positions given, whose
             logits are computed (`transformers.modeling_utils.slice_logits_to_keep`); generate()
             asks for the last one only.
-        source_ids: with `config.copy_mechanism`, the source's token ids (B, M) that the copy head
-            copies: `input_ids` by default; needed beside `encoder_outputs` or `inputs_embeds`
-            without `input_ids` (generate() passes them at every step).
         token_type_ids, position_ids: the encoder's (`FastformerModel`), read where it runs
         (no `encoder_outputs`).
         """
@@ -1606,14 +1596,6 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
             labels = checked_token_labels(labels, self.config, shape)
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.shift_labels_right(labels)
-        if self.copy_head is not None:
-            self.copy_head.check_decoder_input_ids(decoder_input_ids)
-            if isinstance(logits_to_keep, torch.Tensor) and logits_to_keep.dtype == torch.bool:
-                raise ValueError(
-                    "config.copy_mechanism keeps the (batch, position) layout: pass "
-                    "`logits_to_keep` as a count or as "
-                    "positions, not as a boolean mask"
-                )
         outputs = self.model(
             input_ids,
             attention_mask=attention_mask,
@@ -1630,16 +1612,7 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
             return_dict=True,
             **kwargs,
         )
-        hidden_states = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)
-        logits = self.lm_head(hidden_states)
-        if self.copy_head is not None:
-            source_ids = source_ids if source_ids is not None else input_ids
-            source_ids = self.checked_source_ids(source_ids, outputs.encoder_last_hidden_state)
-            if decoder_input_ids is not None:
-                decoder_input_ids = slice_logits_to_keep(decoder_input_ids[..., None], logits_to_keep)[..., 0]
-            logits = self.copy_head(
-                hidden_states, logits, outputs.encoder_last_hidden_state, attention_mask, source_ids, decoder_input_ids
-            )
+        logits = self.lm_head(slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep))
         loss = None
         if labels is not None:
             # the labels are aligned with the logits already (no shift): the masked-LM loss is
@@ -1659,8 +1632,8 @@ class FastformerForConditionalGeneration(CopyHeadSourceMixin, FastformerGenerati
 
     def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True) -> nn.Embedding:
         """As transformers', and the decoder's word embeddings where they are not the encoder's
-        (with `config.tie_encoder_embeddings=False`, or `tie_word_embeddings=False`, where nothing
-        is tied) are resized as well."""
+        (with `FastformerCopyConfig.tie_encoder_embeddings=False`, or with `tie_word_embeddings=False`,
+        where nothing is tied) are resized as well."""
         embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
         decoder = self.get_decoder()
         old = decoder.get_input_embeddings()

@@ -25,7 +25,8 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoTokenizer, DynamicCache, EncoderDecoderCache  # noqa: E402
 
-from fastformer import FastformerConfig  # noqa: E402
+from fastformer import FastformerConfig, FastformerCopyConfig  # noqa: E402
+from fastformer.configuration_fastformer import COPY_FIELDS  # noqa: E402
 from tests.hub_server import serve  # noqa: E402  (a loopback server speaking the Hub's HTTP API)
 
 torch.set_num_threads(1)  # OMP_NUM_THREADS reaches torch only if set before it is first imported
@@ -93,10 +94,12 @@ def tokenizer_fields(tokenizer):
 # module scope, not session: a module's own `tiny_config` then reaches `build` too (and hypothesis takes them)
 @pytest.fixture(scope="module")
 def tiny_config():
-    """tiny_config(**overrides) -> a FastformerConfig with the TINY defaults."""
+    """tiny_config(**overrides) -> a FastformerConfig with the TINY defaults, a FastformerCopyConfig where
+    `overrides` name one of its fields."""
 
     def make(**overrides):
-        return FastformerConfig(**{**TINY, **overrides})
+        config_class = FastformerCopyConfig if COPY_FIELDS.keys() & overrides.keys() else FastformerConfig
+        return config_class(**{**TINY, **overrides})
 
     return make
 
@@ -108,7 +111,10 @@ def build(tiny_config):
 
     def make(model_class, seed=0, **overrides):
         torch.manual_seed(seed)
-        return model_class(tiny_config(**overrides)).eval()
+        config = tiny_config(**overrides)
+        if model_class.config_class is FastformerCopyConfig:
+            config = FastformerCopyConfig(**config.to_diff_dict())
+        return model_class(config).eval()
 
     return make
 

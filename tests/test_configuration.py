@@ -3,18 +3,20 @@
 import json
 
 import pytest
+import transformers
 from huggingface_hub.errors import StrictDataclassClassValidationError, StrictDataclassFieldValidationError
 from transformers import AutoConfig
 
-import fastformer
 from fastformer import (
     FastformerConfig,
+    FastformerCopyConfig,
     FastformerForCausalLM,
     FastformerForConditionalGeneration,
     FastformerForMaskedLM,
     FastformerForSequenceClassification,
     FastformerModel,
 )
+from fastformer.configuration_fastformer import COPY_FIELDS
 
 # @strict's errors: a field's own rule (at construction and assignment), and a class validator's (fields that must
 # fit together, at the end of construction, by validate() and when saving)
@@ -77,11 +79,6 @@ def test_defaults_are_the_papers_final_model():
             FIELD,
             r"field 'hidden_dropout_prob':\n.* must be a number in \[0, 1\), got 1.5$",
         ),
-        (
-            {"classifier_dropout": -0.1},
-            FIELD,
-            r"field 'classifier_dropout':\n.* must be a number in \[0, 1\), got -0.1",
-        ),
         ({"layer_norm_eps": 0}, FIELD, r"field 'layer_norm_eps':\n.* must be a positive number, got 0$"),
         ({"share_layers": "yes"}, FIELD, r"field 'share_layers':\n.* expected bool, got str \(value: 'yes'\)$"),
         ({"share_query_value": 1}, FIELD, r"field 'share_query_value':\n.* expected bool, got int \(value: 1\)$"),
@@ -133,8 +130,9 @@ def test_defaults_are_the_papers_final_model():
     ids=lambda value: "-".join(value) if isinstance(value, dict) else None,
 )
 def test_invalid_values_raise_strict_errors_naming_the_field_the_rule_and_the_value(overrides, error, message):
+    config_class = FastformerCopyConfig if COPY_FIELDS.keys() & overrides.keys() else FastformerConfig
     with pytest.raises(error, match=message):
-        FastformerConfig(**overrides)
+        config_class(**overrides)
 
 
 def test_round_trip_keeps_every_switch(tmp_path):
@@ -229,7 +227,10 @@ def test_saving_any_head_writes_the_hub_code_of_every_head(model_class, tiny_con
     model_class(tiny_config()).save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["auto_map"] == HUB_CODE
-    assert set(HUB_CODE) == {"AutoConfig", *fastformer.AUTO_CLASSES.values()}
+    for auto_class, path in HUB_CODE.items():  # each as `import fastformer` registers it
+        if auto_class != "AutoConfig":
+            registered = getattr(transformers, auto_class)._model_mapping[FastformerConfig]
+            assert registered.__name__ == path.partition(".")[2]
     seq2seq = model_class is FastformerForConditionalGeneration
     assert saved.get("custom_pipelines") == ({"summarization": SUMMARIZATION} if seq2seq else None)
     modules = ["configuration_fastformer.py", "modeling_fastformer.py", "functional.py", "pipeline_fastformer.py"]
@@ -300,3 +301,19 @@ def test_embedding_width_follows_the_hidden_size_unless_set():
     assert FastformerModel(narrow).embeddings.projection.in_features == 16
     with pytest.raises(ValueError, match="needs embedding_size == hidden_size"):
         FastformerForConditionalGeneration(narrow)
+
+
+def test_fields_of_earlier_releases_are_dropped_with_a_warning_or_load_as_the_copy_config(caplog):
+    """A saved config's retired fields: those that changed no output are dropped with a warning naming them; the
+    copy head's and the short convolution's load as `FastformerCopyConfig`, which holds them now."""
+    saved = {"model_type": "fastformer", "classifier_dropout": 0.3, "additive_attention_mode": "plain"}
+    saved |= {"copy_mechanism": False, "decoder_conv_kernel": 0, "tie_encoder_embeddings": True}
+    with caplog.at_level("WARNING"):
+        config = FastformerConfig.from_dict(dict(saved))
+    assert type(config) is FastformerConfig and not hasattr(config, "classifier_dropout")
+    assert "`classifier_dropout` (now hidden_dropout_prob)" in caplog.text and "`decoder_conv_kernel`" in caplog.text
+    copy = AutoConfig.for_model("fastformer").from_dict({**saved, "copy_mechanism": True, "copy_spans": True})
+    assert type(copy) is FastformerCopyConfig and copy.copy_spans and copy.model_type == "fastformer_copy"
+    assert type(FastformerConfig.from_dict({**saved, "decoder_conv_kernel": 3})) is FastformerCopyConfig
+    with pytest.raises(ValueError, match="`decoder_conv_kernel` is a field of FastformerCopyConfig"):
+        FastformerConfig(decoder_conv_kernel=3)

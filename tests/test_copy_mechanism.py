@@ -1,4 +1,4 @@
-"""The opt-in copy mechanism of FastformerForConditionalGeneration (See et al.'s pointer-generator), with and
+"""The copy head of FastformerCopyForConditionalGeneration (See et al.'s pointer-generator), with and
 without the span gate (`copy_spans`) and the source context (`copy_context_window`), and the same head on BERT2BERT
 (`CopyEncoderDecoderModel`): the math against fastformer.naive's float64 loop, each model's logits against the same
 loop on its own states, and the recipes a seq2seq model serves (teacher forcing, greedy and beam search with the
@@ -9,7 +9,13 @@ import torch
 from huggingface_hub.errors import StrictDataclassClassValidationError
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, BertConfig, BertLMHeadModel, BertModel
 
-from fastformer import FastformerForConditionalGeneration, naive
+from fastformer import (
+    FastformerConfig,
+    FastformerCopyConfig,
+    FastformerCopyForConditionalGeneration,
+    FastformerForConditionalGeneration,
+    naive,
+)
 from fastformer.checks import value_checks
 from fastformer.conversion import bert2bert_model
 from fastformer.copy_encoder_decoder import CopyEncoderDecoderModel
@@ -27,7 +33,7 @@ def source_batch():
 @pytest.fixture(scope="module")
 def fastformer_model(build):
     # larger initial weights and a gate bias near 0: both distributions matter in every logit
-    return build(FastformerForConditionalGeneration, copy_mechanism=True, initializer_range=0.3, **SPECIAL)
+    return build(FastformerCopyForConditionalGeneration, initializer_range=0.3, **SPECIAL)
 
 
 def tiny_bert2bert(copy_spans=False, copy_context_window=0):
@@ -78,8 +84,8 @@ def copy_model(name, build, fastformer_model):
     if family == "bert2bert":
         model = tiny_bert2bert(**levers)
     else:
-        overrides = dict(copy_mechanism=True, initializer_range=0.3, **levers)
-        model = build(FastformerForConditionalGeneration, **overrides, **SPECIAL)
+        overrides = dict(initializer_range=0.3, **levers)
+        model = build(FastformerCopyForConditionalGeneration, **overrides, **SPECIAL)
     return with_random_span_gate(model) if levers["copy_spans"] else with_random_source_context(model)
 
 
@@ -202,10 +208,10 @@ def test_model_logits_are_the_pointer_generator_of_its_own_states(model):
     assert not torch.allclose(out.logits.log_softmax(-1), plain.log_softmax(-1), atol=1e-3)
 
 
-def test_copy_is_off_by_default_and_saved_with_its_weights(build, model, tmp_path):
+def test_copy_head_is_a_class_of_its_own_and_saved_with_its_weights(build, model, tmp_path):
     if isinstance(model, FastformerForConditionalGeneration):
-        assert build(FastformerForConditionalGeneration).copy_head is None
-        assert model.config.copy_mechanism
+        assert not hasattr(build(FastformerForConditionalGeneration), "copy_head")
+        assert model.config.model_type == "fastformer_copy"
     model.save_pretrained(tmp_path)
     loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
     assert type(loaded) is type(model)
@@ -233,8 +239,8 @@ def test_training_loss_is_the_negative_log_likelihood_and_reaches_the_gate(model
 
 
 def test_copy_spans_needs_the_copy_head_and_the_decoder_input_ids(tiny_config, span_model):
-    with pytest.raises(StrictDataclassClassValidationError, match="`copy_spans` .* needs `copy_mechanism=True`"):
-        tiny_config(copy_spans=True)
+    with pytest.raises(ValueError, match="`copy_spans` is a field of FastformerCopyConfig"):
+        FastformerConfig(copy_spans=True)
     with pytest.raises(ValueError, match="`copy_spans` .* needs `copy_mechanism=True`"):
         bert2bert_model("unused", copy_spans=True)
     ids, mask = source_batch()
@@ -244,14 +250,14 @@ def test_copy_spans_needs_the_copy_head_and_the_decoder_input_ids(tiny_config, s
 
 
 def test_copy_context_window_needs_the_copy_head_and_an_odd_window_of_3_or_more(tiny_config):
-    with pytest.raises(StrictDataclassClassValidationError, match="`copy_context_window` .* needs `copy_mechanism"):
-        tiny_config(copy_context_window=3)
+    with pytest.raises(ValueError, match="`copy_context_window` is a field of FastformerCopyConfig"):
+        FastformerConfig(copy_context_window=3)
     with pytest.raises(ValueError, match="`copy_context_window` .* needs `copy_mechanism=True`"):
         bert2bert_model("unused", copy_context_window=3)
     for window in (4, 1, -3):
         error = f"`copy_context_window` must be 0 .* got {window}"
         with pytest.raises(StrictDataclassClassValidationError, match=error):
-            tiny_config(copy_mechanism=True, copy_context_window=window)
+            tiny_config(copy_context_window=window)
         with pytest.raises(ValueError, match=error):
             tiny_bert2bert(copy_context_window=window)  # a decoder config's field, read by the copy head
 
@@ -263,6 +269,7 @@ def test_a_span_gate_and_source_context_added_to_a_saved_copy_head_start_as_new_
     for name, model in (("fastformer", fastformer_model), ("bert2bert", tiny_bert2bert())):
         model.save_pretrained(tmp_path / name)
         config = AutoConfig.from_pretrained(tmp_path / name)
+        assert name == "bert2bert" or isinstance(config, FastformerCopyConfig)
         (config if name == "fastformer" else config.decoder).copy_spans = True
         (config if name == "fastformer" else config.decoder).copy_context_window = 3
         loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / name, config=config)
@@ -394,7 +401,7 @@ def test_generation_from_encoder_outputs_needs_the_source_ids(model):
 def test_half_precision_copy_attention_sums_to_one(build, fastformer_model, name):
     ids, mask = source_batch()
     full = copy_model(name, build, fastformer_model)
-    half = FastformerForConditionalGeneration(full.config).to(torch.bfloat16).eval()
+    half = type(full)(full.config).to(torch.bfloat16).eval()
     half.load_state_dict(full.state_dict())
     log_p = half(input_ids=ids, attention_mask=mask, decoder_input_ids=torch.tensor([[1, 5], [1, 8]])).logits
     assert log_p.dtype == torch.float32 and torch.isfinite(log_p).all()

@@ -13,6 +13,7 @@ import torch
 from transformers import BertConfig, BertModel
 
 from fastformer import (
+    FastformerCopyForConditionalGeneration,
     FastformerForConditionalGeneration,
     FastformerForMaskedLM,
     FastformerForSequenceClassification,
@@ -188,10 +189,9 @@ def test_onnx_greedy_decoding_with_the_state_as_inputs_gives_the_tokens_of_gener
     special = dict(pad_token_id=0, decoder_start_token_id=1, bos_token_id=1, eos_token_id=2)
     # larger initial weights: a random model that does not repeat one token
     model = build(
-        FastformerForConditionalGeneration,
+        FastformerCopyForConditionalGeneration if copy_mechanism else FastformerForConditionalGeneration,
         initializer_range=0.5,
         cross_attention_type=cross_attention_type,
-        copy_mechanism=copy_mechanism,
         copy_spans=copy_spans,
         copy_context_window=3 if copy_spans else 0,
         decoder_conv_kernel=kernel,

@@ -8,7 +8,12 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from benchmarks.decoding import cache_nbytes
-from fastformer import FastformerCacheLayer, FastformerForCausalLM, FastformerForConditionalGeneration
+from fastformer import (
+    FastformerCacheLayer,
+    FastformerCopyConfig,
+    FastformerForCausalLM,
+    FastformerForConditionalGeneration,
+)
 from fastformer.export import state_tensors
 from fastformer.modeling_fastformer import FastformerCrossAttention
 from tests.conftest import empty_cache
@@ -340,7 +345,8 @@ def test_a_short_convolution_added_to_a_saved_decoder_is_initialized_and_keeps_e
     layer's."""
     model = build(model_class)
     model.save_pretrained(tmp_path)
-    loaded = model_class.from_pretrained(tmp_path, decoder_conv_kernel=4).eval()
+    config = FastformerCopyConfig.from_pretrained(tmp_path, decoder_conv_kernel=4)
+    loaded = model_class.from_pretrained(tmp_path, config=config).eval()
     weights = [layer.attention.convolution.weight for layer in loaded.get_decoder().layers]
     assert all(weight.shape == (32, 1, 4) and 0.1 < weight.std() < 0.3 for weight in weights)  # initializer_range 0.2
     for key, tensor in model.state_dict().items():

@@ -16,6 +16,7 @@ import torch
 from transformers import pipeline
 
 from fastformer import (
+    FastformerCopyForConditionalGeneration,
     FastformerForCausalLM,
     FastformerForConditionalGeneration,
     FastformerForMaskedLM,
@@ -34,7 +35,7 @@ CHECKPOINT_CLASSES = {
     "classifier": FastformerForSequenceClassification,
     "masked_lm": FastformerForMaskedLM,
     "seq2seq": FastformerForConditionalGeneration,
-    "seq2seq_copy": FastformerForConditionalGeneration,  # with the copy head (fastformer/copy_head.py)
+    "seq2seq_copy": FastformerCopyForConditionalGeneration,  # with the copy head (fastformer/copy_head.py)
     "causal_lm": FastformerForCausalLM,
 }
 HEADS = [FastformerForSequenceClassification, FastformerForMaskedLM]
@@ -44,6 +45,7 @@ AUTO_CLASS_OF = {
     FastformerForSequenceClassification: "AutoModelForSequenceClassification",
     FastformerForMaskedLM: "AutoModelForMaskedLM",
     FastformerForConditionalGeneration: "AutoModelForSeq2SeqLM",
+    FastformerCopyForConditionalGeneration: "AutoModelForSeq2SeqLM",
     FastformerForCausalLM: "AutoModelForCausalLM",
 }
 # (checkpoint folder, Auto class) pairs loaded as remote code: each checkpoint into its own class, and the bare
@@ -157,13 +159,14 @@ def checkpoints(tmp_path_factory, tiny_config, tokenizer):
     config_overrides = {
         "classifier": {"id2label": ID2LABEL},
         "seq2seq": generation,
-        "seq2seq_copy": {**generation, "copy_mechanism": True},
+        "seq2seq_copy": generation,
         "causal_lm": generation,
     }
     torch.manual_seed(0)
     models = {}
     for folder, cls in CHECKPOINT_CLASSES.items():
-        models[folder] = cls(tiny_config(**config_overrides.get(folder, {}))).eval()
+        config = tiny_config(**config_overrides.get(folder, {}))
+        models[folder] = cls(cls.config_class(**config.to_diff_dict())).eval()
         models[folder].save_pretrained(path / folder)
         tokenizer.save_pretrained(path / folder)
     # left padding, as decoder-only generation needs it (the encoders ignore padding on either side)
@@ -195,7 +198,7 @@ def test_fresh_interpreter_imports_fastformer_unless_hidden(tmp_path, hide_fastf
 def test_saved_checkpoint_carries_code_for_every_head(checkpoints, repo_root, folder):
     saved = checkpoints.path / folder
     config = json.loads((saved / "config.json").read_text())
-    assert config["auto_map"] == {
+    heads = {
         "AutoConfig": "configuration_fastformer.FastformerConfig",
         "AutoModel": "modeling_fastformer.FastformerModel",
         "AutoModelForSequenceClassification": "modeling_fastformer.FastformerForSequenceClassification",
@@ -203,7 +206,13 @@ def test_saved_checkpoint_carries_code_for_every_head(checkpoints, repo_root, fo
         "AutoModelForSeq2SeqLM": "modeling_fastformer.FastformerForConditionalGeneration",
         "AutoModelForCausalLM": "modeling_fastformer.FastformerForCausalLM",
     }
-    modules = ("configuration_fastformer.py", "modeling_fastformer.py", "functional.py", "checks.py", "copy_head.py")
+    modules = ("configuration_fastformer.py", "modeling_fastformer.py", "functional.py", "checks.py")
+    if folder == "seq2seq_copy":  # the copy head's config and classes, in a module of their own
+        heads["AutoConfig"] = "configuration_fastformer.FastformerCopyConfig"
+        heads["AutoModelForSeq2SeqLM"] = "copy_head.FastformerCopyForConditionalGeneration"
+        heads["AutoModelForCausalLM"] = "copy_head.FastformerCopyForCausalLM"
+        modules += ("copy_head.py",)
+    assert config["auto_map"] == heads
     for module in (*modules, "pipeline_fastformer.py"):
         assert (saved / module).read_text() == (repo_root / "fastformer" / module).read_text()
 
