@@ -80,9 +80,12 @@ def build(name, args):
     size.update(num_attention_heads=args.heads, intermediate_size=args.intermediate_size, hidden_dropout_prob=0.0)
     size.update(max_position_embeddings=args.lengths[-1])
     if name in ("Fastformer", "Fastformer-plain", "floor"):
-        mode = "plain" if name == "Fastformer-plain" else "collapsed"
-        config = FastformerConfig(**size, share_layers=False, share_query_value=False, additive_attention_mode=mode)
-        model = FloorEncoder(config) if name == "floor" else FastformerModel(config, add_pooling_layer=False)
+        config = FastformerConfig(**size, share_layers=False, share_query_value=False)
+        if name == "floor":
+            model = FloorEncoder(config)
+        else:
+            model = FastformerModel(config, add_pooling_layer=False)
+            model.set_additive_attention_mode("plain" if name == "Fastformer-plain" else "collapsed")
     elif name == "fast-transformer-pytorch":
         from fast_transformer_pytorch import FastTransformer  # noqa: PLC0415  (the [bench] extra, this model only)
 

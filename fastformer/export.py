@@ -5,7 +5,7 @@ The ONNX route is `torch.onnx.export(..., dynamo=True)` over the `torch.export` 
 ecosystem's exporter, does not install beside transformers 5 (its newest release, 0.1.0, requires
 transformers < 4.58), so an `OnnxConfig` for it could not be tested here.
 
-The encoder layers' attention sub-layer has two exact modes of computation (`config.additive_attention_mode`); a
+The encoder layers' attention sub-layer has two exact modes of computation (`set_additive_attention_mode`); a
 graph holds one. "auto" chooses by the batch's shape at every call, which a graph with dynamic axes cannot do, so
 it is exported as the mode that does the least arithmetic from sequences of hidden_size / 2 tokens on: "collapsed"
 for the "product" interaction (which "auto" runs for such sequences in large batches, where a GPU's time goes to
@@ -20,7 +20,7 @@ import torch
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 
 from .functional import CausalAttentionState, PoolingState, initial_pooling_state
-from .modeling_fastformer import FastformerPreTrainedModel
+from .modeling_fastformer import FastformerLayer, FastformerPreTrainedModel
 
 INPUT_NAMES = ("input_ids", "attention_mask")
 # a head's outputs, by the ModelOutput field names that transformers' pipelines read
@@ -32,22 +32,30 @@ OUTPUT_NAMES = {
 EXAMPLE_SHAPE = (2, 16)  # the example inputs traced; every other batch size and length runs too
 
 
-def exported_attention_mode(config) -> str:
-    """The attention mode a graph holds: the config's, with "auto" resolved as the module docstring says."""
-    if config.additive_attention_mode != "auto":
-        return config.additive_attention_mode
-    return "collapsed" if config.interaction == "product" else "plain"
+def exported_attention_mode(model) -> str:
+    """The attention mode a graph of `model` holds: its encoder layers' (`set_additive_attention_mode`), with "auto"
+    resolved as the module docstring says; layers set apart to different modes are refused."""
+    modes = {module.attention_mode for module in model.modules() if isinstance(module, FastformerLayer)}
+    if len(modes) > 1:
+        raise ValueError(
+            f"the encoder layers have different attention modes {sorted(modes)}; pass the graph's attention_mode, "
+            "or set one with model.set_additive_attention_mode"
+        )
+    if modes and modes != {"auto"}:
+        return modes.pop()
+    return "collapsed" if model.config.interaction == "product" else "plain"
 
 
 @contextmanager
 def using_attention_mode(model, mode: str):
-    """`model.config.additive_attention_mode` set to `mode` for the duration, then restored."""
-    saved = model.config.additive_attention_mode
-    model.config.additive_attention_mode = mode
+    """`model.set_additive_attention_mode(mode)` for the duration, then every encoder layer's mode restored."""
+    saved = {module: module.attention_mode for module in model.modules() if isinstance(module, FastformerLayer)}
+    model.set_additive_attention_mode(mode)
     try:
         yield
     finally:
-        model.config.additive_attention_mode = saved
+        for module, saved_mode in saved.items():
+            module.attention_mode = saved_mode
 
 
 def example_inputs(model) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,7 +85,7 @@ def export_program(model: FastformerPreTrainedModel, attention_mode: str | None 
     batch = torch.export.Dim("batch")
     sequence = torch.export.Dim("sequence", max=config.max_position_embeddings)
     dynamic = {"input_ids": {0: batch, 1: sequence}, "attention_mask": {0: batch, 1: sequence}}
-    with using_attention_mode(model, attention_mode or exported_attention_mode(config)), torch.no_grad():
+    with using_attention_mode(model, attention_mode or exported_attention_mode(model)), torch.no_grad():
         return torch.export.export(
             model, (), {"input_ids": input_ids, "attention_mask": attention_mask}, dynamic_shapes=dynamic
         )
@@ -229,7 +237,7 @@ def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
     copies = getattr(model, "copy_head", None) is not None
     if copies:  # a tensor of its own: a view of another input would be traced as that one
         step_inputs, step_dims = step_inputs + (input_ids.clone(),), step_dims + ({0: batch, 1: source},)
-    with using_attention_mode(model, exported_attention_mode(config)), torch.no_grad():
+    with using_attention_mode(model, exported_attention_mode(model)), torch.no_grad():
         programs = {
             "encoder": torch.export.export(
                 encoder, (input_ids, attention_mask), dynamic_shapes=({0: batch, 1: source}, {0: batch, 1: source})

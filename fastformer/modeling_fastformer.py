@@ -440,15 +440,21 @@ class FastformerFeedForward(nn.Module):
         return self.output(self.activation(self.intermediate(hidden_states)), hidden_states)
 
 
+# how `FastformerLayer` computes its attention sub-layer (`set_additive_attention_mode`)
+ADDITIVE_ATTENTION_MODES = ("auto", "plain", "collapsed")
+
+
 class FastformerLayer(GradientCheckpointingLayer):
     """Additive attention -> dense -> add & LayerNorm -> feed-forward -> add & LayerNorm.
 
-    The attention sub-layer (attention up to the output dense) is computed one of two exact ways,
-    chosen by `config.additive_attention_mode` (read at every call, so it can be switched on a
-    loaded model):
+    The attention sub-layer (attention up to the output dense) is computed one of two exact ways
+    (the same function up to rounding), chosen by the layer's `attention_mode` (read at every call;
+    set on every encoder layer of a model by
+    `FastformerPreTrainedModel.set_additive_attention_mode`; not saved with the model, which loads
+    as "auto"):
     - "plain": the paper's steps (`FastformerAttention`, then `attention_output.dense`);
     - "collapsed": the same function with the Linear layers folded into one matrix per sequence
-      (`collapsed_attention`; "product" interaction only);
+      (`collapsed_attention`; "product" interaction only, plain `nn.Linear` layers only);
     - "auto" (default): "collapsed" where it applies and repays building its matrix, "plain"
       otherwise (`uses_collapsed_attention`); while torch.export traces (a length of any value),
       "collapsed" where it applies.
@@ -464,6 +470,7 @@ class FastformerLayer(GradientCheckpointingLayer):
     def __init__(self, config: FastformerConfig):
         super().__init__()
         self.config = config
+        self.attention_mode = "auto"  # "auto", "plain" or "collapsed" (the class docstring)
         self.attention = FastformerAttention(config)
         self.attention_output = FastformerSublayerOutput(config, config.hidden_size)
         self.feed_forward = FastformerFeedForward(config)
@@ -490,7 +497,7 @@ class FastformerLayer(GradientCheckpointingLayer):
         time. While torch.export traces, the batch and the length may be symbolic, and a rule on
         them would hold the graph to one side of it: "auto" then takes the collapsed path wherever
         it applies, as `fastformer.export` does."""
-        mode = self.config.additive_attention_mode
+        mode = self.attention_mode
         if mode == "auto":
             if self.config.interaction != "product":
                 return False
@@ -503,22 +510,27 @@ class FastformerLayer(GradientCheckpointingLayer):
                 and batch * length >= self.collapse_min_tokens_per_unit * hidden_size
                 and self.folds_plain_linears()
             )
-        if mode == "collapsed" and self.config.interaction != "product":
+        if mode == "plain":
+            return False
+        if mode != "collapsed":
             raise ValueError(
-                'additive_attention_mode="collapsed" folds the "product" interaction\'s '
-                "linear maps and needs "
-                f'interaction="product", got interaction={self.config.interaction!r}; '
+                f"attention_mode must be one of {ADDITIVE_ATTENTION_MODES}, got {mode!r}; "
+                "set it with the model's set_additive_attention_mode"
+            )
+        if self.config.interaction != "product":
+            raise ValueError(
+                'attention_mode="collapsed" folds the "product" interaction\'s linear maps and '
+                f'needs interaction="product", got interaction={self.config.interaction!r}; '
                 'use "auto" or "plain"'
             )
-        if mode == "collapsed" and not self.folds_plain_linears():
+        if not self.folds_plain_linears():
             raise ValueError(
-                'additive_attention_mode="collapsed" folds the attention\'s nn.Linear weights, '
-                "but some are wrapped "
-                "(e.g. by a PEFT adapter or by quantization), whose output the folding would "
-                "skip, or offloaded by a "
-                'device map (on "meta" outside their forward); use "auto" or "plain"'
+                'attention_mode="collapsed" folds the attention\'s nn.Linear weights, but some '
+                "are wrapped (e.g. by a PEFT adapter or by quantization), whose output the folding "
+                'would skip, or offloaded by a device map (on "meta" outside their forward); use '
+                'set_additive_attention_mode("auto") or "plain"'
             )
-        return mode == "collapsed"
+        return True
 
     def forward(self, hidden_states, attention_mask=None, segment_ids=None, output_attentions=False):
         """Returns the new hidden states and, with `output_attentions`, the attention's two pooling
@@ -727,6 +739,33 @@ class FastformerPreTrainedModel(PreTrainedModel):
             ):
                 if parameter is not None:
                     init.normal_(parameter, mean=0.0, std=self.config.initializer_range)
+
+    def set_additive_attention_mode(self, mode: str) -> None:
+        """How every encoder layer (`FastformerLayer`) of the model computes its attention
+        sub-layer, the same function either way (up to rounding), as `set_attn_implementation` sets
+        transformers' attention function: `mode` is "plain" (the paper's steps), "collapsed" (the
+        Linear layers folded into one matrix per sequence; needs `config.interaction="product"`)
+        or "auto" (collapsed where it repays, what a model is built and loaded with); details in
+        `FastformerLayer`. Sets the layers' `attention_mode`, read at every call; not saved with
+        the model. The causal decoder's layers have their own computation and are left as they are
+        (a `FastformerForCausalLM` has no encoder layer to set). Returns None.
+
+        A "collapsed" model whose Linear layers are wrapped (a PEFT adapter, quantization) or
+        offloaded raises a ValueError when it runs, as the folding cannot read their weights."""
+        if mode not in ADDITIVE_ATTENTION_MODES:
+            raise ValueError(
+                f"set_additive_attention_mode: `mode` must be one of {ADDITIVE_ATTENTION_MODES} "
+                f"(how the encoder layers compute their additive attention), got {mode!r}"
+            )
+        if mode == "collapsed" and self.config.interaction != "product":
+            raise ValueError(
+                'set_additive_attention_mode: `mode="collapsed"` folds the product interaction\'s '
+                'linear maps and needs `interaction="product"`, got '
+                f'interaction={self.config.interaction!r}; use "auto" or "plain"'
+            )
+        for module in self.modules():
+            if isinstance(module, FastformerLayer):
+                module.attention_mode = mode
 
 
 class FastformerStack(FastformerPreTrainedModel):

@@ -48,7 +48,6 @@ def test_defaults_are_the_papers_final_model():
     assert config.tie_word_embeddings
     assert config.num_decoder_layers == config.num_hidden_layers  # as T5: the decoder mirrors the encoder
     assert config.cross_attention_type == "softmax"
-    assert config.additive_attention_mode == "auto"
     assert config.type_vocab_size == 2  # BERT's: one text or a pair
 
 
@@ -91,11 +90,6 @@ def test_defaults_are_the_papers_final_model():
         ),
         ({"use_cache": None}, FIELD, r"field 'use_cache':\n.* expected bool, got NoneType \(value: None\)$"),
         (
-            {"additive_attention_mode": "fast"},
-            FIELD,
-            r"field 'additive_attention_mode':\n.* expected one of \('auto', 'plain', 'collapsed'\), got fast$",
-        ),
-        (
             {"hidden_size": 30, "num_attention_heads": 4},
             CLASS,
             r"validator 'validate_architecture':\n    ValueError: `hidden_size` \(30\) must be divisible by .* \(4\)$",
@@ -104,12 +98,6 @@ def test_defaults_are_the_papers_final_model():
             {"chunk_size_feed_forward": -1},
             CLASS,
             r"'validate_architecture':\n.* `chunk_size_feed_forward` must be 0 \(no chunks\) or more, got -1$",
-        ),
-        (
-            {"interaction": "add", "additive_attention_mode": "collapsed"},
-            CLASS,
-            r'\'validate_architecture\':\n.*`additive_attention_mode="collapsed"` .* needs `interaction="product"`, '
-            r"got interaction='add'; use",
         ),
         (
             {"vocab_size": 10, "pad_token_id": 10},
@@ -163,33 +151,10 @@ def test_errors_are_raised_at_assignment_and_saving(tmp_path):
     with pytest.raises(CLASS, match=r"`hidden_size` \(256\) must be divisible by `num_attention_heads` \(5\)"):
         config.validate()
     config.num_attention_heads = 16
-    config.interaction = "add"
-    config.additive_attention_mode = "collapsed"
-    with pytest.raises(CLASS, match='needs `interaction="product"`'):
+    config.copy_spans = True
+    with pytest.raises(CLASS, match="`copy_spans` continues the copy head's spans and needs `copy_mechanism=True`"):
         config.save_pretrained(tmp_path)
     assert not (tmp_path / "config.json").exists()
-
-
-@pytest.mark.parametrize(
-    "additive_attention_mode, interaction",
-    [("auto", "product"), ("plain", "product"), ("collapsed", "product"), ("auto", "add"), ("plain", "concat")],
-    ids=lambda value: value,
-)
-def test_additive_attention_mode_values_round_trip(additive_attention_mode, interaction, tmp_path):
-    config = FastformerConfig(additive_attention_mode=additive_attention_mode, interaction=interaction)
-    config.save_pretrained(tmp_path)
-    loaded = FastformerConfig.from_pretrained(tmp_path)
-    assert (loaded.additive_attention_mode, loaded.interaction) == (additive_attention_mode, interaction)
-
-
-def test_config_saved_before_additive_attention_mode_loads_as_auto(tmp_path):
-    FastformerConfig(additive_attention_mode="plain").save_pretrained(tmp_path)
-    path = tmp_path / "config.json"
-    saved = json.loads(path.read_text())
-    del saved["additive_attention_mode"]
-    path.write_text(json.dumps(saved))
-    assert FastformerConfig.from_pretrained(tmp_path).additive_attention_mode == "auto"
-    assert AutoConfig.from_pretrained(tmp_path).additive_attention_mode == "auto"
 
 
 def test_the_generation_model_leaves_the_config_it_is_given_unchanged():

@@ -25,9 +25,11 @@ from fastformer.export import (
     OUTPUT_NAMES,
     export_program,
     export_seq2seq_onnx,
+    exported_attention_mode,
     initial_state,
     onnx_greedy_generate,
     onnx_sessions,
+    using_attention_mode,
 )
 from fastformer.export import export_onnx as export_onnx_file
 from tests.in_process import run_in_process
@@ -58,7 +60,8 @@ def exported(build, tmp_path_factory):
 
     @functools.cache
     def export(head, implementation):
-        model = build(head, additive_attention_mode=implementation)
+        model = build(head)
+        model.set_additive_attention_mode(implementation)
         path = export_onnx_file(model, tmp_path_factory.mktemp("onnx") / "model.onnx")
         return model, onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
@@ -115,10 +118,28 @@ def test_torch_export_program_runs_at_lengths_not_traced(build, implementation):
             expected = model(input_ids=input_ids, attention_mask=attention_mask).logits
             found = program(input_ids=input_ids, attention_mask=attention_mask).logits
         torch.testing.assert_close(found, expected, rtol=0, atol=1e-5)
-    assert model.config.additive_attention_mode == "auto"  # restored after the export
-    with pytest.raises(ValueError, match='folds the "product" interaction'):
-        export_program(build(FastformerForSequenceClassification, interaction="add"), "collapsed")
-    assert model.config.additive_attention_mode == "auto"
+    assert {layer.attention_mode for layer in model.base_model.layers} == {"auto"}  # restored after the export
+    add = build(FastformerForSequenceClassification, interaction="add")
+    with pytest.raises(ValueError, match='`mode="collapsed"` folds the product interaction'):
+        export_program(add, "collapsed")
+    assert {layer.attention_mode for layer in add.base_model.layers} == {"auto"}
+
+
+def test_the_exported_attention_mode_is_the_layers_with_auto_resolved(build):
+    """The mode a graph holds is read from the model's encoder layers (set_additive_attention_mode), "auto" as the
+    product interaction's "collapsed" or else "plain"; using_attention_mode restores each layer's own mode."""
+    model = build(FastformerForConditionalGeneration, share_layers=False, num_hidden_layers=2)
+    assert exported_attention_mode(model) == "collapsed"
+    assert exported_attention_mode(build(FastformerModel, interaction="add")) == "plain"
+    model.set_additive_attention_mode("plain")
+    assert exported_attention_mode(model) == "plain"
+    layers = model.get_encoder().layers
+    layers[1].attention_mode = "collapsed"
+    with pytest.raises(ValueError, match=r"different attention modes \['collapsed', 'plain'\]; pass"):
+        exported_attention_mode(model)
+    with using_attention_mode(model, "auto"):
+        assert [layer.attention_mode for layer in layers] == ["auto", "auto"]
+    assert [layer.attention_mode for layer in layers] == ["plain", "collapsed"]
 
 
 def export_as_bert_exports(model, batch=2, length=16):
@@ -137,15 +158,15 @@ def export_as_bert_exports(model, batch=2, length=16):
 
 @pytest.mark.parametrize("head", [FastformerModel, FastformerForSequenceClassification, FastformerForMaskedLM])
 def test_torch_export_of_the_default_mode_runs_at_every_length_as_berts(build, head):
-    """Under the default additive_attention_mode="auto", whose choice follows the length in eager mode, the model
+    """Under the default attention mode "auto", whose choice follows the length in eager mode, the model
     exports with a dynamic batch and length as BERT does, and the program gives the eager outputs on either side of
     "auto"'s threshold: (8, 64) takes the collapsed path in eager mode, the other shapes the plain one."""
     bert = BertModel(
         BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=37)
     ).eval()
     model = build(head)
-    assert model.config.additive_attention_mode == "auto"
     layer = model.base_model.layers[0]
+    assert layer.attention_mode == "auto"
     with torch.no_grad():
         assert layer.uses_collapsed_attention(torch.zeros(8, 64, 32))
         assert not layer.uses_collapsed_attention(torch.zeros(3, 7, 32))

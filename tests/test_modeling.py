@@ -6,7 +6,6 @@ import inspect
 
 import pytest
 import torch
-from huggingface_hub.errors import StrictDataclassClassValidationError
 from torch import nn
 from transformers import (
     AutoConfig,
@@ -212,7 +211,7 @@ def test_auto_takes_the_collapsed_path_for_long_product_inputs_in_large_batches_
     """Sequences of hidden_size / 2 tokens or more (hidden_size with gradients), batches of 16 tokens per hidden
     unit or more."""
     layer = FastformerLayer(tiny_config())
-    assert layer.config.additive_attention_mode == "auto"
+    assert layer.attention_mode == "auto"
     many = FastformerLayer.collapse_min_tokens_per_unit * HIDDEN
     with torch.no_grad():
         assert layer.uses_collapsed_attention(torch.zeros(many // (HIDDEN // 2), HIDDEN // 2, HIDDEN))
@@ -228,8 +227,9 @@ def test_auto_takes_the_collapsed_path_for_long_product_inputs_in_large_batches_
 
 @pytest.mark.parametrize("implementation", ["plain", "collapsed"])
 def test_additive_attention_mode_selects_the_path_at_any_length(build, implementation, monkeypatch):
-    """The config field decides, whatever the length; both give the same model output."""
-    model = build(FastformerModel, additive_attention_mode=implementation).double()
+    """The model's set_additive_attention_mode decides, whatever the length; both give the same model output."""
+    model = build(FastformerModel).double()
+    model.set_additive_attention_mode(implementation)
     taken = []
     monkeypatch.setattr(FastformerLayer, "collapsed_attention", record_call(FastformerLayer.collapsed_attention, taken))
     ids = torch.randint(1, VOCAB, (2, 3 * HIDDEN // 2))
@@ -238,10 +238,10 @@ def test_additive_attention_mode_selects_the_path_at_any_length(build, implement
         with torch.no_grad():
             output = model(ids[:, :length]).last_hidden_state
         assert bool(taken) == (implementation == "collapsed")
-        model.config.additive_attention_mode = "auto" if implementation == "plain" else "plain"
+        model.set_additive_attention_mode("auto" if implementation == "plain" else "plain")
         with torch.no_grad():
             other = model(ids[:, :length]).last_hidden_state
-        model.config.additive_attention_mode = implementation
+        model.set_additive_attention_mode(implementation)
         torch.testing.assert_close(output, other, rtol=1e-12, atol=1e-12)
 
 
@@ -253,12 +253,40 @@ def record_call(function, calls):
     return recorded
 
 
-def test_collapsed_attention_is_refused_where_it_cannot_apply(build, tiny_config):
-    with pytest.raises(StrictDataclassClassValidationError, match='needs `interaction="product"`'):
-        tiny_config(interaction="add", additive_attention_mode="collapsed")
+@pytest.mark.parametrize("model_class", [FastformerModel, FastformerForConditionalGeneration])
+def test_set_additive_attention_mode_sets_every_encoder_layer(build, model_class):
+    """It sets the mode of every encoder layer (one of each of the three distinct layers here), returns None, and
+    leaves the decoder's layers without one."""
+    model = build(model_class, share_layers=False)
+    layers = [module for module in model.modules() if isinstance(module, FastformerLayer)]
+    assert len(layers) == model.config.num_hidden_layers > 1
+    assert {layer.attention_mode for layer in layers} == {"auto"}
+    for mode in ("plain", "collapsed", "auto"):
+        assert model.set_additive_attention_mode(mode) is None
+        assert {layer.attention_mode for layer in layers} == {mode}
+    assert not any(hasattr(module, "attention_mode") for module in model.modules() if module not in layers)
+
+
+def test_set_additive_attention_mode_refuses_what_cannot_apply_naming_the_argument(build):
+    model = build(FastformerModel)
+    with pytest.raises(ValueError, match=r"`mode` must be one of \('auto', 'plain', 'collapsed'\) .*, got 'fast'$"):
+        model.set_additive_attention_mode("fast")
+    add = build(FastformerModel, interaction="add")
+    refusal = '`mode="collapsed"` .* needs `interaction="product"`, got interaction=.add.; use'
+    with pytest.raises(ValueError, match=refusal):
+        add.set_additive_attention_mode("collapsed")
+    for refused in (model, add):  # nothing was set
+        assert {layer.attention_mode for layer in refused.base_model.layers} == {"auto"}
+
+
+def test_collapsed_attention_is_refused_where_it_cannot_apply(build):
+    """A layer's mode set on it directly, past the model's checks: refused when it would run."""
     model = build(FastformerModel, interaction="add")
-    model.config.additive_attention_mode = "collapsed"  # set after validation: refused when it would run
+    model.base_model.layers[0].attention_mode = "collapsed"
     with pytest.raises(ValueError, match="needs interaction=\"product\", got interaction='add'"):
+        model(torch.randint(1, VOCAB, (1, 4)))
+    model.base_model.layers[0].attention_mode = "fast"
+    with pytest.raises(ValueError, match="attention_mode must be one of .*, got 'fast'; set it with"):
         model(torch.randint(1, VOCAB, (1, 4)))
 
 
@@ -322,18 +350,19 @@ def test_a_device_map_that_offloads_to_disk_gives_the_logits_of_the_model(build,
             torch.testing.assert_close(offloaded(ids, attention_mask=mask).logits, expected, rtol=0, atol=1e-5)
     with torch.no_grad():
         assert model.fastformer.layers[0].uses_collapsed_attention(torch.zeros(*FOLDED, HIDDEN))
-    offloaded.config.additive_attention_mode = "collapsed"
+    offloaded.set_additive_attention_mode("collapsed")
     with pytest.raises(ValueError, match="offloaded"):
         offloaded(ids, attention_mask=mask)
 
 
 def test_the_causal_decoder_has_no_collapsed_path(build):
-    """The folding needs the whole sequence's global key: no module of a decoder offers it, and the field leaves
+    """The folding needs the whole sequence's global key: no module of a decoder offers it, and the mode leaves
     the decoder's computation exactly as it is."""
     ids = torch.randint(1, VOCAB, (2, 3 * HIDDEN // 2))  # long enough for "auto" to collapse in an encoder
     outputs = []
     for implementation in ("collapsed", "plain"):
-        model = build(FastformerForCausalLM, additive_attention_mode=implementation)
+        model = build(FastformerForCausalLM)
+        model.set_additive_attention_mode(implementation)
         assert not any(hasattr(module, "collapsed_attention") for module in model.modules())
         assert any(isinstance(module, FastformerCausalAttention) for module in model.modules())
         with torch.no_grad():

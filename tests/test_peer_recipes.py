@@ -364,7 +364,7 @@ def test_a_mask_of_zeros_and_twos_is_a_mask_of_zeros_and_ones(build, model_class
 # ---- packed rows (DataCollatorWithFlattening): the sequences stay apart, as in BERT -------------------------------
 
 LENGTHS = (5, 9, 3)
-MODES = ("auto", "plain", "collapsed")  # the encoder's additive_attention_mode
+MODES = ("auto", "plain", "collapsed")  # the encoder's set_additive_attention_mode
 
 
 def packed_batch():
@@ -384,7 +384,11 @@ PACKED_MODELS = [
     "model_class, mode", PACKED_MODELS, ids=[f"{cls.__name__}-{mode}" for cls, mode in PACKED_MODELS]
 )
 def test_packed_rows_give_each_sequence_alone(build, model_class, mode):
-    model = bert(model_class) if mode is None else build(model_class, additive_attention_mode=mode)
+    if mode is None:
+        model = bert(model_class)
+    else:
+        model = build(model_class)
+        model.set_additive_attention_mode(mode)
     features, packed = packed_batch()
     assert packed["input_ids"].shape == (1, sum(LENGTHS))
     together = model(input_ids=packed["input_ids"], position_ids=packed["position_ids"])[0][0]

@@ -82,7 +82,7 @@ def test_lora_changes_the_output_on_every_attention_path(build):
         with model.disable_adapter():
             torch.testing.assert_close(model(input_ids=ids).logits, plain)
         assert not torch.allclose(model(input_ids=ids).logits, plain, atol=1e-4)  # the adapter acts
-        base.config.additive_attention_mode = "collapsed"
+        base.set_additive_attention_mode("collapsed")
         with pytest.raises(ValueError, match="some are wrapped .e.g. by a PEFT adapter"):
             model(input_ids=ids)
 

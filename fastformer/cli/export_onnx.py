@@ -54,7 +54,7 @@ def parse_args(argv=None):
         "--additive_attention_mode",
         choices=["plain", "collapsed"],
         default=None,
-        help="the graph's attention sub-layer (default: the config's; \"auto\" as export.py says)",
+        help="the graph's attention sub-layer (default: collapsed for the product interaction, else plain: export.py)",
     )
     parser.add_argument("--atol", type=float, default=1e-4, help="largest difference to PyTorch accepted")
     parser.add_argument(
@@ -101,7 +101,7 @@ def main(argv=None):
         sys.exit(f"export_onnx.py: error: {args.model_name_or_path} is a {config.model_type!r} model, not Fastformer")
     task = task_of(config) if args.task == "auto" else args.task
     model = TASKS[task].from_pretrained(args.model_name_or_path).eval()
-    attention_mode = args.additive_attention_mode or exported_attention_mode(config)
+    attention_mode = args.additive_attention_mode or exported_attention_mode(model)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     partial = args.output_dir / "model.onnx.partial"
     output_names = OUTPUT_NAMES[type(model).__name__]
