@@ -138,18 +138,6 @@ class FastformerConfig(PreTrainedConfig):
         pooler_type (`str`, defaults to `"additive"`): how `FastformerModel` pools the last layer into
             `pooler_output` for classification: `"additive"` (the paper's: a tanh MLP gives one logit per token,
             masked softmax, weighted sum), `"cls"` (the first real token) or `"mean"` (mean of real tokens).
-        additive_attention_mode (`str`, defaults to `"auto"`): how the encoder layers (`FastformerLayer`) compute
-            the attention sub-layer, the same function either way (up to rounding). `"plain"`: the paper's steps
-            one by one (the Q, K, V projections, additive attention, W_r, the query residual, then the
-            sub-layer's output dense layer). `"collapsed"`: W_q, W_v, W_r and the output dense layer folded
-            exactly into one (hidden x hidden) matrix per sequence, fewer operations; needs
-            `interaction="product"`. `"auto"`: collapsed with the product interaction for sequences of at least
-            `hidden_size / 2` tokens (`hidden_size` with gradients) in batches of at least 16 * `hidden_size`
-            tokens, where the arithmetic it saves outweighs its extra kernel launches on a GPU; plain otherwise
-            (`FastformerLayer.uses_collapsed_attention`); while torch.export traces a graph for every length,
-            collapsed with the product interaction. The causal decoder always uses its own causal computation.
-            Not to be confused with transformers' `attn_implementation` ("sdpa", "eager"), which selects the
-            function of the softmax cross-attention of `FastformerForConditionalGeneration`.
 
     Generation (`FastformerForConditionalGeneration`, `FastformerForCausalLM`):
         num_decoder_layers (`int`, *optional*): decoder layers; `num_hidden_layers` if None. The decoder uses the
@@ -186,7 +174,6 @@ class FastformerConfig(PreTrainedConfig):
     interaction: Literal[INTERACTIONS] = "product"  # the tuple of functional.py, the one list of interactions
     query_residual: bool = True
     pooler_type: Literal["additive", "cls", "mean"] = "additive"
-    additive_attention_mode: Literal["auto", "plain", "collapsed"] = "auto"
     num_decoder_layers: int | None = _positive_int(None)
     cross_attention_type: Literal["softmax", "additive"] = "softmax"
     bos_token_id: int | None = None
@@ -316,11 +303,6 @@ class FastformerConfig(PreTrainedConfig):
         if self.chunk_size_feed_forward < 0:
             raise ValueError(
                 f"`chunk_size_feed_forward` must be 0 (no chunks) or more, got {self.chunk_size_feed_forward}"
-            )
-        if self.additive_attention_mode == "collapsed" and self.interaction != "product":
-            raise ValueError(
-                '`additive_attention_mode="collapsed"` folds the product interaction\'s linear maps and needs '
-                f'`interaction="product"`, got interaction={self.interaction!r}; use "auto" or "plain"'
             )
 
     def validate_token_ids(self):

@@ -348,6 +348,7 @@ class FastformerCrossAttention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.head_dim = config.hidden_size // self.num_heads
         self.scaling = self.head_dim**-0.5
+        self.dropout = config.hidden_dropout_prob  # on the attention weights in training, as BART's
         self.cross_attention_type = config.cross_attention_type
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
@@ -385,7 +386,10 @@ class FastformerCrossAttention(nn.Module):
             attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
                 self.config._attn_implementation, eager_attention_forward
             )
-            out, weights = attention(self, query, key, value, source_mask, scaling=self.scaling, dropout=0.0, **kwargs)
+            dropout = self.dropout if self.training else 0.0
+            out, weights = attention(
+                self, query, key, value, source_mask, scaling=self.scaling, dropout=dropout, **kwargs
+            )
         return out.reshape(hidden_states.shape), weights  # (B, T, H, D) -> (B, T, H*D)
 
 
@@ -700,8 +704,8 @@ class FastformerPreTrainedModel(PreTrainedModel):
     base_model_prefix = "fastformer"
     _input_embed_layer = "word_embeddings"  # where transformers' get/set_input_embeddings find them
     supports_gradient_checkpointing = True
-    # the softmax cross-attention goes through transformers' attention functions
-    # ("eager" always works)
+    # the softmax cross-attention goes through transformers' attention functions ("eager" always
+    # works); flash and flex attention are left undeclared: untested here (flex fails on CPU)
     _supports_sdpa = True
     # the layers that device maps and FSDP keep whole: only classes a model of this class has
     # (accelerate's FSDP refuses a name it cannot find), and no embeddings (its FSDP2 shards the

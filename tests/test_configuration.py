@@ -150,9 +150,8 @@ def test_errors_are_raised_at_assignment_and_saving(tmp_path):
     config.num_attention_heads = 5  # only the field's own rule runs on assignment; validate() checks the rest
     with pytest.raises(CLASS, match=r"`hidden_size` \(256\) must be divisible by `num_attention_heads` \(5\)"):
         config.validate()
-    config.num_attention_heads = 16
-    config.copy_spans = True
-    with pytest.raises(CLASS, match="`copy_spans` continues the copy head's spans and needs `copy_mechanism=True`"):
+    config.num_attention_heads = 15
+    with pytest.raises(CLASS, match=r"`hidden_size` \(256\) must be divisible by `num_attention_heads` \(15\)"):
         config.save_pretrained(tmp_path)
     assert not (tmp_path / "config.json").exists()
 
