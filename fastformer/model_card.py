@@ -135,6 +135,27 @@ def write_model_card(
     return card
 
 
+def hyperparameters(args) -> dict:
+    """The card's hyperparameters table (name -> value) from `args`, a run's TrainingArguments."""
+    return {
+        "learning_rate": args.learning_rate,
+        "train_batch_size": args.per_device_train_batch_size,
+        "eval_batch_size": args.per_device_eval_batch_size,
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "total_train_batch_size": (
+            args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+        ),
+        "num_devices": args.world_size,
+        "seed": args.seed,
+        "optimizer": getattr(args.optim, "value", args.optim),
+        "lr_scheduler_type": getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type),
+        "warmup_steps": args.warmup_steps,
+        "num_epochs": args.num_train_epochs,
+        "max_steps": args.max_steps,
+        "weight_decay": args.weight_decay,
+    }
+
+
 def _quality_metric(key):
     """(metric type, metric name, metric config) of the metrics key `key`, or None if it is not a quality metric."""
     return QUALITY_METRICS.get(key.removeprefix("eval_"))

@@ -41,7 +41,7 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from fastformer.cli import installed, require_extra
+from fastformer.cli import check_weights_readable, fail, installed, parse_args, require_extra, setup_logging
 from fastformer.conversion import (
     CROSS_ATTENTION_INITS,
     TASKS,
@@ -59,12 +59,10 @@ from fastformer.distillation import (
     transfer_attention,
     transfer_errors,
 )
-from fastformer.model_card import write_conversion_card
+from fastformer.model_card import hyperparameters, write_conversion_card
 
 if installed("train"):  # else main() answers --help, and stops a run at once with one line naming the extra
     import datasets
-
-    from fastformer.training import check_weights_readable, fail, hyperparameters, parse_args, setup_logging
 
 logger = logging.getLogger(__name__)
 DISTILLATION_DIR = "distillation"  # inside --output_dir while the transfer runs
