@@ -1,16 +1,9 @@
-"""What the models check before they compute: a clear ValueError instead of a silent wrong answer.
+"""What the models check before they compute: a ValueError naming the argument, the expected and the given value.
 
-Token ids in the vocabulary and of an integer dtype, embeddings of the model's width, labels of the shape, dtype
-and range the loss reads, token types among the config's. The messages name the argument, the expected and the given
-value.
-
-Shapes and dtypes are always checked: they are known on the host, so checking them costs nothing. VALUES (an id
-outside the vocabulary, a class id >= num_labels, a token type >= type_vocab_size) are checked only inside
-`value_checks()`, on every device alike: reading a tensor's values makes the host wait for the
-device (a synchronization on every forward pass and decoding step of a GPU), so by default they are not read, as
-transformers' models do not read them, and a bad id fails inside torch (on CUDA: a device-side assert). Run the
-failing step again inside `value_checks()` for the message. They are skipped while torch.compile traces (a
-data-dependent branch would break the graph).
+Shapes and dtypes are always checked (known on the host, free). Values (ids outside the vocabulary, class ids >=
+num_labels, token types >= type_vocab_size) only inside `value_checks()`: reading them makes the host wait for the
+device, so by default they are not read (as in transformers' models; a bad id then fails inside torch: rerun the
+step inside `value_checks()` for the message). They are skipped while torch.compile traces.
 """
 
 import contextlib
@@ -21,7 +14,7 @@ import torch
 IGNORE_INDEX = -100  # labels the losses skip, as in transformers
 
 
-# per thread and asyncio task, as a context variable: one request's `value_checks()` leaves the others' as they are
+# per thread and asyncio task: one request's `value_checks()` leaves the others' as they are
 _VALUE_CHECKS = contextvars.ContextVar("fastformer_value_checks", default=False)
 
 
@@ -41,8 +34,8 @@ def values_checked() -> bool:
 
 
 def _values_outside(tensor, low, high, allowed=()):
-    """The first value of `tensor` outside [low, high) and not in `allowed`, or None; None without looking
-    unless `values_checked()`."""
+    """The first value of `tensor` outside [low, high) and not in `allowed`; None if none, or unless
+    `values_checked()`."""
     if tensor.numel() == 0 or not values_checked():
         return None
     smallest, largest = torch.aminmax(tensor)
@@ -65,8 +58,7 @@ def _check_not_empty(tensor, name):
 
 
 def check_position_ids(position_ids, shape, max_positions: int):
-    """Positions for inputs of `shape` (batch, seq_len): integers in [0, max_positions), of shape (batch, seq_len)
-    or (1, seq_len)."""
+    """Positions for inputs of `shape` (batch, seq_len): integers in [0, max_positions), (batch or 1, seq_len)."""
     batch, length = shape
     if position_ids.dim() != 2 or position_ids.shape[1] != length or position_ids.shape[0] not in (1, batch):
         raise ValueError(
@@ -83,8 +75,8 @@ def check_position_ids(position_ids, shape, max_positions: int):
 
 
 def check_inputs(input_ids, inputs_embeds, config, name="input_ids") -> tuple[int, int]:
-    """Exactly one of token ids in the vocabulary, (batch, seq_len), or embeddings (batch, seq_len, embedding_size);
-    returns (batch, seq_len). `name` is the argument's name for the messages (e.g. "decoder_input_ids")."""
+    """Exactly one of token ids in the vocabulary (batch, seq_len) or embeddings (batch, seq_len, embedding_size);
+    returns (batch, seq_len). `name`: the argument's, for the messages (e.g. "decoder_input_ids")."""
     embeds_name = name.replace("input_ids", "inputs_embeds")
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError(f"Pass exactly one of `{name}` and `{embeds_name}`")
@@ -110,8 +102,8 @@ def check_inputs(input_ids, inputs_embeds, config, name="input_ids") -> tuple[in
 
 
 def checked_token_labels(labels, config, shape=None) -> torch.Tensor:
-    """Per-token labels: integer ids in the vocabulary or -100 (ignored), shape (batch, seq_len) or `shape`.
-    Returns them contiguous (transformers' losses flatten them with `view`)."""
+    """Per-token labels, ids in the vocabulary or -100, of shape (batch, seq_len) or `shape`; returned contiguous
+    long (transformers' losses `view` them)."""
     expected = "(batch, seq_len)" if shape is None else str(tuple(shape))
     if labels.dim() != 2 or (shape is not None and tuple(labels.shape) != tuple(shape)):
         raise ValueError(f"`labels` must have shape {expected}, got {tuple(labels.shape)}")
@@ -125,8 +117,8 @@ def checked_token_labels(labels, config, shape=None) -> torch.Tensor:
 
 
 def checked_classification_labels(labels, config, batch_size) -> torch.Tensor:
-    """Labels as transformers' sequence-classification loss reads them, for the problem type it will use.
-    Returns them contiguous (the loss flattens them with `view`)."""
+    """Labels as transformers' sequence-classification loss reads them for the problem type it will use; returned
+    contiguous."""
     num_labels = config.num_labels
     problem_type = config.problem_type
     if problem_type is None:  # transformers' inference, so that the message names the type it would pick
@@ -166,8 +158,7 @@ def checked_classification_labels(labels, config, batch_size) -> torch.Tensor:
 
 
 def check_token_type_ids(token_type_ids: torch.Tensor, shape: tuple[int, int], type_vocab_size: int):
-    """Token types (segments) for inputs of `shape` (batch, seq_len): integers in [0, type_vocab_size), of that
-    shape."""
+    """Token types for inputs of `shape` (batch, seq_len): integers in [0, type_vocab_size), of that shape."""
     if tuple(token_type_ids.shape) != tuple(shape):
         raise ValueError(
             f"`token_type_ids` must have shape (batch, seq_len) = {tuple(shape)}, got {tuple(token_type_ids.shape)}"
@@ -186,11 +177,8 @@ FLASH_PACKING_KEYWORDS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max
 
 
 def check_keywords(kwargs: dict, owner: str, causal: bool):
-    """Refuses the keywords of transformers' models that a forward's `**kwargs` holds and the model cannot honour,
-    instead of dropping them: BERT's and GPT-2's as decoders with cross-attention (`encoder_hidden_states`,
-    `encoder_attention_mask`), a cache given to an encoder (not `causal`), an `is_causal` other than the model's,
-    and flash-attention's packing keywords (Fastformer reads packed rows from `position_ids`). `owner` names the
-    forward."""
+    """Refuses the keywords in a forward's `**kwargs` that the model (`owner`) cannot honour: cross-attention
+    inputs, a cache given to an encoder (not `causal`), another `is_causal`, flash-attention's packing keywords."""
     cross = [name for name in ("encoder_hidden_states", "encoder_attention_mask") if kwargs.get(name) is not None]
     if cross:
         raise ValueError(

@@ -1,13 +1,8 @@
 """A pretrained BERT-family checkpoint as a Fastformer: the weights the two architectures share, mapped exactly.
 
 Sources (`SOURCE_MODELS`): BERT, RoBERTa, XLM-R, DistilBERT and ELECTRA, and sentence-transformers models built on
-any of them. All are BERT's layer with other names: a DistilBERT becomes the `BertModel` that computes the same
-function (`bert_from_distilbert`) before anything else; RoBERTa and XLM-R number positions from padding_idx + 1
-(Fastformer position p gets their row p + padding_idx + 1, the one their first real token reads at p = 0); an
-ELECTRA whose embeddings are narrower than its layers keeps its projection (`FastformerConfig.embedding_size`).
-
-A BERT layer and a Fastformer layer share the embeddings, the Q/K/V projections, the attention output dense
-layer and its LayerNorm, and the feed-forward block with its LayerNorm. Only the additive attention is new:
+any of them. A DistilBERT first becomes the equivalent `BertModel` (`bert_from_distilbert`); RoBERTa's and XLM-R's
+positions start at padding_idx + 1; an ELECTRA with narrower embeddings keeps its projection.
 
 | BERT (`BertModel`)                                   | Fastformer (`FastformerModel`)                     |
 |------------------------------------------------------|----------------------------------------------------|
@@ -20,25 +15,11 @@ layer and its LayerNorm, and the feed-forward block with its LayerNorm. Only the
 | encoder.layer.i.intermediate.dense                   | layers.i.feed_forward.intermediate                 |
 | encoder.layer.i.output.{dense,LayerNorm}             | layers.i.feed_forward.output.{dense,layer_norm}    |
 
-Starting values of what BERT does not have: W_r (`attention.transform`) the identity with a zero bias, and w_q
-and w_k zero, so both poolings start as plain means over the real tokens. The untrained attention output of
-token i is then g * v_i (g: the global key), a rescaling of its own value rather than BERT's mix of the values:
-the attention transfer (`fastformer.distillation`) has to learn the rest. The converted config has no parameter
-sharing and no query residual (`query_residual=False`: the residual adds W_q x_i, a term the teacher's attention
-output does not have; a measured choice, see docs/PRETRAINED.md). The token-type embedding of segment 0 is added
-to every position row, and the token-type table keeps each segment's embedding less segment 0's (its row 0 zero, as
-Fastformer's is): any input, with or without `token_type_ids`, embeds exactly as in BERT.
-
-BERT's pooler (dense + tanh on [CLS]) and masked-LM head are not carried: the converted encoder pools with
-`pooler_type` ("cls", the first token's hidden state; or the sentence-transformers source's own pooling), and a
-task head starts fresh when the converted model is fine-tuned.
-
-Longer inputs than the source's P positions (`max_position_embeddings`): rows P, P+1, ... repeat rows 0, 1, ...
-(row i gets row i mod P), as Longformer (arXiv:2004.05150) extends RoBERTa's positions; the first P rows are
-unchanged. The attention itself is linear in the length, so only the positions limit the input.
-
-The converted model still has to learn the additive attention: `fastformer.distillation` transfers it from the
-source (the teacher). `scripts/convert_bert_to_fastformer.py` runs both and saves a Hub-ready folder.
+With segment 0 folded into the positions, any input embeds exactly as in BERT. What BERT lacks starts neutral: W_r
+(`attention.transform`) the identity with a zero bias, w_q and w_k zero (both poolings plain means); the attention
+itself is then learned from the source (`fastformer.distillation`). No parameter sharing, no query residual. BERT's
+pooler and MLM head are not carried: the encoder pools with `pooler_type` ("cls", or a sentence-transformers
+source's pooling). Positions past the source's P repeat rows 0, 1, ... (row i gets row i mod P, as Longformer).
 """
 
 import json
@@ -76,28 +57,16 @@ SUPPORTED_MODEL_TYPES = tuple(SOURCE_MODELS)
 POSITIONS_AFTER_PADDING_IDX = ("roberta", "xlm-roberta")
 # config fields that BertConfig and FastformerConfig share, with one meaning: the converted model takes the source's
 SHARED_CONFIG_FIELDS = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "hidden_act",
-    "hidden_dropout_prob",
-    "layer_norm_eps",
-    "initializer_range",
-    "pad_token_id",
-    "type_vocab_size",
+    *("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act"),
+    *("hidden_dropout_prob", "layer_norm_eps", "initializer_range", "pad_token_id", "type_vocab_size"),
 )
 TASKS = ("encoder", "seq2seq")
 # how an encoder-decoder's cross-attention starts: the usual random initialization, or the projections of the
 # same layer's pretrained self-attention (Rothe et al., arXiv:1907.12461: fewer random weights)
 CROSS_ATTENTION_INITS = ("random", "self_attention")
-# sentence-transformers' pooling modes (6.x names; before 6.0 the flags pooling_mode_<name>) -> the Fastformer
-# pooler that computes the same vector
+# sentence-transformers' pooling modes (6.x names; earlier, flags pooling_mode_<name>) -> the same Fastformer pooler
 SENTENCE_TRANSFORMERS_POOLING = {"mean": "mean", "mean_tokens": "mean", "cls": "cls", "cls_token": "cls"}
-# sentence-transformers module class -> its settings file, inside the module's folder (Normalize has none).
-# modules.json names the class by its import path, which moved between versions (sentence_transformers.models.
-# Transformer before 6.0, sentence_transformers.base.modules.transformer.Transformer since): the name identifies it.
+# sentence-transformers module class (by name: its import path moved in 6.0) -> its settings file in its folder
 SENTENCE_TRANSFORMERS_SETTINGS = {
     "Transformer": "sentence_bert_config.json",
     "Pooling": "config.json",
@@ -123,8 +92,8 @@ def _module_class(module: dict) -> str:
 
 
 def _sentence_transformers_files(name_or_path: str, **hub_kwargs) -> dict[str, str]:
-    """The text of a sentence-transformers checkpoint's own files (modules.json, its config and each module's
-    settings), by path in the checkpoint; {} for a plain transformers checkpoint."""
+    """A sentence-transformers checkpoint's own files (path -> text: modules.json, its config, each module's
+    settings); {} for a plain transformers checkpoint."""
 
     def read(path):
         found = cached_file(name_or_path, path, _raise_exceptions_for_missing_entries=False, **hub_kwargs)
@@ -158,8 +127,7 @@ def source_positions(config) -> int:
 
 @torch.no_grad()
 def bert_from_distilbert(distilbert: DistilBertModel) -> BertModel:
-    """The `BertModel` that computes what `distilbert` does (the same layer under other names, no segments: a zero
-    token-type row), in eval mode."""
+    """The `BertModel` (in eval mode) that computes what `distilbert` does: the same layer under other names."""
     source = distilbert.config
     config = BertConfig(
         vocab_size=source.vocab_size,
@@ -194,8 +162,8 @@ def bert_from_distilbert(distilbert: DistilBertModel) -> BertModel:
 
 
 def load_bert_source(name_or_path: str, **hub_kwargs) -> BertSource:
-    """Load a BERT-family checkpoint (`SOURCE_MODELS`; a local folder or a Hub id; a sentence-transformers
-    checkpoint whose first module is one too). Anything else raises a ValueError naming what is supported."""
+    """Load a BERT-family checkpoint (`SOURCE_MODELS`, or a sentence-transformers model whose first module is one),
+    a local folder or a Hub id; anything else raises a ValueError naming what is supported."""
     files = _sentence_transformers_files(name_or_path, **hub_kwargs)
     subfolder = ""
     if files:
@@ -260,9 +228,8 @@ def _sentence_transformers_pooler(name_or_path, files, modules) -> str:
 
 
 def sentence_transformers_files(source: BertSource, max_seq_length: int) -> dict[str, str]:
-    """The sentence-transformers files of the converted folder (path -> text): the source's modules and settings,
-    with the Transformer module at the folder's root (where the converted weights are) and its `max_seq_length`
-    raised to `max_seq_length` (the converted model's positions)."""
+    """The converted folder's sentence-transformers files (path -> text): the source's, with the Transformer module at
+    the folder's root and its `max_seq_length` raised to `max_seq_length`."""
     modules = json.loads(source.sentence_transformers["modules.json"])
     files = {path: text for path, text in source.sentence_transformers.items() if path != "modules.json"}
     transformer_settings = f"{source.subfolder}/sentence_bert_config.json" if source.subfolder else None
@@ -285,8 +252,8 @@ def fastformer_config(
     task: str = "encoder",
     **overrides,
 ) -> FastformerConfig:
-    """The Fastformer config of the same sizes as `bert_config` (a BERT-family source's): no parameter sharing, the
-    product interaction, no query residual; the special ids of a BERT tokenizer for generation (`task="seq2seq"`)."""
+    """The Fastformer config of `bert_config`'s sizes: no sharing, the product interaction, no query residual; for
+    `task="seq2seq"` a BERT tokenizer's special ids."""
     if task not in TASKS:
         raise ValueError(f"`task` must be one of {TASKS}, got {task!r}")
     readable = source_positions(bert_config)
@@ -323,9 +290,8 @@ def extend_positions(positions: torch.Tensor, length: int) -> torch.Tensor:
 
 @torch.no_grad()
 def copy_bert_weights(bert: PreTrainedModel, embeddings, layers) -> None:
-    """Copy a BERT-family model's shared weights (a BertModel, RobertaModel, XLMRobertaModel or ElectraModel: a
-    DistilBERT as `bert_from_distilbert`'s) into Fastformer `embeddings` and encoder or decoder `layers`, and set
-    the Fastformer-only parameters to their starting values (module docstring)."""
+    """Copy a BERT-family model's shared weights (a DistilBERT as `bert_from_distilbert`'s) into Fastformer
+    `embeddings` and encoder or decoder `layers`; the Fastformer-only parameters start as the module says."""
     if len(layers) != len(bert.encoder.layer):
         raise ValueError(f"{len(layers)} Fastformer layers cannot take the source's {len(bert.encoder.layer)}")
     source = bert.embeddings
@@ -357,8 +323,8 @@ def copy_bert_weights(bert: PreTrainedModel, embeddings, layers) -> None:
 
 @torch.no_grad()
 def copy_bert_cross_attention(bert: PreTrainedModel, decoder_layers) -> None:
-    """Each decoder layer's cross-attention from the same BERT layer's softmax self-attention: its query, key and
-    value projections (an additive cross-attention has no key: its w_c stays as it is) and its output sub-layer."""
+    """Each decoder layer's cross-attention from the same BERT layer's self-attention: its query, key (where it has
+    one) and value projections, and its output sub-layer."""
     for bert_layer, layer in zip(bert.encoder.layer, decoder_layers, strict=True):
         for name in ("query", "key", "value"):
             if hasattr(layer.cross_attention, name):
@@ -375,13 +341,11 @@ def bert2bert_model(
     copy_context_window: int = 0,
     **kwargs,
 ) -> tuple:
-    """The softmax baseline of a converted encoder-decoder (Rothe et al.'s BERT2BERT, arXiv:1907.12461):
-    transformers' EncoderDecoderModel of two `source` BERTs (`kwargs` to both configs, e.g. their dropout), special
-    tokens from the source's tokenizer; with "self_attention" each decoder layer's cross-attention a copy of its
-    self-attention, as `copy_bert_cross_attention` gives a Fastformer's; with `copy_mechanism`, a
-    `CopyEncoderDecoderModel` (Fastformer's copy head on top; `copy_spans` and `copy_context_window` as
-    `FastformerCopyConfig`'s, attributes of the decoder's config, `config.decoder.copy_spans`). Returns (model,
-    tokenizer)."""
+    """(model, tokenizer): the softmax baseline of a converted encoder-decoder, Rothe et al.'s BERT2BERT
+    (arXiv:1907.12461), an EncoderDecoderModel of two `source` BERTs (`kwargs` to both configs), special tokens from
+    the source's tokenizer. "self_attention": each decoder layer's cross-attention starts as its self-attention.
+    `copy_mechanism`: a `CopyEncoderDecoderModel` (`copy_spans`, `copy_context_window` as `FastformerCopyConfig`'s, set
+    on the decoder's config)."""
     if cross_attention_init not in CROSS_ATTENTION_INITS:
         raise ValueError(f"cross_attention_init must be one of {CROSS_ATTENTION_INITS}, got {cross_attention_init!r}")
     if copy_spans and not copy_mechanism:
@@ -420,11 +384,8 @@ def convert_bert(
     **config_overrides,
 ) -> FastformerModel | FastformerForConditionalGeneration:
     """A `FastformerModel` (`task="encoder"`) or `FastformerForConditionalGeneration` (`task="seq2seq"`) holding
-    `bert`'s weights (a BERT-family model, as `copy_bert_weights` takes it). In the encoder-decoder, as BERT2BERT
-    (Rothe et al., arXiv:1907.12461), both the encoder and the decoder start from `bert` (the decoder's causal
-    attention and feed-forward from its layers, its embeddings and the LM head tied to its word embeddings); the
-    cross-attention starts from the usual random initialization, or with `cross_attention_init="self_attention"`
-    from the same layers' self-attention (`copy_bert_cross_attention`)."""
+    `bert`'s weights (as `copy_bert_weights` takes them). An encoder-decoder starts both sides from `bert`, as
+    BERT2BERT; its cross-attention is random, or with "self_attention" the same layers' self-attention."""
     if cross_attention_init not in CROSS_ATTENTION_INITS:
         raise ValueError(f"cross_attention_init must be one of {CROSS_ATTENTION_INITS}, got {cross_attention_init!r}")
     if task == "encoder" and cross_attention_init != "random":
@@ -450,10 +411,8 @@ def convert_bert(
 
 
 def copy_encoder_layers(encoder: FastformerModel, decoder_layers) -> None:
-    """After the encoder's attention transfer: the decoder's self-attention and feed-forward take the trained
-    encoder layers' weights (the causal attention has the same parameters, and with a short convolution
-    (`FastformerCopyConfig.decoder_conv_kernel`) one the encoder lacks, which stays as it is). Cross-attention stays as
-    it is."""
+    """The decoder's self-attention and feed-forward take the (transferred) encoder layers' weights; its
+    cross-attention and short convolution (`FastformerCopyConfig.decoder_conv_kernel`) stay as they are."""
     with torch.no_grad():
         for layer, decoder_layer in zip(encoder.layers, decoder_layers):
             for name in ("attention", "attention_output", "feed_forward"):

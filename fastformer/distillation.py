@@ -1,26 +1,16 @@
 """Attention transfer: a Fastformer converted from a BERT-family model (`fastformer.conversion`) learns its additive
-attention from the model it came from (the teacher: a BertModel, or a RoBERTa, XLM-R or ELECTRA, whose layers are
-BERT's), on unlabeled text, in two stages (as LoLCATs, arXiv:2410.10254):
+attention from that model (the teacher) on unlabeled text, in two stages (as LoLCATs, arXiv:2410.10254):
 
-1. "layerwise": every student layer's attention sub-layer (`FastformerLayer.attention_sublayer`: the additive
-   attention with its projections, W_r, w_q, w_k, and the output dense layer) gets the teacher's input of that
-   layer and learns to reproduce the teacher's attention sub-layer output (`BertLayer.attention`). Only those
-   parameters train; the embeddings, the feed-forward blocks and every LayerNorm keep the teacher's values. The
-   layers learn independently, all from one teacher pass.
-2. "end_to_end": the whole student (all but the embeddings) runs on its own and learns to reproduce the
-   teacher's hidden state after every layer (`matched="all"`), after the last layer only (`matched="last"`:
-   the layers below are free to compute it their own way), or after the last layer and the sentence embedding
-   pooled from it by the student's pooler (`matched="pooled"`: what a classifier or a sentence-transformers
-   model reads, with the embeddings of a batch as the "tokens" of the error below; a batch of one sequence
-   matches the last layer only).
+1. "layerwise": every student layer's attention sub-layer (`FastformerLayer.attention_sublayer`) gets the teacher's
+   input of that layer and learns the teacher's attention sub-layer output; only those parameters train, all layers
+   from one teacher pass.
+2. "end_to_end": the whole student but its embeddings learns the teacher's hidden state after every layer
+   (`matched="all"`), after the last one (`"last"`), or after the last one and the sentence embedding the student's
+   pooler makes of it (`"pooled"`; a batch's embeddings are then the "tokens" of the error below).
 
-Both stages minimize the mean over layers of the unexplained variance, sum ||s_i - t_i||^2 / sum ||t_i - mean t||^2
-over the real tokens i of a batch (0: exact, 1: no better than the teacher's mean vector), which weighs the
-layers alike. Neither model uses dropout during the transfer (the targets are deterministic).
-
-`transfer_attention` runs a stage on `transformers.Trainer` (so `accelerate launch` scales it out; progress bar,
-checkpoints, `resume_from_checkpoint` and seeds as for any training). `transfer_errors` measures both errors per
-layer on held-out text, and `embedding_cosine` the agreement of the pooled sentence embeddings.
+Both minimize the mean over layers of the unexplained variance sum ||s_i - t_i||^2 / sum ||t_i - mean t||^2 over a
+batch's real tokens (0: exact, 1: no better than the teacher's mean), without dropout. `transfer_attention` runs a
+stage on `transformers.Trainer`; `transfer_errors` and `embedding_cosine` measure the agreement on held-out text.
 """
 
 from dataclasses import dataclass
@@ -33,15 +23,13 @@ from transformers.modeling_outputs import ModelOutput
 from .modeling_fastformer import FastformerModel, FastformerPooler
 
 STAGES = ("layerwise", "end_to_end")
-# the end-to-end stage's targets: the hidden state after every layer, after the last one, or the last one and its
-# pooled sentence embedding
+# the end-to-end stage's targets (module docstring)
 MATCHED = ("all", "last", "pooled")
 
 
 @dataclass
 class TransferOutput(ModelOutput):
-    """loss: the mean of `layer_errors`; layer_errors: (targets,) the unexplained variance of each matched layer's
-    output, then, with `matched="pooled"`, that of the pooled embedding."""
+    """loss: the mean of `layer_errors`, the unexplained variance of each matched output (targets,)."""
 
     loss: torch.Tensor | None = None
     layer_errors: torch.Tensor | None = None
@@ -58,13 +46,10 @@ def _squared_errors(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Te
 
 @torch.no_grad()
 def least_squares_start(student: FastformerModel, teacher: PreTrainedModel, batches, ridge: float = 1e-3) -> list:
-    """A start close to the teacher before any gradient step: every layer's W_r and its bias
-    (`attention.transform`) fitted in closed form, by least squares over the real tokens of `batches`, so that
-    W_r u_i + b_r (u_i: the additive attention of the teacher's input of that layer, less the query residual if
-    the student has one) gives the teacher's attention context (its self-attention output, which the output
-    dense layer, the same in both, then maps). Ridge: `ridge` x the features' mean sum of squares (the Gram
-    matrix's mean diagonal), the bias free; the sums in float64. The other weights stay. Returns per layer the
-    unexplained variance of the context left."""
+    """Fit every layer's W_r and bias (`attention.transform`) in closed form: least squares (float64, ridge `ridge`
+    x the Gram matrix's mean diagonal, the bias free) over the real tokens of `batches`, so that W_r u_i + b_r (u_i:
+    the additive attention of the teacher's input of the layer, less any query residual) gives the teacher's
+    self-attention context. The other weights stay. Returns per layer the unexplained variance left."""
     layers = student.layers
     contexts, inputs = [], []
     hooks = [
@@ -138,12 +123,10 @@ def teacher_targets(teacher: PreTrainedModel, input_ids, attention_mask) -> tupl
 
 
 class AttentionTransfer(nn.Module):
-    """The student and the (frozen) teacher of one transfer stage; `forward` returns the stage's loss.
+    """The student and the frozen teacher of one transfer stage; `forward` returns the stage's loss.
 
-    Only the parameters the stage trains require gradients, and `matched` picks the end-to-end stage's targets
-    (module docstring; the layerwise stage matches every layer's attention sub-layer). Both models stay in eval mode
-    (no dropout) even while the Trainer trains this module. Its `state_dict` (what Trainer checkpoints hold and
-    restores) is the student's only: the teacher never changes.
+    Only the parameters the stage trains require gradients; `matched`: the end-to-end stage's targets. Both models
+    stay in eval mode (no dropout) while the Trainer trains this module. Its `state_dict` is the student's only.
     """
 
     accepts_loss_kwargs = False  # the loss is a mean over layers, not a sum to be divided by the token count
@@ -228,10 +211,9 @@ def transfer_attention(
     resume_from_checkpoint: str | bool | None = None,
     matched: str = "all",
 ):
-    """Run one transfer stage with `transformers.Trainer` (`matched`: the end-to-end stage's targets, as
-    `AttentionTransfer` takes them); `student` is trained in place. Returns the Trainer's
-    `TrainOutput`. Checkpoints (in `args.output_dir`) hold the student, its optimizer and scheduler, so
-    `resume_from_checkpoint` continues a stage where it stopped. The teacher must be the same when resuming."""
+    """Train `student` in place through one stage with `transformers.Trainer`; returns its `TrainOutput`.
+    Checkpoints in `args.output_dir` hold the student, optimizer and scheduler: `resume_from_checkpoint` continues
+    a stage (with the same teacher)."""
     trainable = {parameter: parameter.requires_grad for parameter in (*student.parameters(), *teacher.parameters())}
     trainer = Trainer(
         model=AttentionTransfer(student, teacher, stage, matched),
@@ -248,9 +230,8 @@ def transfer_attention(
 
 @torch.no_grad()
 def transfer_errors(student: FastformerModel, teacher: PreTrainedModel, batches) -> dict[str, list[float]]:
-    """Per layer, the unexplained variance of the student against the teacher over all `batches` (dicts with
-    input_ids and attention_mask): "attention" for the attention sub-layer given the teacher's input (what the
-    layerwise stage trains), "hidden" for the layer's output when the student runs on its own (end to end)."""
+    """Per layer, the unexplained variance of the student against the teacher over `batches` (input_ids and
+    attention_mask): "attention", the attention sub-layer on the teacher's input; "hidden", the layer's output."""
     device = student.device
     sums = {name: torch.zeros(2, student.config.num_hidden_layers, device=device) for name in ("attention", "hidden")}
     was_training = student.training
@@ -271,9 +252,8 @@ def transfer_errors(student: FastformerModel, teacher: PreTrainedModel, batches)
 
 @torch.no_grad()
 def embedding_cosine(student: FastformerModel, teacher: PreTrainedModel, batches) -> float:
-    """Mean cosine similarity of the student's sentence embedding and the teacher's, both pooled from the last
-    layer by the student's pooler (`config.pooler_type`: mean or first token; an encoder without a pooler, as
-    in an encoder-decoder, gets that of its config), over all `batches`."""
+    """Mean cosine similarity of the student's and the teacher's sentence embeddings over `batches`, both pooled
+    from the last layer by the student's pooler (or, without one, its config's)."""
     pooler = student.pooler if student.pooler is not None else FastformerPooler(student.config)
     was_training = student.training
     student.eval()

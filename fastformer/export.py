@@ -1,16 +1,9 @@
-"""Fastformer encoders as graphs for deployment: `torch.export` programs and ONNX files, with dynamic batch and
-sequence axes.
+"""Fastformer as graphs for deployment: `torch.export` programs and ONNX files (`torch.onnx.export(dynamo=True)`;
+optimum does not install beside transformers 5), with dynamic batch and sequence axes.
 
-The ONNX route is `torch.onnx.export(..., dynamo=True)` over the `torch.export` program: optimum-onnx, the
-ecosystem's exporter, does not install beside transformers 5 (its newest release, 0.1.0, requires
-transformers < 4.58), so an `OnnxConfig` for it could not be tested here.
-
-The encoder layers' attention sub-layer has two exact modes of computation (`set_additive_attention_mode`); a
-graph holds one. "auto" chooses by the batch's shape at every call, which a graph with dynamic axes cannot do, so
-it is exported as the mode that does the least arithmetic from sequences of hidden_size / 2 tokens on: "collapsed"
-for the "product" interaction (which "auto" runs for such sequences in large batches, where a GPU's time goes to
-the arithmetic), "plain" otherwise. The layers make the same choice when a model under "auto" is given to
-`torch.export.export` directly (`FastformerLayer.uses_collapsed_attention`).
+A graph holds one attention mode (`set_additive_attention_mode`). "auto", which chooses by the batch's shape, is
+exported as the mode with the least arithmetic from hidden_size / 2 tokens on: "collapsed" for the "product"
+interaction, else "plain" (as `FastformerLayer.uses_collapsed_attention` under `torch.export`).
 """
 
 from contextlib import contextmanager
@@ -59,8 +52,8 @@ def using_attention_mode(model, mode: str):
 
 
 def example_inputs(model) -> tuple[torch.Tensor, torch.Tensor]:
-    """The (input_ids, attention_mask) an export traces, of EXAMPLE_SHAPE, one row half padding (so that the mask
-    is traced as data); refuses a model in training mode."""
+    """The (input_ids, attention_mask) an export traces, of EXAMPLE_SHAPE, one row half padding; refuses a model in
+    training mode."""
     if model.training:
         raise ValueError("Call model.eval() before exporting: a graph traced in training mode keeps its dropout")
     input_ids = torch.randint(model.config.vocab_size, EXAMPLE_SHAPE, generator=torch.Generator().manual_seed(0))
@@ -70,10 +63,9 @@ def example_inputs(model) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def export_program(model: FastformerPreTrainedModel, attention_mode: str | None = None) -> torch.export.ExportedProgram:
-    """`model` (an encoder head of OUTPUT_NAMES, in eval mode) as a `torch.export` program of
-    (input_ids, attention_mask) -> its outputs, for any batch size and any length up to
-    `max_position_embeddings`. `attention_mode`: the attention mode (default: `exported_attention_mode`).
-    """
+    """`model` (an encoder head of OUTPUT_NAMES, in eval mode) as a `torch.export` program (input_ids,
+    attention_mask) -> its outputs, for any batch and length up to `max_position_embeddings`, in `attention_mode`
+    (default: `exported_attention_mode`)."""
     name = type(model).__name__
     if name not in OUTPUT_NAMES:
         raise ValueError(
@@ -92,8 +84,8 @@ def export_program(model: FastformerPreTrainedModel, attention_mode: str | None 
 
 
 def export_onnx(model: FastformerPreTrainedModel, path: str | Path, attention_mode: str | None = None) -> Path:
-    """Writes `model` (see `export_program`) to the ONNX file `path`: inputs `input_ids` and `attention_mask`
-    (int64, (batch, sequence)), outputs named as the head's ModelOutput fields (OUTPUT_NAMES). Returns the path."""
+    """Writes `export_program(model)` to the ONNX file `path` and returns it: inputs input_ids and attention_mask
+    (int64, (batch, sequence)), outputs named as OUTPUT_NAMES."""
     path = Path(path)
     program = export_program(model, attention_mode)
     onnx_program = torch.onnx.export(
@@ -109,8 +101,8 @@ def export_onnx(model: FastformerPreTrainedModel, path: str | Path, attention_mo
 
 
 def quantize_int8(source: Path, destination: Path) -> Path:
-    """ONNX Runtime's dynamic quantization of `source`: int8 weights (signed, as for the transformers models in
-    ONNX Runtime's examples), activations quantized at run time; written to `destination`."""
+    """ONNX Runtime's dynamic quantization of `source` (signed int8 weights, activations quantized at run time),
+    written to `destination`."""
     from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415  (the [onnx] extra)
 
     quantize_dynamic(source, destination, weight_type=QuantType.QInt8)
@@ -118,9 +110,9 @@ def quantize_int8(source: Path, destination: Path) -> Path:
 
 
 class Seq2SeqEncoderGraph(torch.nn.Module):
-    """A `FastformerForConditionalGeneration`'s encoder side, as one graph: (input_ids, attention_mask) -> the
-    cross-attention (key, value) of each distinct decoder layer (`FastformerCrossAttention.encode`), flat,
-    computed once per source; with the copy head, then the encoder's output, which it attends over."""
+    """A `FastformerForConditionalGeneration`'s encoder side: (input_ids, attention_mask) -> each decoder layer's
+    cross-attention (key, value) (`FastformerCrossAttention.encode`), flat; with the copy head, then the encoder's
+    output."""
 
     def __init__(self, model):
         super().__init__()
@@ -136,8 +128,7 @@ class Seq2SeqEncoderGraph(torch.nn.Module):
 
 
 def state_tensors(cache: Cache) -> list[torch.Tensor]:
-    """Every layer application's states of a decoder's cache (`FastformerCacheLayer`s), flat, in layer order: its
-    recurrent states in slot order, then its short convolution's (with `config.convolution_kernel`)."""
+    """A decoder cache's states, flat: per layer its recurrent states, then its short convolution's, if any."""
     return [
         state
         for layer in cache.layers
@@ -148,8 +139,7 @@ def state_tensors(cache: Cache) -> list[torch.Tensor]:
 
 
 def load_state_tensors(cache: Cache, tensors, config=None):
-    """Sets the states of `cache` from `state_tensors`' list of another cache of `config` (with its short
-    convolutions' states where `config.convolution_kernel`; None: a config without them)."""
+    """Sets the states of `cache` from `state_tensors` of a cache of `config` (None: no short convolutions)."""
     tensors = iter(tensors)
     for layer in cache.layers:
         query, key = (PoolingState(next(tensors), next(tensors)) for _ in range(2))
@@ -159,11 +149,9 @@ def load_state_tensors(cache: Cache, tensors, config=None):
 
 
 class DecoderStepGraph(torch.nn.Module):
-    """One decoding step of a `FastformerForConditionalGeneration` as a pure function of its whole state:
-    (input_ids (B, 1), positions (B,), encoder_attention_mask (B, M), cross: the encoder graph's outputs, state:
-    `state_tensors(cache)`, source_ids (B, M): the source's ids, read by the copy head only) -> (logits (B, vocab),
-    positions + 1, the new state). It runs the model's own decoder over an `EncoderDecoderCache` rebuilt from
-    those tensors, and its copy head; `initial_state` gives the state before the first token."""
+    """One decoding step of a `FastformerForConditionalGeneration` as a pure function of its state: (input_ids
+    (B, 1), positions (B,), encoder_attention_mask (B, M), cross: the encoder graph's outputs, state:
+    `state_tensors(cache)`, source_ids (B, M), for the copy head) -> (logits (B, vocab), positions + 1, new state)."""
 
     def __init__(self, model):
         super().__init__()
@@ -187,8 +175,7 @@ class DecoderStepGraph(torch.nn.Module):
 
 
 def initial_state(config, batch_size: int) -> list[torch.Tensor]:
-    """The decoding state before the first token, as `DecoderStepGraph` takes it (`state_tensors`
-    of a cache whose every pooling is `initial_pooling_state`, and whose short convolutions have zero inputs)."""
+    """The decoding state before the first token, as `DecoderStepGraph` takes it."""
     heads, dim = config.num_attention_heads, config.hidden_size // config.num_attention_heads
     state = []
     for _ in range(config.num_decoder_layers):
@@ -200,12 +187,10 @@ def initial_state(config, batch_size: int) -> list[torch.Tensor]:
 
 
 def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
-    """Writes a `FastformerForConditionalGeneration` (eval mode) as encoder.onnx (Seq2SeqEncoderGraph) and
-    decoder_step.onnx (DecoderStepGraph) to `folder`, batch and source length dynamic; returns their paths.
-    Inputs and outputs are named: input_ids, attention_mask -> cross.{i}; input_ids, positions,
-    encoder_attention_mask, cross.{i}, state.{i} (and with the copy head source_ids; the encoder's output is then
-    the last cross.{i}) -> logits, positions_out, state_out.{i}. A graph may leave out an input it does not read
-    (the additive cross-attention reads no source mask in the step)."""
+    """Writes a `FastformerForConditionalGeneration` (eval mode) to `folder` as encoder.onnx (input_ids,
+    attention_mask -> cross.{i}) and decoder_step.onnx (input_ids, positions, encoder_attention_mask, cross.{i},
+    state.{i}, with the copy head source_ids -> logits, positions_out, state_out.{i}), batch and source length
+    dynamic; returns their paths. A graph may leave out an input it does not read."""
     # by name: a model loaded as Hub code has classes of its own
     if "FastformerForConditionalGeneration" not in {cls.__name__ for cls in type(model).__mro__}:
         raise ValueError(
@@ -223,41 +208,34 @@ def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
         cross = encoder(input_ids, attention_mask)
     step = DecoderStepGraph(model)
     state = initial_state(config, EXAMPLE_SHAPE[0])
-    # keys and values (B, H, M, D) have the source axis; the additive context (B, H, 1, D) has none; the encoder's
-    # output for the copy head (B, M, hidden) has it second
+    # the source axis: keys and values (B, H, M, D) third, the additive context (B, H, 1, D) none, the encoder's
+    # output (B, M, hidden) second
     cross_dims = tuple(
         {0: batch, **({2: source} if tensor.shape[2] == input_ids.shape[1] else {})} for tensor in cross[: 2 * layers]
     )
     cross_dims += ({0: batch, 1: source},) * (len(cross) - 2 * layers)
     paths = {"encoder": folder / "encoder.onnx", "decoder_step": folder / "decoder_step.onnx"}
     positions = torch.zeros(EXAMPLE_SHAPE[0], dtype=torch.long)
-    step_inputs = (input_ids[:, :1], positions, attention_mask, cross, tuple(state))
+    step_args = (input_ids[:, :1], positions, attention_mask, cross, tuple(state))
     step_dims = ({0: batch}, {0: batch}, {0: batch, 1: source}, cross_dims, ({0: batch},) * len(state))
     # an input the graph does not read is refused with a dynamic shape
     copies = getattr(model, "copy_head", None) is not None
     if copies:  # a tensor of its own: a view of another input would be traced as that one
-        step_inputs, step_dims = step_inputs + (input_ids.clone(),), step_dims + ({0: batch, 1: source},)
+        step_args, step_dims = step_args + (input_ids.clone(),), step_dims + ({0: batch, 1: source},)
     with using_attention_mode(model, exported_attention_mode(model)), torch.no_grad():
         programs = {
             "encoder": torch.export.export(
                 encoder, (input_ids, attention_mask), dynamic_shapes=({0: batch, 1: source}, {0: batch, 1: source})
             ),
-            "decoder_step": torch.export.export(step, step_inputs, dynamic_shapes=step_dims),
+            "decoder_step": torch.export.export(step, step_args, dynamic_shapes=step_dims),
         }
     cross_names = [f"cross.{index}" for index in range(len(cross))]
+    state_names = [f"state.{index}" for index in range(len(state))]
+    step_inputs = ["input_ids", "positions", "encoder_attention_mask", *cross_names, *state_names]
+    step_outputs = ["logits", "positions_out", *(f"state_out.{index}" for index in range(len(state)))]
     names = {
         "encoder": (["input_ids", "attention_mask"], cross_names),
-        "decoder_step": (
-            [
-                "input_ids",
-                "positions",
-                "encoder_attention_mask",
-                *cross_names,
-                *(f"state.{index}" for index in range(len(state))),
-                *(["source_ids"] if copies else []),
-            ],
-            ["logits", "positions_out", *(f"state_out.{index}" for index in range(len(state)))],
-        ),
+        "decoder_step": (step_inputs + ["source_ids"] * copies, step_outputs),
     }
     for name, program in programs.items():
         inputs, outputs = names[name]
@@ -299,11 +277,8 @@ def onnx_greedy_generate(
     sessions: tuple, config, input_ids, attention_mask, max_new_tokens: int, generation_config=None
 ):
     """Greedy decoding on ONNX Runtime with `sessions` (`onnx_sessions`): what `model.generate(input_ids,
-    attention_mask=..., do_sample=False, num_beams=1, max_new_tokens=...)` returns (numpy int64 (B, 1 + new tokens):
-    the decoder start token first; after a row's end-of-sequence token, padding; stops when every row has ended).
-    `config`: the model's; `generation_config` (default: the one `config` implies, as `generate` makes it) gives the
-    special tokens, and may set no logits processor (PROCESSOR_DEFAULTS). The state is the decoding step's inputs
-    and outputs: nothing grows."""
+    attention_mask=..., do_sample=False, num_beams=1, max_new_tokens=...)` returns, as numpy int64. The special tokens
+    come from `generation_config` (default: `config`'s), which may set no logits processor (PROCESSOR_DEFAULTS)."""
     import numpy as np  # noqa: PLC0415
     from transformers import GenerationConfig  # noqa: PLC0415
 

@@ -1,10 +1,6 @@
-"""The paper's math as pure functions of tensors.
-
-Wu et al., "Fastformer: Additive Attention Can Be All You Need" (arXiv:2108.09084), Eqs. 3-6.
-No config, no modules, no Hugging Face objects: the layers in `modeling_fastformer.py` map a config to
-these functions, and the tests compare them with a plain float64 loop written from the equations.
-
-Shapes: B batch, H heads, N tokens, D head size.
+"""The paper's math as pure functions of tensors: Wu et al., "Fastformer: Additive Attention Can Be All You Need"
+(arXiv:2108.09084), Eqs. 3-6. No config, no modules: the layers in `modeling_fastformer.py` map a config to these
+functions, and the tests compare them with `naive`'s float64 loops. Shapes: B batch, H heads, N tokens, D head size.
 """
 
 import math
@@ -17,8 +13,7 @@ INTERACTIONS = ("product", "add", "concat")
 
 
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float32 or better: the dtype softmaxes and pooled states are computed in (as torch.promote_types(dtype,
-    torch.float32), without an operator call)."""
+    """The dtype softmaxes and pooled states are computed in: torch.promote_types(dtype, torch.float32)."""
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
@@ -84,13 +79,10 @@ def additive_pooling(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One additive-attention pooling: softmax_i(w . x_i / sqrt(D)) weighted sum of x_i (Eqs. 3-4 and 5-6).
 
-    x: (B, H, N, D); weight: (H, D), the learned vector w, or (B, H, D), one per sequence;
-    attention_mask: (B, N), or a `PoolingMask`. Returns the pooled vector (B, H, D) in x's dtype (zeros for a row
-    without tokens) and the weights (B, H, N) in float32 or better, or None without `return_weights`: then the
-    pooling is one `scaled_dot_product_attention` (`attention_pooling`).
-
-    With the weights, both products run over all heads at once on the tokens as (B, N, H*D): a free view of x when
-    x is the usual head split of a (B, N, H*D) projection (a transposed view), so no head transpose is copied.
+    x: (B, H, N, D); weight: (H, D), the learned vector w, or (B, H, D), one per sequence; attention_mask: (B, N), or
+    a `PoolingMask`. Returns the pooled vector (B, H, D) in x's dtype (zeros for a row without tokens) and the
+    weights (B, H, N) in float32 or better, or None without `return_weights` (then one `attention_pooling`). With the
+    weights, the products run on x as (B, N, H*D), a free view of a head split: no head transpose is copied.
     """
     if not return_weights:
         mask = as_pooling_mask(attention_mask, x.dtype)
@@ -121,11 +113,9 @@ def pool_projections(
     x: (B, N, C); weight: (H*D, C) and bias: (H*D,), a Linear layer's; vectors: (H, D) or (B, H, D), the w;
     attention_mask: (B, N) or a `PoolingMask`. Per head h, with W_h the head's D rows of W:
         w_h . y_{i,h} = (W_h^T w_h) . x_i + w_h . b_h,     sum_i a_i y_{i,h} = W_h (sum_i a_i x_i) + b_h sum_i a_i
-    so the pooling costs two (N x C) by (C x H) products instead of the (N x C) by (C x H*D) projection.
-    Returns the pooled (B, H, D) and the weights (B, H, N), as `additive_pooling` on the y's heads (None without
-    `return_weights`). The products are small GEMMs on x itself, whatever `return_weights`: a fused attention
-    kernel would see x once per head, as keys of head size C (flash attention takes 256 at most), and its backward
-    would form a gradient of x per head.
+    so the pooling costs two (N x C) by (C x H) products instead of the (N x C) by (C x H*D) projection (small
+    GEMMs whatever `return_weights`: a fused attention kernel would read x once per head). Returns the pooled
+    (B, H, D) and the weights (B, H, N), as `additive_pooling` on the y's heads (None without `return_weights`).
     """
     heads, dim = vectors.shape[-2:]
     per_head = weight.view(heads, dim, -1)  # (H, D, C)
@@ -257,22 +247,19 @@ def additive_attention(
     """Fastformer additive attention, Eqs. 3-6, before the output transform W_r and the query residual.
 
     query, key, value: (B, H, N, D); query_weight, key_weight: (H, D), the learned vectors w_q and w_k;
-    attention_mask: (B, N), 1 for tokens and 0 for padding (bool or int), or its `PoolingMask` (which a model makes
-    once for all its layers). Padding takes no part in either pooling; a row of padding only pools to zeros.
+    attention_mask: (B, N), 1 for tokens and 0 for padding, or its `PoolingMask`. Padding takes no part in either
+    pooling; a row of padding only pools to zeros.
 
         alpha = softmax(w_q . q_i / sqrt(D)),  global query q = sum_i alpha_i q_i
         p_i   = q * k_i
         beta  = softmax(w_k . p_i / sqrt(D)),  global key   k = sum_i beta_i p_i   (pools p_i, not k_i)
         u_i   = k * v_i
 
-    `interaction` swaps both "*" for another combination (see `interact`); "concat" takes one projection
-    per interaction. Returns `AdditiveAttentionOutput(output=u, weights)`: u is (B, H, N, D); `weights` is None,
-    or with `return_weights` the two pooling distributions stacked as (B, H, 2, N): index 0 is alpha (global
-    query), index 1 is beta (global key).
-    The p_i are never formed (`pool_interactions`); without `return_weights` each pooling is one
-    `scaled_dot_product_attention` (`attention_pooling`), which never stores the weights. With inputs that are head
-    splits of (B, N, H*D) projections (transposed views), "product" and "add" give u back the same way, so
-    `u.transpose(1, 2).reshape(B, N, H*D)` is free as well.
+    `interaction` swaps both "*" for another combination (`interact`; "concat" takes one projection per
+    interaction). Returns `AdditiveAttentionOutput(output=u, weights)`: u (B, H, N, D); `weights` None, or with
+    `return_weights` alpha and beta stacked as (B, H, 2, N). The p_i are never formed (`pool_interactions`); without
+    `return_weights` each pooling is one `attention_pooling`. For head splits of (B, N, H*D) projections, "product"
+    and "add" give u back as one too, so `u.transpose(1, 2).reshape(B, N, H*D)` is free.
     """
     if not return_weights:  # one mask for both poolings
         attention_mask = as_pooling_mask(attention_mask, query.dtype)
@@ -345,8 +332,8 @@ class PackedRows(NamedTuple):
 
 
 def packed_rows(segment_ids: torch.Tensor) -> PackedRows:
-    """The `PackedRows` of rows whose tokens' sequences are `segment_ids` (B, N), numbered from 0 in each row (as
-    `segment_pooling` takes them). Reads two numbers on the host: how many sequences, and the longest."""
+    """The `PackedRows` of `segment_ids` (B, N), as `segment_pooling` takes them. Reads two numbers on the host: how
+    many sequences, and the longest."""
     batch, length = segment_ids.shape
     counts = segment_ids[:, -1] + 1  # (B,) sequences per row
     sequence = segment_ids + (counts.cumsum(0) - counts)[:, None]  # numbered over the whole batch
@@ -389,8 +376,7 @@ def initial_pooling_state(batch: int, heads: int, dim: int, dtype=torch.float32,
 
 
 class CausalAttentionState(NamedTuple):
-    """What `causal_additive_attention` needs to continue a sequence: one state per pooling. Its size does not
-    depend on the number of tokens seen."""
+    """What `causal_additive_attention` needs to continue a sequence: one state per pooling, of a fixed size."""
 
     query: PoolingState
     key: PoolingState
@@ -407,11 +393,9 @@ class CausalAttentionOutput(NamedTuple):
 def causal_pooling_weights(
     x: torch.Tensor, weight: torch.Tensor, attention_mask: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """The weights of `causal_additive_pooling`: row t holds softmax_{i<=t}(w . x_i / sqrt(D)) over the real tokens
-    i <= t and zeros elsewhere (a row before any token is all zeros).
-
-    x: (B, H, N, D); weight: (H, D); attention_mask: (B, N). Returns (B, H, N, N) in float32 or better: quadratic
-    in N, for inspection only (the pooling itself never forms it)."""
+    """The weights of `causal_additive_pooling`, (B, H, N, N) in float32 or better: row t holds
+    softmax_{i<=t}(w . x_i / sqrt(D)) over the real tokens i <= t, zeros elsewhere. x: (B, H, N, D); weight: (H, D);
+    attention_mask: (B, N). Quadratic in N: for inspection only (the pooling never forms it)."""
     length, dim = x.shape[-2:]
     logits = (x @ weight.unsqueeze(-1)).squeeze(-1) / math.sqrt(dim)  # (B, H, N)
     visible = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()  # (N, N): token i <= position t
@@ -430,15 +414,14 @@ def causal_additive_pooling(
 ) -> tuple[torch.Tensor, PoolingState]:
     """Prefix additive pooling: for every t, sum_{i<=t} softmax_{i<=t}(w . x_i / sqrt(D)) x_i.
 
-    x: (B, H, N, D); weight: (H, D); attention_mask: (B, N), padding takes no part (bool or int, or float and
-    additive as `causal_mask` makes it); `state` continues an earlier call (the new state is new tensors: a cache
-    copies them into its own). Returns the pooled vectors (B, H, N, D) in x's dtype (zeros where no token has been
-    seen yet; for one token, a decoding step, in the state's dtype: the caller's next product takes it as it is,
-    without a cast) and the state after the last position.
+    x: (B, H, N, D); weight: (H, D); attention_mask: (B, N), padding takes no part (bool or int, or additive as
+    `causal_mask` makes it); `state` continues an earlier call. Returns the pooled vectors (B, H, N, D) in x's dtype
+    (zeros before any token; for one token, a decoding step, in the state's dtype) and the state after the last
+    position (new tensors).
 
     A two-level scan, with no cumsum of exp(): within chunks of `chunk_size` tokens a masked (C x C) matrix of
-    exp(logit_i - running max_t) weights; across chunks the same on the chunk summaries. Every exponent is
-    <= 0, so nothing overflows, and the maxima are constants of the softmax, so they carry no gradient.
+    exp(logit_i - running max_t) weights, across chunks the same on the chunk summaries. Every exponent is <= 0, and
+    the maxima, constants of the softmax, carry no gradient.
     """
     batch, heads, length, dim = x.shape
     if state is None:
@@ -447,8 +430,7 @@ def causal_additive_pooling(
         return _pooling_step(x, weight, attention_mask, state)
     acc = state.pooled.dtype
     lowest = torch.finfo(acc).min
-    # a head split (a transposed view) copied once, contiguous: the matmuls below would each copy it to merge its
-    # (B, H) batch dimensions (the logits', and both on xs where there is no chunk padding)
+    # a head split copied once: the matmuls below would each copy it to merge its (B, H) batch dimensions
     x = x.contiguous()
 
     # the state as a softmax at the shift m = its log normalizer: sum exp(logit_i - m) = 1 (a phantom 1 before any
@@ -456,14 +438,11 @@ def causal_additive_pooling(
     state_max, state_sum = state.log_normalizer, state.pooled
     logits = _scaled_logits((x @ weight.unsqueeze(-1)).squeeze(-1), dim, attention_mask, acc)  # (B, H, N)
 
-    # the chunks: the whole sequence as one up to chunk_size tokens (a graph compiled with a dynamic length then
-    # covers all of those lengths under one guard, with plain sizes), else chunks of chunk_size, the last one padded.
-    # No F.pad of nothing: it clones its input in the input's strides, where a graph compiled with a dynamic length
-    # takes the result as contiguous (and a matmul's view of it fails at run time)
+    # one chunk up to chunk_size tokens (one compile guard for those lengths), else chunks of chunk_size, the last
+    # padded. No F.pad of nothing: a dynamic-length graph takes its clone as contiguous, and a view of it then fails
     chunk, chunks = (length, 1) if length <= chunk_size else (chunk_size, -(-length // chunk_size))
     padded = chunks * chunk - length
-    # x stays in its dtype: the two products with it take the weights (in [0, 1]) in x's dtype, a half-precision
-    # GEMM on a GPU, and add up in `acc` after (the encoder's poolings do the same)
+    # x stays in its dtype: the products with it take the weights (in [0, 1]) in x's dtype, and add up in `acc` after
     s, xs = logits, x
     if padded:
         s = torch.nn.functional.pad(s, (0, padded), value=float("-inf"))
@@ -500,8 +479,7 @@ def causal_additive_pooling(
     has_tokens = denominator > 0
     pooled = numerator / torch.where(has_tokens, denominator, 1.0)[..., None]  # (B, H, C#, C, D)
 
-    # after the last position (the chunk padding after it adds nothing): copies of their own, contiguous, as
-    # `_pooling_step` keeps them (a compiled decoding step then sees one layout), holding on to nothing larger
+    # after the last position: contiguous copies, as `_pooling_step` keeps them (one layout for a compiled step)
     seen = has_tokens[..., -1, -1]
     log_normalizer = running[..., -1, -1] + torch.where(seen, denominator[..., -1, -1], 1.0).log()
     new_state = PoolingState(log_normalizer.masked_fill(~seen, lowest), pooled[..., -1, -1, :].clone())
@@ -510,13 +488,13 @@ def causal_additive_pooling(
 
 def causal_mask(attention_mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """An attention mask (B, N) (non-zero for tokens) as the causal poolings add it to their logits: 0 for a token,
-    -inf for padding, in `dtype` (float32 or better). A model makes it once for all its layers."""
+    -inf for padding, in `dtype` (float32 or better)."""
     return attention_mask.to(torch.bool).to(dtype).log()
 
 
 def _scaled_logits(logits, dim, attention_mask, dtype):
-    """logits / sqrt(dim) in `dtype`, -inf for padding (attention_mask (B, N) over the last axis of logits (B, H, N)):
-    one operation with an additive (float) mask, whose sum promotes the logits to `dtype` without a cast."""
+    """logits (B, H, N) / sqrt(dim) in `dtype`, -inf for padding (attention_mask (B, N)); one operation for an
+    additive mask."""
     if attention_mask is not None and attention_mask.is_floating_point():
         return torch.add(attention_mask[:, None, :].to(dtype), logits, alpha=dim**-0.5)
     logits = logits.to(dtype) / math.sqrt(dim)
@@ -527,8 +505,7 @@ def _scaled_logits(logits, dim, attention_mask, dtype):
 
 def _step_logits(token, weight, attention_mask, dtype):
     """w . x / sqrt(D) of one token per (batch, head), in `dtype`, -inf for padding: token (B, H, D), weight (H, D),
-    attention_mask (B, 1) or None. Where the token and the weight are in `dtype` already and the mask is additive
-    (`causal_mask`), one product batched over the heads, the mask as its input, the scale as its alpha."""
+    attention_mask (B, 1) or None. In `dtype` already with an additive mask: one `baddbmm` over the heads."""
     scale = token.shape[-1] ** -0.5
     if token.dtype == weight.dtype == dtype and (attention_mask is None or attention_mask.dtype == dtype):
         per_head, weight = token.transpose(0, 1), weight.unsqueeze(-1)  # (H, B, D), (H, D, 1)
@@ -539,10 +516,8 @@ def _step_logits(token, weight, attention_mask, dtype):
 
 
 def _pooling_step(x, weight, attention_mask, state):
-    """`causal_additive_pooling` for a single token: x (B, H, 1, D), attention_mask (B, 1) or None. In decoding, the
-    count of tensor operations is what a step costs (on a GPU, its kernel launches), so no cast: the products promote
-    x to the state's dtype. The new token's share of the softmax so far is exp(logit - log_normalizer), and the
-    pooling moves towards it by that share (a lerp)."""
+    """`causal_additive_pooling` of one token, x (B, H, 1, D), in the fewest operators (no cast): the pooling moves
+    towards the token by its share of the softmax so far, exp(logit - log_normalizer) (a lerp)."""
     token = x[:, :, 0]  # (B, H, D)
     logit = _step_logits(token, weight, attention_mask, state.pooled.dtype)  # (B, H)
     log_normalizer = torch.logaddexp(state.log_normalizer, logit)
@@ -576,14 +551,11 @@ def causal_additive_attention(
         p_t            = global query_t * k_t
         global key_t   = sum_{i<=t} softmax_{i<=t}(w_k . p_i / sqrt(D)) p_i
         u_t            = global key_t * v_t
-    Padding (attention_mask 0, e.g. left padding; or -inf in a float mask, `causal_mask`) takes no part in the
-    prefix pools. `state` (returned by an earlier call) continues a sequence: running it in two chunks, passing the
-    state along, equals running it whole. One token with a state costs O(D) per head, whatever the
-    number of tokens before it.
-    Returns `CausalAttentionOutput(output=u, state, weights)`: u is (B, H, N, D), the state the one after the last
-    token; `weights` is None, or with `return_weights` the two poolings' weights (`causal_pooling_weights`) stacked
-    as (B, H, 2, N, N): index 0 alpha (global queries), index 1 beta (global keys). They need the whole sequence
-    (no `state`): a state does not keep the tokens before it.
+    Padding (0 in attention_mask, or -inf in a `causal_mask`) takes no part. `state`, from an earlier call,
+    continues a sequence (two chunks with the state passed along equal the whole); one token with a state costs
+    O(D) per head. Returns `CausalAttentionOutput(output=u, state, weights)`: u (B, H, N, D), the state after the last
+    token, `weights` None or with `return_weights` (no `state`) alpha and beta (`causal_pooling_weights`) stacked as
+    (B, H, 2, N, N).
     """
     if return_weights and state is not None:
         raise ValueError("return_weights=True needs the whole sequence: a `state` does not keep the tokens before it")
@@ -606,17 +578,14 @@ def causal_convolution(
     attention_mask: torch.Tensor | None = None,
     state: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every token plus a depthwise convolution of it and the K - 1 tokens before it:
+    """Every token plus a depthwise convolution of it and the K - 1 tokens before it (`config.decoder_conv_kernel`,
+    the short convolution of Mamba2's linear attention):
         out_t = x_t + sum_{j=0..K-1} weight[:, 0, K - 1 - j] * r_j(t)
-    where r_0(t), r_1(t), ... are the real tokens at or before t, latest first (x_t itself for a token): the short
-    causal convolution that Mamba2's and Qwen3-Next's linear attention run beside their state, so that a decoder's
-    pooled attention reads each token with the ones just before it, in order (`config.decoder_conv_kernel`).
+    where r_0(t), r_1(t), ... are the real tokens at or before t, latest first.
 
-    x: (B, T, D); weight: (D, 1, K), as a depthwise `nn.Conv1d`'s; attention_mask: (B, T), non-zero for tokens:
-    padding anywhere is skipped, as the additive poolings skip it (a row gets what its tokens have alone, and a chunk
-    left-padded after a state continues from the state's tokens); state: (B, D, K - 1), the last K - 1 tokens before
-    x, None for zeros (the start of a sequence). Returns out (B, T, D) (a padding position's: its input) and the state
-    after x: its last K - 1 tokens, a view of a new tensor."""
+    x: (B, T, D); weight: (D, 1, K), a depthwise `nn.Conv1d`'s; attention_mask: (B, T), non-zero for tokens (padding
+    anywhere is skipped); state: (B, D, K - 1), the last K - 1 tokens before x (None: zeros). Returns out (B, T, D)
+    (padding keeps its input) and the state after x (a view of a new tensor)."""
     columns = x.transpose(1, 2)  # (B, D, T)
     width = weight.shape[-1] - 1
     if state is None:

@@ -1,9 +1,6 @@
-"""The model cards (README.md) that the scripts write next to a trained or a converted checkpoint.
-
-`huggingface_hub.ModelCard.from_template` (with jinja2, the [train] extra) renders the package's
-model_cards/fastformer.md, or model_cards/converted.md for a converted checkpoint: the YAML metadata (license,
-pipeline tag, tags, datasets, a model-index holding the evaluation results) comes from a `ModelCardData`, the
-text from the template and the variables built here.
+"""The model cards (README.md) written next to a trained or a converted checkpoint: `ModelCard.from_template`
+(jinja2, the [train] extra) renders the package's model_cards/fastformer.md or converted.md, with the metadata
+(license, tags, datasets, a model-index of the evaluation results) from a `ModelCardData`.
 """
 
 from importlib.resources import files
@@ -20,8 +17,7 @@ TASKS = {
     "fill-mask": ("AutoModelForMaskedLM", "Fill-Mask"),
 }
 
-# key in eval_results.json, less its "eval_" prefix -> (metric type, metric name, metric config) in the
-# model-index. Other keys (runtime, samples, epoch, ...) only go into the card's results table.
+# eval_results.json's key less "eval_" -> the model-index's (type, name, config); other keys: the results table only
 QUALITY_METRICS = {
     "accuracy": ("accuracy", "Accuracy", None),
     "f1_macro": ("f1", "macro-F1", "macro"),
@@ -33,17 +29,10 @@ QUALITY_METRICS = {
     "perplexity": ("perplexity", "Perplexity", None),
 }
 
-# config fields in the card's architecture table, where the config has them (BART answers hidden_size,
-# num_hidden_layers and num_attention_heads through its attribute_map); the decoder depth for encoder-decoders only
+# config fields in the card's architecture table, where the config has them; the decoder's for encoder-decoders only
 ARCHITECTURE_FIELDS = (
-    "hidden_size",
-    "num_hidden_layers",
-    "num_decoder_layers",
-    "decoder_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "max_position_embeddings",
-    "vocab_size",
+    *("hidden_size", "num_hidden_layers", "num_decoder_layers", "decoder_layers", "num_attention_heads"),
+    *("intermediate_size", "max_position_embeddings", "vocab_size"),
 )
 DECODER_FIELDS = ("num_decoder_layers", "decoder_layers")
 
@@ -71,24 +60,20 @@ def write_model_card(
     is_fastformer = config.model_type == "fastformer"
     model_name = Path(output_dir).resolve().name
 
-    eval_results = []
-    for key, value in metrics.items():
-        known = _quality_metric(key)
-        if known is None:
-            continue
-        metric_type, metric_name, metric_config = known
-        eval_results.append(
-            EvalResult(
-                task_type=task,
-                task_name=task_name,
-                dataset_type=dataset,
-                dataset_name=dataset,
-                metric_type=metric_type,
-                metric_name=metric_name,
-                metric_config=metric_config,
-                metric_value=float(value),  # a plain float: numpy scalars do not dump to YAML
-            )
+    eval_results = [
+        EvalResult(
+            task_type=task,
+            task_name=task_name,
+            dataset_type=dataset,
+            dataset_name=dataset,
+            metric_type=known[0],
+            metric_name=known[1],
+            metric_config=known[2],
+            metric_value=float(value),  # a plain float: numpy scalars do not dump to YAML
         )
+        for key, value in metrics.items()
+        if (known := _quality_metric(key)) is not None
+    ]
     tags = ["fastformer", "additive-attention", task] if is_fastformer else [config.model_type, task]
     # the Hub takes only a model id as `base_model` metadata: a local folder is named in the text only
     hub_base_model = base_model if base_model and not Path(base_model).exists() else None
@@ -135,6 +120,27 @@ def write_model_card(
     return card
 
 
+def hyperparameters(args) -> dict:
+    """The card's hyperparameters table (name -> value) from `args`, a run's TrainingArguments."""
+    return {
+        "learning_rate": args.learning_rate,
+        "train_batch_size": args.per_device_train_batch_size,
+        "eval_batch_size": args.per_device_eval_batch_size,
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "total_train_batch_size": (
+            args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+        ),
+        "num_devices": args.world_size,
+        "seed": args.seed,
+        "optimizer": getattr(args.optim, "value", args.optim),
+        "lr_scheduler_type": getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type),
+        "warmup_steps": args.warmup_steps,
+        "num_epochs": args.num_train_epochs,
+        "max_steps": args.max_steps,
+        "weight_decay": args.weight_decay,
+    }
+
+
 def _quality_metric(key):
     """(metric type, metric name, metric config) of the metrics key `key`, or None if it is not a quality metric."""
     return QUALITY_METRICS.get(key.removeprefix("eval_"))
@@ -155,25 +161,21 @@ def _cell(value, decimals=None):
 def write_conversion_card(
     output_dir, *, model, settings: dict, base_model=None, license=None, sentence_transformers=False
 ) -> ModelCard:
-    """Writes `output_dir`/README.md, the card of a Fastformer converted from a BERT-family model by
-    scripts/convert_bert_to_fastformer.py. `settings` is what the script records in conversion.json;
-    `base_model` the source's Hub id (the source itself when it is one); `license` the source's;
-    `sentence_transformers` whether the folder is a sentence-transformers model too."""
+    """Writes `output_dir`/README.md, the card of a Fastformer converted by fastformer-convert, and returns it.
+    `settings`: what the command records in conversion.json; `base_model`: the source's Hub id (default: the source,
+    unless a local path); `license`: the source's; `sentence_transformers`: the folder is such a model too."""
     source = settings["source"]
     base_model = base_model or (None if Path(source).exists() else source)
     seq2seq = model.config.is_encoder_decoder
     tags = ["fastformer", "additive-attention", f"converted-from-{settings.get('source_model_type') or 'bert'}"]
     if sentence_transformers:
         tags.append("sentence-transformers")
+    pipeline_tag = "sentence-similarity" if sentence_transformers else "feature-extraction"
     card_data = ModelCardData(
         language="en",
         license=license,
         library_name="sentence-transformers" if sentence_transformers else "transformers",
-        pipeline_tag="text2text-generation"
-        if seq2seq
-        else "sentence-similarity"
-        if sentence_transformers
-        else "feature-extraction",
+        pipeline_tag="text2text-generation" if seq2seq else pipeline_tag,
         tags=tags,
         base_model=base_model,
         datasets=None,
@@ -185,17 +187,9 @@ def write_conversion_card(
         if "least_squares_start" in distillation:
             after.append(("least-squares start", distillation["least_squares_start"]["after"]))
         after += [(name, stage["after"]) for name, stage in distillation["stages"].items()]
-        stages = [
-            (
-                name,
-                {
-                    "attention": ", ".join(f"{error:.3f}" for error in errors["attention"]),
-                    "hidden": ", ".join(f"{error:.3f}" for error in errors["hidden"]),
-                    "cosine": f"{errors['embedding_cosine']:.3f}",
-                },
-            )
-            for name, errors in after
-        ]
+        for name, errors in after:
+            row = {key: ", ".join(f"{error:.3f}" for error in errors[key]) for key in ("attention", "hidden")}
+            stages.append((name, {**row, "cosine": f"{errors['embedding_cosine']:.3f}"}))
     card = ModelCard.from_template(
         card_data,
         template_str=(TEMPLATES / "converted.md").read_text(encoding="utf-8"),

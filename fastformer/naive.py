@@ -30,12 +30,23 @@ def _pool(vectors, weight, real, dim):
     return sum(w * vectors[i] for w, i in zip(weights, real))
 
 
-def _prepare(q, k, v, w_q, w_k, mask, query_key_projection, key_value_projection):
-    q, k, v, w_q, w_k = (t.double() for t in (q, k, v, w_q, w_k))
-    batch, heads, length, _ = q.shape
-    mask = torch.ones(batch, length, dtype=torch.bool) if mask is None else mask.bool()
-    projections = [[None] * heads if p is None else p for p in (query_key_projection, key_value_projection)]
-    return (q, k, v, w_q, w_k), mask, projections
+def _attention(causal, query, key, value, query_weight, key_weight, attention_mask, interaction, projections):
+    """u (B, H, N, D): position t pools the real tokens of its prefix 1..t (`causal`) or of the whole sequence."""
+    q, k, v, w_q, w_k = (t.double() for t in (query, key, value, query_weight, key_weight))
+    batch, heads, length, dim = q.shape
+    mask = torch.ones(batch, length, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    qk_proj, kv_proj = ([None] * heads if p is None else p for p in projections)
+    u = torch.zeros(batch, heads, length, dim, dtype=torch.float64)
+    for b in range(batch):
+        seen = [[i for i in range(t + 1 if causal else length) if mask[b, i]] for t in range(length)]
+        for h in range(heads):
+            p = [
+                combine(interaction, _pool(q[b, h], w_q[h], real, dim), k[b, h, t], qk_proj[h])
+                for t, real in enumerate(seen)
+            ]
+            for t, real in enumerate(seen):
+                u[b, h, t] = combine(interaction, _pool(p, w_k[h], real, dim), v[b, h, t], kv_proj[h])
+    return u
 
 
 def additive_attention(
@@ -51,20 +62,8 @@ def additive_attention(
 ) -> torch.Tensor:
     """u (B, H, N, D) of Eqs. 3-6: padding takes no part in either softmax; a sequence without tokens pools
     to the zero vector."""
-    (q, k, v, w_q, w_k), mask, (qk_proj, kv_proj) = _prepare(
-        query, key, value, query_weight, key_weight, attention_mask, query_key_projection, key_value_projection
-    )
-    batch, heads, length, dim = q.shape
-    u = torch.zeros(batch, heads, length, dim, dtype=torch.float64)
-    for b in range(batch):
-        real = [i for i in range(length) if mask[b, i]]
-        for h in range(heads):
-            global_query = _pool(q[b, h], w_q[h], real, dim)
-            p = [combine(interaction, global_query, k[b, h, i], qk_proj[h]) for i in range(length)]
-            global_key = _pool(p, w_k[h], real, dim)
-            for i in range(length):
-                u[b, h, i] = combine(interaction, global_key, v[b, h, i], kv_proj[h])
-    return u
+    projections = (query_key_projection, key_value_projection)
+    return _attention(False, query, key, value, query_weight, key_weight, attention_mask, interaction, projections)
 
 
 def causal_additive_attention(
@@ -79,21 +78,8 @@ def causal_additive_attention(
     key_value_projection=None,
 ) -> torch.Tensor:
     """u (B, H, N, D) of the causal variant: position t pools the prefix 1..t as in Eqs. 3-6, padding left out."""
-    (q, k, v, w_q, w_k), mask, (qk_proj, kv_proj) = _prepare(
-        query, key, value, query_weight, key_weight, attention_mask, query_key_projection, key_value_projection
-    )
-    batch, heads, length, dim = q.shape
-    u = torch.zeros(batch, heads, length, dim, dtype=torch.float64)
-    for b in range(batch):
-        for h in range(heads):
-            p = []
-            for t in range(length):
-                real = [i for i in range(t + 1) if mask[b, i]]
-                global_query = _pool(q[b, h], w_q[h], real, dim)
-                p.append(combine(interaction, global_query, k[b, h, t], qk_proj[h]))
-                global_key = _pool(p, w_k[h], real, dim)
-                u[b, h, t] = combine(interaction, global_key, v[b, h, t], kv_proj[h])
-    return u
+    projections = (query_key_projection, key_value_projection)
+    return _attention(True, query, key, value, query_weight, key_weight, attention_mask, interaction, projections)
 
 
 def causal_pooling_weights(x, weight, attention_mask=None) -> torch.Tensor:

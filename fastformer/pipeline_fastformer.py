@@ -1,14 +1,9 @@
-"""A summarization pipeline for Fastformer encoder-decoder checkpoints.
+"""A summarization pipeline for Fastformer encoder-decoder checkpoints (transformers 5 removed its own).
 
-transformers 5 removed its "summarization" pipeline. Saved `FastformerForConditionalGeneration` checkpoints
-declare this class as their custom "summarization" pipeline (config `custom_pipelines`, the transformers way
-to ship a pipeline with a model), so that
-
-    pipeline("summarization", model=folder, trust_remote_code=True)("some long text")
-    # [{"summary_text": "..."}]
-
-works as it did in transformers 4, with or without this package installed. Generation settings (`num_beams`,
-`max_new_tokens`, ...) can be passed when building the pipeline or when calling it.
+Saved `FastformerForConditionalGeneration` checkpoints declare it as their custom "summarization" pipeline, so that
+`pipeline("summarization", model=folder, trust_remote_code=True)("some long text")` gives
+`[{"summary_text": "..."}]`, with or without this package installed. Generation settings (`num_beams`, ...) go to
+the pipeline or to the call.
 """
 
 from transformers import Pipeline

@@ -28,19 +28,18 @@ from transformers import (
     set_seed,
 )
 
-from fastformer.training import (
+from fastformer.cli import fail, parse_args
+from training_utils import (
     DataArguments,
     ModelArguments,
     ModelCardTrainerMixin,
     SplitOrderTrainerMixin,
     dataset_name,
-    fail,
     load_config,
     load_model,
     load_raw_datasets,
     load_tokenizer,
     padding,
-    parse_args,
     publish,
     require_columns,
     setup_logging,

@@ -26,19 +26,18 @@ from transformers import (
     set_seed,
 )
 
-from fastformer.training import (
+from fastformer.cli import fail, parse_args
+from training_utils import (
     DATA_EXTENSIONS,
     DataArguments,
     ModelArguments,
     ModelCardTrainerMixin,
     dataset_name,
-    fail,
     load_config,
     load_model,
     load_raw_datasets,
     load_tokenizer,
     padding,
-    parse_args,
     publish,
     require_columns,
     setup_logging,

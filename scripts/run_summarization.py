@@ -41,26 +41,7 @@ from beam_reranking import (
     candidate_targets,
     cross_validated_choices,
 )
-from fastformer.training import (
-    SPLIT_FLAGS,
-    DataArguments,
-    ModelArguments,
-    ModelCardTrainerMixin,
-    SplitOrderTrainerMixin,
-    dataset_name,
-    fail,
-    load_config,
-    load_model,
-    load_raw_datasets,
-    load_tokenizer,
-    padding,
-    parse_args,
-    publish,
-    require_columns,
-    setup_logging,
-    tokenize_splits,
-    train_and_evaluate,
-)
+from fastformer.cli import fail, parse_args
 from frozen_encoder import CachedEncoderStates, freeze_encoder
 from headline_decoding import (
     ContentWordEndLogitsProcessor,
@@ -70,6 +51,24 @@ from headline_decoding import (
 )
 from headline_rules import clean_source, headline_quality, headline_style, headline_words
 from rouge_metric import rouge
+from training_utils import (
+    SPLIT_FLAGS,
+    DataArguments,
+    ModelArguments,
+    ModelCardTrainerMixin,
+    SplitOrderTrainerMixin,
+    dataset_name,
+    load_config,
+    load_model,
+    load_raw_datasets,
+    load_tokenizer,
+    padding,
+    publish,
+    require_columns,
+    setup_logging,
+    tokenize_splits,
+    train_and_evaluate,
+)
 
 logger = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[1]  # the source checkout this script is part of

@@ -14,7 +14,8 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel, Trainer, TrainerCallback, TrainingArguments
 
 from fastformer import FastformerForSequenceClassification, FastformerModel
-from fastformer.training import ModelArguments, check_weights_readable, load_model
+from fastformer.cli import check_weights_readable
+from training_utils import ModelArguments, load_model
 
 VOCAB = 99
 

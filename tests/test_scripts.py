@@ -28,19 +28,13 @@ from transformers.generation.utils import GenerateBeamEncoderDecoderOutput
 import headline_rules
 from beam_reranking import FEATURES, BeamReranker
 from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerForMaskedLM
-from fastformer.training import (
-    ModelArguments,
-    load_model,
-    load_raw_datasets,
-    load_tokenizer,
-    parse_args,
-    warn_emulated_bf16,
-)
+from fastformer.cli import parse_args, warn_emulated_bf16
 from headline_decoding import SourceSpanLogitsProcessor
 from headline_rules import headline_quality, headline_style, headline_words
 from rouge_metric import rouge
 from scripts import run_classification, run_mlm, run_summarization
 from tests.in_process import run_in_process
+from training_utils import ModelArguments, load_model, load_raw_datasets, load_tokenizer
 
 TINY = {
     "fastformer": "hidden_size=32,num_attention_heads=4,intermediate_size=64",

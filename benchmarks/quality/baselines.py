@@ -1,5 +1,6 @@
 """The Transformer under the paper's pooling, which differs from Fastformer in its attention only; run as
-scripts/run_classification.py with this model type registered: python -m benchmarks.quality.baselines FLAGS"""
+scripts/run_classification.py with this model type registered, scripts/ on the path for the script's neighbours:
+PYTHONPATH=scripts python -m benchmarks.quality.baselines FLAGS"""
 
 from huggingface_hub.dataclasses import strict
 from torch import nn

@@ -6,6 +6,7 @@ best setting with the other seeds. Runs are stored under --runs and read back wh
 """
 
 import math
+import os
 import random
 import sys
 from pathlib import Path
@@ -104,7 +105,10 @@ def train(args, data: dict, model: tuple[str, str, str], seed: int, setting: tup
     settings = {"model_type": model_type, "config_overrides": overrides, "seed": seed, "disable_tqdm": True, **TRAINING}
     command = [sys.executable, *script, *flags({"output_dir": folder, **stages, **data, **settings, **tuned})]
     command += ["--report_to", "none"]
-    return {"model": label, **tuned, "seed": seed, **harness.run_script(command, folder, outputs)}
+    # the baseline imports scripts.run_classification, whose neighbours (training_utils) need scripts/ on the path
+    path = os.pathsep.join(filter(None, [str(SCRIPTS), os.environ.get("PYTHONPATH")]))
+    env = {"PYTHONPATH": path} if baseline else None
+    return {"model": label, **tuned, "seed": seed, **harness.run_script(command, folder, outputs, env)}
 
 
 def main(argv=None):

@@ -5,17 +5,12 @@ transfer the attention from the source (the teacher) on unlabeled text, and save
         --output_dir runs/minilm-fastformer --max_position_embeddings 8192 \\
         --distill_file data/distillation/train.jsonl.gz
 
-(in a checkout also `python scripts/convert_bert_to_fastformer.py`, with the same flags). The source is a local
-folder or Hub id of a BERT-family model (model_type bert, roberta, xlm-roberta, distilbert or electra), or a
-sentence-transformers model whose first module is one (its pooling and normalization carry over, and the output
-folder is a sentence-transformers model too). `--task seq2seq` writes a
-FastformerForConditionalGeneration whose encoder and decoder both start from the source (BERT2BERT). Without
-`--distill_file` only the weights are mapped (the attention then differs from the teacher's: see
-docs/PRETRAINED.md). The distillation runs on Trainer (two stages, `fastformer.distillation`), so `accelerate
-launch` scales it out and a rerun of the same command resumes it from its last checkpoint, a stage that had
-finished read back as it ended (`OUTPUT_DIR/distillation/`, deleted once the folder is saved). It needs the [train]
-extra (`pip install "fastformer[train]"`): without it `--help` still answers, and a run stops at once with one line
-saying so.
+(in a checkout also `python scripts/convert_bert_to_fastformer.py`). The source: a local folder or Hub id of a
+bert, roberta, xlm-roberta, distilbert or electra model, or a sentence-transformers model built on one (the output is
+one too). `--task seq2seq` writes a FastformerForConditionalGeneration, both sides from the source (BERT2BERT).
+Without `--distill_file` only the weights are mapped. The transfer runs on Trainer (`fastformer.distillation`), so
+`accelerate launch` scales it out, and the same command run again resumes it (`OUTPUT_DIR/distillation/`, deleted
+once the folder is saved). Needs the [train] extra: without it `--help` answers, and a run stops with one line.
 """
 
 import json
@@ -41,7 +36,7 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from fastformer.cli import installed, require_extra
+from fastformer.cli import check_weights_readable, fail, installed, parse_args, require_extra, setup_logging
 from fastformer.conversion import (
     CROSS_ATTENTION_INITS,
     TASKS,
@@ -59,12 +54,10 @@ from fastformer.distillation import (
     transfer_attention,
     transfer_errors,
 )
-from fastformer.model_card import write_conversion_card
+from fastformer.model_card import hyperparameters, write_conversion_card
 
 if installed("train"):  # else main() answers --help, and stops a run at once with one line naming the extra
     import datasets
-
-    from fastformer.training import check_weights_readable, fail, hyperparameters, parse_args, setup_logging
 
 logger = logging.getLogger(__name__)
 DISTILLATION_DIR = "distillation"  # inside --output_dir while the transfer runs
@@ -74,10 +67,7 @@ FINISHED, FINISHED_STUDENT = "finished.json", "student.safetensors"  # a stage's
 @dataclass
 class ConversionArguments:
     model_name_or_path: str = field(
-        metadata={
-            "help": "The BERT-family checkpoint to convert (bert, roberta, xlm-roberta, distilbert, electra): "
-            "a local folder or a Hub id (also sentence-transformers)."
-        }
+        metadata={"help": "The BERT-family checkpoint to convert (also sentence-transformers): a folder or Hub id."}
     )
     task: str = field(
         default="encoder",
@@ -89,8 +79,7 @@ class ConversionArguments:
     cross_attention_init: str = field(
         default="random",
         metadata={
-            "help": "With --task seq2seq: random, or self_attention (each decoder layer's cross-attention "
-            "from the same source layer's self-attention projections).",
+            "help": "With --task seq2seq: random, or self_attention (from the same source layer's self-attention).",
             "choices": list(CROSS_ATTENTION_INITS),
         },
     )
@@ -98,8 +87,7 @@ class ConversionArguments:
         default=None, metadata={"help": "Positions of the converted model (default: the source's); more repeat them."}
     )
     base_model: str | None = field(
-        default=None,
-        metadata={"help": "The source's Hub id, for the model card, when --model_name_or_path is a local copy."},
+        default=None, metadata={"help": "The source's Hub id, for the model card, when it is read from a folder."}
     )
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "Replace what --output_dir holds (a finished folder is kept otherwise)."}
@@ -112,8 +100,7 @@ class ConversionArguments:
 @dataclass
 class DistillationArguments:
     distill_file: str | None = field(
-        default=None,
-        metadata={"help": "Unlabeled text (json/jsonl, optionally .gz, or txt) for the attention transfer."},
+        default=None, metadata={"help": "Unlabeled text (json/jsonl, or txt; maybe .gz) for the attention transfer."}
     )
     text_column: str = field(default="text", metadata={"help": "The text column of --distill_file."})
     max_seq_length: int = field(default=256, metadata={"help": "Distillation texts are truncated to this many tokens."})
@@ -123,10 +110,7 @@ class DistillationArguments:
     max_eval_samples: int | None = field(default=128, metadata={"help": "Keep at most N held-out texts."})
     least_squares_start: bool = field(
         default=False,
-        metadata={
-            "help": "Before the layerwise stage, fit every layer's W_r in closed form (least squares against "
-            "the teacher's attention contexts on --least_squares_batches training batches)."
-        },
+        metadata={"help": "Before the layerwise stage, fit every layer's W_r to the teacher by least squares."},
     )
     least_squares_batches: int = field(default=8, metadata={"help": "Batches of the --least_squares_start fit."})
     end_to_end_steps: int = field(default=350, metadata={"help": "Steps of the end-to-end stage (0: skip it)."})
@@ -136,9 +120,8 @@ class DistillationArguments:
     end_to_end_matched: str = field(
         default="pooled",
         metadata={
-            "help": "What the end-to-end stage matches: the teacher's hidden state after the last layer and the "
-            "sentence embedding pooled from it by the converted model's pooler (pooled), after the last layer "
-            "only (last: the layers below free to reach it their own way), or after every layer (all).",
+            "help": "What the end-to-end stage matches of the teacher: its last hidden state and the sentence "
+            "embedding pooled from it (pooled), its last hidden state (last), or every layer's (all).",
             "choices": list(MATCHED),
         },
     )
@@ -147,8 +130,8 @@ class DistillationArguments:
 
 @dataclass
 class DistillationTrainingArguments(TrainingArguments):
-    """TrainingArguments with this script's defaults (steps sized so that all-MiniLM-L6-v2 converts in under 30
-    minutes on 2 CPU cores); `--max_steps` and `--learning_rate` are the layerwise stage's."""
+    """TrainingArguments with this command's defaults (all-MiniLM-L6-v2 converts in under 30 minutes on 2 CPU
+    cores); `--max_steps` and `--learning_rate` are the layerwise stage's."""
 
     max_steps: int = field(default=500, metadata={"help": "Steps of the layerwise stage."})
     learning_rate: float = field(default=3e-3, metadata={"help": "Learning rate of the layerwise stage."})
@@ -166,9 +149,9 @@ ARGUMENTS = (ConversionArguments, DistillationArguments, DistillationTrainingArg
 
 
 def prepare_output_dir(output_dir: Path, overwrite: bool, run: dict) -> None:
-    """A finished folder is never replaced without --overwrite_output_dir. An unfinished transfer of the same run
-    (`run`: source, task, positions, data, text length, seed) is resumed from its checkpoints; of another run it is
-    refused, or with --overwrite_output_dir deleted, as are the sentence-transformers files of a former run."""
+    """Refuse to replace a finished folder without --overwrite_output_dir. An unfinished transfer of the same `run`
+    is resumed; of another, refused (with --overwrite_output_dir: deleted, with a former run's sentence-transformers
+    files)."""
     work = output_dir / DISTILLATION_DIR
     finished = (output_dir / "config.json").exists()
     if finished and not overwrite:
@@ -271,19 +254,11 @@ def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir
             check_weights_readable(last)
             logger.info(f"Resuming the {stage} stage from {last}")
         started = time.perf_counter()
-        result = transfer_attention(
-            encoder,
-            teacher,
-            stage,
-            train,
-            stage_args,
-            collator,
-            resume_from_checkpoint=last,
-            matched=distill_args.end_to_end_matched,  # the layerwise stage matches every attention sub-layer
-        )
+        matched = distill_args.end_to_end_matched  # the layerwise stage matches every attention sub-layer
+        result = transfer_attention(encoder, teacher, stage, train, stage_args, collator, last, matched)
         report["stages"][stage] = {
             **settings[stage],
-            **({"matched": distill_args.end_to_end_matched} if stage == "end_to_end" else {}),
+            **({"matched": matched} if stage == "end_to_end" else {}),
             "train_loss": result.training_loss,
             "seconds": round(time.perf_counter() - started, 1),
             "after": measure(encoder, teacher, evaluation),
@@ -304,8 +279,8 @@ def print_errors(when: str, measured: dict) -> None:
 
 
 def save_sentence_transformers_files(source, output_dir: Path, max_seq_length: int) -> None:
-    """A sentence-transformers source stays one: its module list, pooling and settings next to the weights
-    (load it with `SentenceTransformer(output_dir, trust_remote_code=True)`)."""
+    """A sentence-transformers source's modules and settings next to the weights: the folder loads with
+    `SentenceTransformer(output_dir, trust_remote_code=True)`."""
     for path, text in sentence_transformers_files(source, max_seq_length).items():
         target = output_dir / path
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -330,13 +305,9 @@ def main(args: list[str] | None = None):
     except (ValueError, OSError) as error:
         fail(str(error))
     tokenizer = AutoTokenizer.from_pretrained(conversion_args.model_name_or_path, subfolder=source.subfolder, **hub)
-    special_ids = {}
-    if conversion_args.task == "seq2seq":  # a BERT tokenizer's [CLS] starts a sequence and [SEP] ends it
-        special_ids = dict(
-            bos_token_id=tokenizer.cls_token_id,
-            decoder_start_token_id=tokenizer.cls_token_id,
-            eos_token_id=tokenizer.sep_token_id,
-        )
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id  # a BERT tokenizer's sequence start and end
+    seq2seq = conversion_args.task == "seq2seq"
+    special_ids = dict(bos_token_id=cls, decoder_start_token_id=cls, eos_token_id=sep) if seq2seq else {}
     try:
         model = convert_bert(
             source.model,
@@ -350,7 +321,7 @@ def main(args: list[str] | None = None):
         fail(str(error))
     tokenizer.model_max_length = model.config.max_position_embeddings
 
-    encoder = model if conversion_args.task == "encoder" else model.get_encoder()
+    encoder = model.get_encoder() if seq2seq else model
     report = None
     if distill_args.distill_file:
         if distill_args.max_seq_length > source_positions(source.model.config):
@@ -374,7 +345,7 @@ def main(args: list[str] | None = None):
             prepare_output_dir(output_dir, conversion_args.overwrite_output_dir, run)
         dtype = model.dtype
         report = distill(encoder.float(), source.model.float(), tokenizer, distill_args, training_args, output_dir)
-        if conversion_args.task == "seq2seq":
+        if seq2seq:
             copy_encoder_layers(encoder, model.get_decoder().layers)
         model.to(device="cpu", dtype=dtype)  # as the source: the transfer ran in float32, maybe on an accelerator
     elif training_args.should_save:
@@ -383,7 +354,7 @@ def main(args: list[str] | None = None):
     if training_args.should_save:
         model.save_pretrained(output_dir)
         tokenizer.save_pretrained(output_dir)
-        sentence_transformers = bool(source.sentence_transformers) and conversion_args.task == "encoder"
+        sentence_transformers = bool(source.sentence_transformers) and not seq2seq
         if sentence_transformers:
             save_sentence_transformers_files(source, output_dir, model.config.max_position_embeddings)
         settings = {

@@ -2,15 +2,11 @@
 
     fastformer-export-onnx --model_name_or_path runs/20newsgroups --output_dir runs/20newsgroups-onnx
 
-(in a checkout also `python scripts/export_onnx.py`, with the same flags).
-
-Writes OUTPUT_DIR/model.onnx (inputs input_ids and attention_mask; outputs named as the head's ModelOutput fields:
-last_hidden_state and pooler_output, or logits), with --int8 also model_quantized.onnx (int8 weights), the config
-and the tokenizer beside it (optimum's file names), and onnx_check.json: the largest absolute difference between
-ONNX Runtime and PyTorch on padded batches at lengths the export did not trace. A difference above --atol fails
-the export (exit status 1) and leaves the folder as it was. The route is `torch.onnx.export(dynamo=True)`; why not
-optimum, and which additive attention mode the graph holds: fastformer/export.py. It needs the [onnx] extra
-(`pip install "fastformer[onnx]"`): without it `--help` still answers, and a run stops at once with one line saying so.
+(in a checkout also `python scripts/export_onnx.py`). Writes OUTPUT_DIR/model.onnx (inputs input_ids and
+attention_mask, outputs named as the head's ModelOutput fields), with --int8 also model_quantized.onnx, the config
+and tokenizer beside it, and onnx_check.json: the largest difference to PyTorch on padded batches of untraced shapes.
+A difference above --atol fails the export (exit status 1) and leaves the folder as it was. Needs the [onnx] extra:
+without it `--help` answers, and a run stops with one line.
 """
 
 import argparse

@@ -3,13 +3,9 @@ Hugging Face Hub.
 
     fastformer-push-to-hub --output_dir runs/newsgroups --hub_model_id user/fastformer-newsgroups [--private]
 
-(in a checkout also `python scripts/push_to_hub.py`, with the same flags).
-
-Creates the repo unless it exists, then uploads the folder in one commit (huggingface_hub splits only folders of
-hundreds of files), leaving out what training leaves behind: `checkpoint-*` folders, TensorBoard `runs/`, `*.bin`
-files (the weights are safetensors; training_args.bin is a pickle) and names starting with `_`. Files the repo
-already has are replaced, and those the folder lacks are kept: this script never deletes remote files. The Hub is
-huggingface_hub's (`HF_ENDPOINT`); the token is --hub_token, else `HF_TOKEN` or the cached `hf auth login`.
+(in a checkout also `python scripts/push_to_hub.py`). Creates the repo unless it exists and uploads the folder in one
+commit, without `checkpoint-*`, `runs/`, `*.bin` and names starting with `_`. Files the repo has are replaced, none
+deleted. The Hub is huggingface_hub's (`HF_ENDPOINT`); the token --hub_token, else `HF_TOKEN` or the cached login.
 """
 
 import argparse

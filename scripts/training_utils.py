@@ -1,39 +1,31 @@
-"""What the training scripts in scripts/ share: model and data arguments, building a config, tokenizer and model
-from scratch or from a checkpoint, loading local files or Hub data sets, training and evaluating, and saving a
+"""What the training scripts beside this module share: model and data arguments, building a config, tokenizer and
+model from scratch or from a checkpoint, loading local files or Hub data sets, training and evaluating, and saving a
 Hub-ready folder with a model card.
 
 The scripts follow the transformers examples (HfArgumentParser over dataclasses and TrainingArguments), so the
-flags are the ones users know; this module keeps the parts they share in one place. It needs the [train] extra
-(datasets), so `import fastformer` does not import it. The bundled data and tokenizer are a source checkout's: the
-scripts pass their paths as defaults, used where they exist.
+flags are the ones users know. The bundled data and tokenizer are a source checkout's: the scripts pass their paths
+as defaults, used where they exist.
 """
 
 import logging
 import os
-import platform
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
 import torch
-import transformers
 from huggingface_hub.errors import StrictDataclassError
-from safetensors import SafetensorError, safe_open
 from torch.utils.data import SequentialSampler
-from transformers import AutoConfig, AutoTokenizer, HfArgumentParser
+from transformers import AutoConfig, AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint, has_length
 
-from .model_card import write_model_card
+from fastformer import cli
+from fastformer.cli import check_weights_readable, fail
+from fastformer.model_card import hyperparameters, write_model_card
 
 DATA_EXTENSIONS = {".json": "json", ".jsonl": "json", ".csv": "csv"}
 
-logger = transformers.utils.logging.get_logger(__name__)
-
-
-def fail(message: str):
-    """Stop the script with a one-line message naming the problem (exit status 1)."""
-    sys.exit(f"{Path(sys.argv[0]).name}: error: {message}")
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -92,50 +84,9 @@ class DataArguments:
     )
 
 
-def parse_args(arguments: tuple[type, type, type], args: list[str] | None = None) -> tuple:
-    """The command line (or `args`) as a script's (model, data, training) `arguments` dataclasses; a flag that
-    none of them has is an error. A single argument ending in .json is an argument file, as in the transformers
-    examples: one JSON object whose keys are the flags' names (relative paths in it are relative to the
-    working directory, as on the command line)."""
-    parser = HfArgumentParser(arguments)
-    args = sys.argv[1:] if args is None else args
-    if len(args) == 1 and args[0].endswith(".json"):
-        if not Path(args[0]).is_file():
-            fail(f"argument file {args[0]}: no such file")
-        try:
-            return parser.parse_json_file(args[0])
-        except ValueError as error:  # keys that are no flag of this script, or invalid JSON
-            fail(f"argument file {args[0]}: {error}")
-    return parser.parse_args_into_dataclasses(args)
-
-
 def setup_logging(training_args):
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    level = training_args.get_process_log_level()
-    for log in (logger, logging.getLogger("__main__")):
-        log.setLevel(level)
-    datasets.utils.logging.set_verbosity(level)
-    transformers.utils.logging.set_verbosity(level)
-    logger.info(f"Training/evaluation parameters {training_args}")
-    warn_emulated_bf16(training_args)
-
-
-def warn_emulated_bf16(training_args):
-    """--bf16 on a CPU without bf16 instructions (AVX512-BF16 or AMX): torch emulates bf16 there, slower than
-    float32 (measured on such a CPU, 2 cores: a training step of the warm-started summarizer at batch 16 x 512
-    tokens took 8.2 s in bf16 autocast against 3.7 s in float32; on a CPU with native bf16, bf16 was 2.6x faster)."""
-    # torch's own checks (private, torch 2.13); they know x86 only
-    native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
-    x86 = platform.machine().lower() in ("x86_64", "amd64")
-    if training_args.bf16 and training_args.device.type == "cpu" and x86 and not native:
-        logger.warning(
-            "--bf16 on a CPU without AVX512-BF16 or AMX instructions: bf16 is emulated here and runs slower than "
-            'float32 (about 2x a training step); leave --bf16 out (or set "bf16": false) on this machine'
-        )
+    """`fastformer.cli.setup_logging`, this module's log included."""
+    cli.setup_logging(training_args, logger)
 
 
 def hub_kwargs(model_args) -> dict:
@@ -197,19 +148,6 @@ def load_config(model_args, tokenizer, max_length: int, **task_settings):
         except (ValueError, StrictDataclassError) as error:  # @strict's errors, as transformers' configs raise them
             fail(f"--config_overrides: {error}")
     return config
-
-
-def check_weights_readable(path):
-    """The safetensors file `path`, or every one in the local folder `path`, opens as safetensors checks it: a
-    header that parses and tensors that the file's size covers. A damaged (truncated, overwritten) file stops the
-    script with a message naming it, which safetensors' own error does not."""
-    path = Path(path)
-    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path] if path.is_file() else []
-    for path in files:
-        try:
-            safe_open(path, framework="pt").keys()
-        except SafetensorError as error:
-            fail(f"{path} is damaged (truncated or overwritten: {error}); restore it, or train it again")
 
 
 def load_model(auto_class, model_args, config):
@@ -407,26 +345,6 @@ def write_card(trainer, *, task: str, dataset: str, metrics: dict, base_model: s
             hyperparameters=hyperparameters(trainer.args),
             base_model=base_model,
         )
-
-
-def hyperparameters(args) -> dict:
-    return {
-        "learning_rate": args.learning_rate,
-        "train_batch_size": args.per_device_train_batch_size,
-        "eval_batch_size": args.per_device_eval_batch_size,
-        "gradient_accumulation_steps": args.gradient_accumulation_steps,
-        "total_train_batch_size": (
-            args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
-        ),
-        "num_devices": args.world_size,
-        "seed": args.seed,
-        "optimizer": getattr(args.optim, "value", args.optim),
-        "lr_scheduler_type": getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type),
-        "warmup_steps": args.warmup_steps,
-        "num_epochs": args.num_train_epochs,
-        "max_steps": args.max_steps,
-        "weight_decay": args.weight_decay,
-    }
 
 
 class SplitOrderTrainerMixin:
