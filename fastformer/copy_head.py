@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from transformers import initialization as init
+from transformers.conversion_mapping import get_checkpoint_conversion_mapping, register_checkpoint_conversion_mapping
 from transformers.loss.loss_utils import ForMaskedLMLoss
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 from transformers.modeling_utils import slice_logits_to_keep
@@ -244,5 +245,13 @@ class FastformerCopyForCausalLM(FastformerForCausalLM):
 
     config_class = FastformerCopyConfig
 
+
+# checkpoints name the encoder-decoder's parts as `FastformerForConditionalGeneration`'s do (renamed on load, and
+# back on save)
+register_checkpoint_conversion_mapping(
+    FastformerCopyForConditionalGeneration.__name__,
+    get_checkpoint_conversion_mapping(FastformerForConditionalGeneration.__name__),
+    overwrite=True,
+)
 
 __all__ = ["CopyGenerationOutput", "FastformerCopyForCausalLM", "FastformerCopyForConditionalGeneration"]

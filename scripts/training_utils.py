@@ -16,7 +16,7 @@ import datasets
 import torch
 from huggingface_hub.errors import StrictDataclassError
 from torch.utils.data import SequentialSampler
-from transformers import AutoConfig, AutoTokenizer
+from transformers import CONFIG_MAPPING, AutoConfig, AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint, has_length
 
 from fastformer import cli
@@ -36,7 +36,11 @@ class ModelArguments:
     )
     model_type: str = field(
         default="fastformer",
-        metadata={"help": "Architecture to train from scratch: fastformer, or a transformers model type (bert, bart)."},
+        metadata={
+            "help": "Architecture to train from scratch: fastformer, or a transformers model type (bert, bart). With "
+            "a checkpoint, a model type that extends its config: fastformer_copy loads a Fastformer seq2seq "
+            "checkpoint with the copy head (FastformerCopyForConditionalGeneration), new weights for the head."
+        },
     )
     config_name: str | None = field(default=None, metadata={"help": "Config to start from, if not the model's."})
     config_overrides: str | None = field(
@@ -123,6 +127,9 @@ def load_config(model_args, tokenizer, max_length: int, **task_settings):
     source = model_args.config_name or model_args.model_name_or_path
     if source:
         config = AutoConfig.from_pretrained(source, **task_settings, **hub_kwargs(model_args))
+        extended = CONFIG_MAPPING[model_args.model_type] if model_args.model_type in CONFIG_MAPPING else None
+        if extended is not None and extended is not type(config) and issubclass(extended, type(config)):
+            config = extended(**config.to_diff_dict())
     else:
         try:
             config = AutoConfig.for_model(model_args.model_type, **task_settings)

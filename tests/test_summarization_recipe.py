@@ -125,7 +125,8 @@ def test_pretraining_argument_file_is_the_benchmarks_stage(repo_root, monkeypatc
     args = summarization.parse_args([])
     paths = (pretraining["model_name_or_path"], pretraining["train_file"], pretraining["output_dir"])
     stage = summarization.pretraining(args.base, *paths)
-    stage["config_overrides"] = "copy_mechanism=true,copy_spans=true,copy_context_window=3,decoder_conv_kernel=4"
+    stage["model_type"] = "fastformer_copy"
+    stage["config_overrides"] = "copy_spans=true,copy_context_window=3,decoder_conv_kernel=4"
     assert {key: value for key, value in stage.items() if value is not None} == pretraining
     model_args, data_args, training_args = parse_args(run_summarization.ARGUMENTS, [str(PRETRAINING)])
     assert model_args.freeze_encoder and not model_args.cache_encoder_states and not training_args.do_eval
@@ -156,8 +157,9 @@ def test_argument_files_hold_what_was_chosen_on_validation(repo_root, recipe, tm
     written = [lines_of(tmp_path / name) for name in ("readme.jsonl", "benchmark.jsonl")]
     assert len(written[0]) > 30 and written[0] == written[1]
     pretraining = json.loads((repo_root / PRETRAINING).read_text())
-    overrides = "copy_mechanism=true,copy_spans=true,copy_context_window=3,decoder_conv_kernel=4"
-    assert settings["copy_mechanism"] and pretraining["config_overrides"] == overrides
+    overrides = "copy_spans=true,copy_context_window=3,decoder_conv_kernel=4"
+    assert settings["copy_mechanism"] and pretraining["model_type"] == "fastformer_copy"
+    assert pretraining["config_overrides"] == overrides
     assert recipe["label_smoothing_factor"] == settings["label_smoothing_factor"]
     assert recipe["num_beams"] == decoding["num_beams"]
     assert not row["unfreezing"]["kept"] and recipe["output_dir"] == "runs/headlines-minilm"  # the last stage
@@ -230,6 +232,7 @@ def test_recipe_trains_a_converted_checkpoint_and_generates(repo_root, recipe, c
     settings = {
         **recipe,
         "model_name_or_path": str(converted),
+        "model_type": "fastformer_copy",  # the recipe's headline stage starts from the pretrained copy model
         "output_dir": str(tmp_path / "run"),
         "max_train_samples": 8,
         "max_eval_samples": 4,

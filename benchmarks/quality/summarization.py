@@ -21,7 +21,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, BertModel
 
 from benchmarks import harness
 from benchmarks.harness import DOCS, REPO, SCRIPTS, arguments, flags, machine, minilm, read_json, write_json
-from fastformer import FastformerForConditionalGeneration
+from fastformer import FastformerCopyConfig, FastformerCopyForConditionalGeneration, FastformerForConditionalGeneration
 from fastformer.conversion import bert2bert_model, copy_bert_cross_attention
 from scripts.frozen_encoder import token_state_spread
 from scripts.headline_rules import (
@@ -146,6 +146,12 @@ def run(args, settings: dict) -> dict:
             found[key] = (folder / name).read_text().splitlines() if (folder / name).exists() else None
         return found
 
+    model_type = read_json(Path(settings["model_name_or_path"]) / "config.json", {}).get("model_type")
+    if model_type == "fastformer":
+        # FastformerConfig has no untied encoder embeddings (FastformerCopyConfig's `tie_encoder_embeddings`):
+        # without the copy head, a Fastformer's encoder shares them with the decoder and trains whole
+        settings = {key: value for key, value in settings.items() if key != "train_encoder_layers"}
+        settings |= {"freeze_encoder": False, "cache_encoder_states": False}
     command = [sys.executable, str(SCRIPTS / "run_summarization.py"), *flags(settings)]
     return harness.run_script(command, Path(settings["output_dir"]), outputs)
 
@@ -155,7 +161,11 @@ def fastformer_start(converted: str, cross_attention_init: str, source: str | No
     conversion.json says so, else copied from the source BERT's self-attention ("self_attention") or a new model's
     ("random")."""
     torch.manual_seed(0)
-    model = FastformerForConditionalGeneration.from_pretrained(converted, copy_mechanism=copy)
+    if copy:
+        config = FastformerCopyConfig.from_pretrained(converted)
+        model = FastformerCopyForConditionalGeneration.from_pretrained(converted, config=config)
+    else:
+        model = FastformerForConditionalGeneration.from_pretrained(converted)
     conversion = read_json(Path(converted) / "conversion.json", {})
     as_converted = cross_attention_init == conversion.get("cross_attention_init", "random")
     if cross_attention_init == "self_attention" and not as_converted:
