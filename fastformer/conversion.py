@@ -214,11 +214,8 @@ def _sentence_transformers_pooler(name_or_path, files, modules) -> str:
     if "pooling_mode" in settings:  # sentence-transformers 6: one mode by name
         modes = [settings["pooling_mode"]]
     else:  # before: one flag per mode
-        modes = [
-            flag.removeprefix("pooling_mode_")
-            for flag, value in settings.items()
-            if flag.startswith("pooling_mode_") and value is True
-        ]
+        flags = [flag for flag, value in settings.items() if flag.startswith("pooling_mode_") and value is True]
+        modes = [flag.removeprefix("pooling_mode_") for flag in flags]
     if len(modes) != 1 or modes[0] not in SENTENCE_TRANSFORMERS_POOLING:
         raise ValueError(
             f"{name_or_path} pools with {modes}; a converted model pools with exactly one of "
@@ -265,16 +262,9 @@ def fastformer_config(
         )
     settings = {name: getattr(bert_config, name) for name in SHARED_CONFIG_FIELDS}
     width = getattr(bert_config, "embedding_size", None) or bert_config.hidden_size
-    settings.update(
-        embedding_size=None if width == bert_config.hidden_size else width,  # ELECTRA's, where narrower
-        max_position_embeddings=positions,
-        share_query_value=False,
-        share_layers=False,
-        share_heads=False,
-        interaction="product",
-        query_residual=False,
-        pooler_type=pooler_type,
-    )
+    settings["embedding_size"] = None if width == bert_config.hidden_size else width  # ELECTRA's, where narrower
+    settings.update(max_position_embeddings=positions, pooler_type=pooler_type, interaction="product")
+    settings.update(share_query_value=False, share_layers=False, share_heads=False, query_residual=False)
     if task == "seq2seq":  # bert-base-uncased's [CLS] starts, [SEP] ends a sequence; the script passes the tokenizer's
         settings.update(bos_token_id=101, decoder_start_token_id=101, eos_token_id=102)
     settings.update(overrides)

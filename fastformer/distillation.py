@@ -13,6 +13,7 @@ batch's real tokens (0: exact, 1: no better than the teacher's mean), without dr
 stage on `transformers.Trainer`; `transfer_errors` and `embedding_cosine` measure the agreement on held-out text.
 """
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -51,22 +52,16 @@ def least_squares_start(student: FastformerModel, teacher: PreTrainedModel, batc
     the additive attention of the teacher's input of the layer, less any query residual) gives the teacher's
     self-attention context. The other weights stay. Returns per layer the unexplained variance left."""
     layers = student.layers
-    contexts, inputs = [], []
-    hooks = [
-        layer.attention.self.register_forward_hook(lambda module, args, output: contexts.append(output[0]))
-        for layer in teacher.encoder.layer
-    ]
-    hooks += [
-        layer.attention.transform.register_forward_hook(lambda module, args, output: inputs.append(args[0]))
-        for layer in layers
-    ]
     size, sums = student.config.hidden_size, dict(dtype=torch.float64, device=student.device)
     gram = torch.zeros(len(layers), size + 1, size + 1, **sums)
     cross = torch.zeros(len(layers), size + 1, size, **sums)
     squares = torch.zeros(len(layers), **sums)  # sum ||c_i||^2
     target_sums = torch.zeros(len(layers), size, **sums)  # sum c_i
     counts = torch.zeros(len(layers), **sums)
-    try:
+    with (
+        _recorded([layer.attention.self for layer in teacher.encoder.layer]) as contexts,
+        _recorded([layer.attention.transform for layer in layers], read_input=True) as inputs,
+    ):
         for batch in batches:
             input_ids, mask = batch["input_ids"].to(student.device), batch["attention_mask"].to(student.device)
             contexts.clear()
@@ -85,9 +80,6 @@ def least_squares_start(student: FastformerModel, teacher: PreTrainedModel, batc
                 squares[index] += target.square().sum()
                 target_sums[index] += target.sum(dim=0)
                 counts[index] += len(target)
-    finally:
-        for hook in hooks:
-            hook.remove()
     errors = []
     for index, layer in enumerate(layers):
         penalty = torch.zeros(size + 1, **sums)
@@ -106,20 +98,27 @@ def least_squares_start(student: FastformerModel, teacher: PreTrainedModel, batc
 def teacher_targets(teacher: PreTrainedModel, input_ids, attention_mask) -> tuple[tuple[torch.Tensor, ...], list]:
     """The teacher's hidden states (embeddings, then after every layer) and every layer's attention sub-layer
     output, without gradients."""
-    attention_outputs = []
-    hooks = [
-        layer.attention.register_forward_hook(lambda module, args, output: attention_outputs.append(output[0]))
-        for layer in teacher.encoder.layer
-    ]
+    attention = [layer.attention for layer in teacher.encoder.layer]
+    with torch.no_grad(), _recorded(attention) as attention_outputs:
+        hidden_states = teacher(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+    return hidden_states.hidden_states, attention_outputs
+
+
+@contextlib.contextmanager
+def _recorded(modules, read_input: bool = False):
+    """A list of every call's output (its first element), or with `read_input` its first input, of `modules` while
+    the context lasts."""
+    found = []
+
+    def record(module, args, output):
+        found.append(args[0] if read_input else output[0])
+
+    hooks = [module.register_forward_hook(record) for module in modules]
     try:
-        with torch.no_grad():
-            hidden_states = teacher(
-                input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True
-            ).hidden_states
+        yield found
     finally:
         for hook in hooks:
             hook.remove()
-    return hidden_states, attention_outputs
 
 
 class AttentionTransfer(nn.Module):

@@ -245,18 +245,13 @@ def export_seq2seq_onnx(model, folder: str | Path) -> dict[str, Path]:
     return paths
 
 
-# generation settings that change greedy search's choice of token (logits processors): the loop below has none
+# generation settings that change greedy search's choice of token (logits processors; the loop below has none) -> the
+# values that leave it as it is
 PROCESSOR_DEFAULTS = {
-    "no_repeat_ngram_size": (0, None),
-    "encoder_no_repeat_ngram_size": (0, None),
-    "min_length": (0, None),
-    "min_new_tokens": (None,),
+    **dict.fromkeys(("no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "min_length"), (0, None)),
+    **dict.fromkeys(("min_new_tokens", "bad_words_ids", "suppress_tokens", "begin_suppress_tokens"), (None,)),
+    **dict.fromkeys(("forced_bos_token_id", "forced_eos_token_id"), (None,)),
     "repetition_penalty": (1.0, None),
-    "bad_words_ids": (None,),
-    "suppress_tokens": (None,),
-    "begin_suppress_tokens": (None,),
-    "forced_bos_token_id": (None,),
-    "forced_eos_token_id": (None,),
 }
 
 

@@ -40,19 +40,10 @@ DECODER_FIELDS = ("num_decoder_layers", "decoder_layers")
 def write_model_card(
     output_dir, *, model, task, dataset, metrics, hyperparameters, base_model=None, license="apache-2.0"
 ) -> ModelCard:
-    """Writes `output_dir`/README.md, the model card of `model` trained for `task` on `dataset`, and returns it.
-
-    Args:
-        output_dir: the checkpoint's folder (created if missing); its name is the card's model name.
-        model: the trained `PreTrainedModel`: a Fastformer, or a transformers baseline (BERT, BART, ...).
-        task: "text-classification", "summarization" or "fill-mask"; the card's pipeline tag.
-        dataset: the training data set, a Hub id or a path (e.g. "data/20newsgroups").
-        metrics: the evaluation metrics as in eval_results.json; the quality metrics (see `QUALITY_METRICS`)
-            go into the model-index with their exact values.
-        hyperparameters: training hyperparameters, name -> value, shown as a table.
-        base_model: the checkpoint this model was fine-tuned from; None if trained from scratch.
-        license: the card's license id.
-    """
+    """Writes `output_dir`/README.md (its folder's name: the model's) and returns it: the card of `model` (a Fastformer
+    or a transformers baseline) trained for `task` (a key of TASKS) on `dataset` (a Hub id or a path), with its
+    `metrics` as in eval_results.json (the QUALITY_METRICS also in the model-index), its `hyperparameters` (name ->
+    value), the `base_model` it was fine-tuned from (None: trained from scratch) and `license`."""
     if task not in TASKS:
         raise ValueError(f"`task` must be one of {tuple(TASKS)}, got {task!r}")
     auto_class, task_name = TASKS[task]

@@ -30,12 +30,25 @@ def _pool(vectors, weight, real, dim):
     return sum(w * vectors[i] for w, i in zip(weights, real))
 
 
-def _attention(causal, query, key, value, query_weight, key_weight, attention_mask, interaction, projections):
-    """u (B, H, N, D): position t pools the real tokens of its prefix 1..t (`causal`) or of the whole sequence."""
+def additive_attention(
+    query,
+    key,
+    value,
+    query_weight,
+    key_weight,
+    attention_mask=None,
+    interaction="product",
+    query_key_projection=None,
+    key_value_projection=None,
+    *,
+    causal=False,
+) -> torch.Tensor:
+    """u (B, H, N, D) of Eqs. 3-6: padding takes no part in either softmax; a sequence without tokens pools to the zero
+    vector. With `causal`, position t pools its prefix 1..t only."""
     q, k, v, w_q, w_k = (t.double() for t in (query, key, value, query_weight, key_weight))
     batch, heads, length, dim = q.shape
     mask = torch.ones(batch, length, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
-    qk_proj, kv_proj = ([None] * heads if p is None else p for p in projections)
+    qk_proj, kv_proj = ([None] * heads if p is None else p for p in (query_key_projection, key_value_projection))
     u = torch.zeros(batch, heads, length, dim, dtype=torch.float64)
     for b in range(batch):
         seen = [[i for i in range(t + 1 if causal else length) if mask[b, i]] for t in range(length)]
@@ -49,37 +62,9 @@ def _attention(causal, query, key, value, query_weight, key_weight, attention_ma
     return u
 
 
-def additive_attention(
-    query,
-    key,
-    value,
-    query_weight,
-    key_weight,
-    attention_mask=None,
-    interaction="product",
-    query_key_projection=None,
-    key_value_projection=None,
-) -> torch.Tensor:
-    """u (B, H, N, D) of Eqs. 3-6: padding takes no part in either softmax; a sequence without tokens pools
-    to the zero vector."""
-    projections = (query_key_projection, key_value_projection)
-    return _attention(False, query, key, value, query_weight, key_weight, attention_mask, interaction, projections)
-
-
-def causal_additive_attention(
-    query,
-    key,
-    value,
-    query_weight,
-    key_weight,
-    attention_mask=None,
-    interaction="product",
-    query_key_projection=None,
-    key_value_projection=None,
-) -> torch.Tensor:
-    """u (B, H, N, D) of the causal variant: position t pools the prefix 1..t as in Eqs. 3-6, padding left out."""
-    projections = (query_key_projection, key_value_projection)
-    return _attention(True, query, key, value, query_weight, key_weight, attention_mask, interaction, projections)
+def causal_additive_attention(*args, **kwargs) -> torch.Tensor:
+    """u (B, H, N, D) of the causal variant, `additive_attention(*args, **kwargs, causal=True)`."""
+    return additive_attention(*args, **kwargs, causal=True)
 
 
 def causal_pooling_weights(x, weight, attention_mask=None) -> torch.Tensor:

@@ -4,9 +4,9 @@
 - `fastformer-export-onnx`: export_onnx.py (an encoder checkpoint as ONNX, checked on ONNX Runtime; the [onnx] extra)
 - `fastformer-push-to-hub`: push_to_hub.py (a finished output folder to the Hub; no extra)
 
-Not imported by `import fastformer`. After a bare `pip install fastformer` each command still answers `--help`; one
-whose extra is missing stops at the start of its `main` with one line naming the extra (`require_extra`). The
-helpers below `require_extra` serve the commands and the training scripts of a checkout.
+Not imported by `import fastformer`. After a bare `pip install fastformer` each command answers `--help`, and one
+whose extra is missing stops with one line naming it (`require_extra`). The other helpers serve the training scripts
+too.
 """
 
 import importlib.util

@@ -40,28 +40,13 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model_name_or_path", required=True, help="a Fastformer checkpoint (folder or Hub id)")
     parser.add_argument("--output_dir", type=Path, required=True, help="where model.onnx and the rest are written")
-    parser.add_argument(
-        "--task",
-        choices=["auto", *TASKS],
-        default="auto",
-        help="the head to export (default: the checkpoint's own, from its config's architectures)",
-    )
-    parser.add_argument(
-        "--additive_attention_mode",
-        choices=["plain", "collapsed"],
-        default=None,
-        help="the graph's attention sub-layer (default: collapsed for the product interaction, else plain: export.py)",
-    )
+    parser.add_argument("--task", choices=["auto", *TASKS], default="auto", help="the head (default: the checkpoint's)")
+    parser.add_argument("--additive_attention_mode", choices=["plain", "collapsed"], help="default: collapsed for the product interaction, else plain")
     parser.add_argument("--atol", type=float, default=1e-4, help="largest difference to PyTorch accepted")
-    parser.add_argument(
-        "--int8",
-        action="store_true",
-        help="also write model_quantized.onnx: ONNX Runtime's dynamic int8 quantization of the weights",
-    )
+    parser.add_argument("--int8", action="store_true", help="also write model_quantized.onnx (int8 weights)")
     args = parser.parse_args(argv)
-    if (args.output_dir / "config.json").exists() and args.output_dir.resolve() == Path(
-        args.model_name_or_path
-    ).resolve():
+    own_folder = args.output_dir.resolve() == Path(args.model_name_or_path).resolve()
+    if own_folder and (args.output_dir / "config.json").exists():
         parser.error("--output_dir is the checkpoint's own folder: its config.json would be overwritten")
     return args
 
