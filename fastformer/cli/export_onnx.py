@@ -41,7 +41,11 @@ def parse_args(argv=None):
     parser.add_argument("--model_name_or_path", required=True, help="a Fastformer checkpoint (folder or Hub id)")
     parser.add_argument("--output_dir", type=Path, required=True, help="where model.onnx and the rest are written")
     parser.add_argument("--task", choices=["auto", *TASKS], default="auto", help="the head (default: the checkpoint's)")
-    parser.add_argument("--additive_attention_mode", choices=["plain", "collapsed"], help="default: collapsed for the product interaction, else plain")
+    parser.add_argument(
+        "--additive_attention_mode",
+        choices=["plain", "collapsed"],
+        help="default: collapsed for the product interaction, else plain",
+    )
     parser.add_argument("--atol", type=float, default=1e-4, help="largest difference to PyTorch accepted")
     parser.add_argument("--int8", action="store_true", help="also write model_quantized.onnx (int8 weights)")
     args = parser.parse_args(argv)
