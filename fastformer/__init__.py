@@ -2,7 +2,7 @@
 
 Importing the package registers Fastformer once, here, and nowhere else (building a model changes no global state):
 - with transformers' Auto classes: the config as model type "fastformer", each head with its Auto class (and the
-  BERT2BERT baseline with a copy head as "copy-encoder-decoder"), and every class `register_for_auto_class`, so that
+  copy head's config as "fastformer_copy"), and every class `register_for_auto_class`, so that
   `save_pretrained` writes `auto_map` and copies the code for `trust_remote_code=True`;
 - in transformers' table of causal LMs (`MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`), the one Trainer's label smoothing reads
   to shift a causal LM's labels (`AutoModelForCausalLM.register` leaves it alone);
@@ -17,7 +17,6 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 from . import copy_head, modeling_fastformer
 from .checks import value_checks
 from .configuration_fastformer import FastformerConfig, FastformerCopyConfig
-from .copy_encoder_decoder import CopyEncoderDecoderConfig, CopyEncoderDecoderModel
 from .copy_head import *  # noqa: F403  (its __all__)
 from .modeling_fastformer import *  # noqa: F403  (its __all__)
 from .peft_defaults import register_peft_defaults
@@ -38,6 +37,4 @@ for _config_class in (FastformerConfig, FastformerCopyConfig):
             _model_class.register_for_auto_class(_auto_class)
             getattr(transformers, _auto_class).register(_config_class, _model_class, exist_ok=True)
     MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(_config_class.model_type, "FastformerForCausalLM")
-transformers.AutoConfig.register(CopyEncoderDecoderConfig.model_type, CopyEncoderDecoderConfig, exist_ok=True)
-transformers.AutoModelForSeq2SeqLM.register(CopyEncoderDecoderConfig, CopyEncoderDecoderModel, exist_ok=True)
 register_peft_defaults()

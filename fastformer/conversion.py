@@ -28,20 +28,17 @@ from dataclasses import dataclass, field
 import torch
 from transformers import (
     AutoConfig,
-    AutoTokenizer,
     BertConfig,
     BertModel,
     DistilBertModel,
     ElectraModel,
-    EncoderDecoderModel,
     PreTrainedModel,
     RobertaModel,
     XLMRobertaModel,
 )
 from transformers.utils import cached_file
 
-from .configuration_fastformer import COPY_FIELDS, FastformerConfig, FastformerCopyConfig, check_copy_context_window
-from .copy_encoder_decoder import CopyEncoderDecoderModel
+from .configuration_fastformer import COPY_FIELDS, FastformerConfig, FastformerCopyConfig
 from .modeling_fastformer import FastformerForConditionalGeneration, FastformerModel
 
 # model_type -> the source's model class (its encoder, no task head)
@@ -323,42 +320,6 @@ def copy_bert_cross_attention(bert: PreTrainedModel, decoder_layers) -> None:
         _copy_sublayer_output(bert_layer.attention.output, layer.cross_attention_output)
 
 
-def bert2bert_model(
-    source: str,
-    cross_attention_init: str = "random",
-    copy_mechanism: bool = False,
-    copy_spans: bool = False,
-    copy_context_window: int = 0,
-    **kwargs,
-) -> tuple:
-    """(model, tokenizer): the softmax baseline of a converted encoder-decoder, Rothe et al.'s BERT2BERT
-    (arXiv:1907.12461), an EncoderDecoderModel of two `source` BERTs (`kwargs` to both configs), special tokens from
-    the source's tokenizer. "self_attention": each decoder layer's cross-attention starts as its self-attention.
-    `copy_mechanism`: a `CopyEncoderDecoderModel` (`copy_spans`, `copy_context_window` as `FastformerCopyConfig`'s, set
-    on the decoder's config)."""
-    if cross_attention_init not in CROSS_ATTENTION_INITS:
-        raise ValueError(f"cross_attention_init must be one of {CROSS_ATTENTION_INITS}, got {cross_attention_init!r}")
-    if copy_spans and not copy_mechanism:
-        raise ValueError("`copy_spans` continues the copy head's spans and needs `copy_mechanism=True`")
-    if copy_context_window and not copy_mechanism:
-        raise ValueError("`copy_context_window` widens the copy head's source states and needs `copy_mechanism=True`")
-    check_copy_context_window(copy_context_window)
-    tokenizer = AutoTokenizer.from_pretrained(source)
-    model = EncoderDecoderModel.from_encoder_decoder_pretrained(source, source, **kwargs)
-    if copy_mechanism:
-        model.decoder.config.copy_spans = copy_spans
-        model.decoder.config.copy_context_window = copy_context_window
-        model = CopyEncoderDecoderModel(encoder=model.encoder, decoder=model.decoder)
-    special = {"decoder_start_token_id": tokenizer.cls_token_id, "bos_token_id": tokenizer.cls_token_id}
-    special |= {"eos_token_id": tokenizer.sep_token_id, "pad_token_id": tokenizer.pad_token_id}
-    model.config.update(special)
-    model.generation_config.update(**special)
-    if cross_attention_init == "self_attention":
-        for layer in model.decoder.bert.encoder.layer:
-            layer.crossattention.load_state_dict(layer.attention.state_dict())
-    return model, tokenizer
-
-
 def _copy_sublayer_output(bert_output, output) -> None:
     output.dense.load_state_dict(bert_output.dense.state_dict())
     output.layer_norm.load_state_dict(bert_output.LayerNorm.state_dict())
@@ -418,7 +379,6 @@ __all__ = [
     "TASKS",
     "BertSource",
     "SOURCE_MODELS",
-    "bert2bert_model",
     "bert_from_distilbert",
     "convert_bert",
     "copy_bert_cross_attention",

@@ -1,6 +1,6 @@
 """See et al.'s pointer-generator (2017) for encoder-decoders: the copy head, what a model with one needs to keep
 the source's token ids for every decoding step, and `FastformerCopyForConditionalGeneration`, Fastformer's
-encoder-decoder with it. The BERT2BERT baseline uses the same head (`fastformer.copy_encoder_decoder`)."""
+encoder-decoder with it. The BERT2BERT baseline uses the same head (scripts/bert2bert.py)."""
 
 from dataclasses import dataclass
 
@@ -109,7 +109,7 @@ class CopyHeadMixin:
     """What a model with a copy head (`self.copy_head`) adds: the source's token ids it copies, checked against the
     encoder's output and kept by generate() for every decoding step, and its modules' initial weights. For
     `FastformerCopyForConditionalGeneration` and the BERT2BERT baseline with the same head
-    (`fastformer.copy_encoder_decoder`)."""
+    (scripts/bert2bert.py)."""
 
     def _init_weights(self, module):
         if isinstance(module, (SpanGate, SourceContext)):

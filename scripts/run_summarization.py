@@ -35,6 +35,7 @@ from transformers import (
 )
 from transformers.utils import cached_file
 
+import bert2bert  # noqa: F401  (registers the BERT2BERT baseline with the copy head for the Auto classes)
 from beam_reranking import (
     BeamReranker,
     candidate_features,

@@ -12,8 +12,9 @@ from transformers import AutoModelForSeq2SeqLM, BertConfig, BertModel, EncoderDe
 
 from benchmarks import harness
 from benchmarks.quality import summarization
+from bert2bert import bert2bert_model
 from fastformer.cli import convert_bert_to_fastformer, parse_args
-from fastformer.conversion import bert2bert_model, convert_bert
+from fastformer.conversion import convert_bert
 from frozen_encoder import freeze_encoder
 from headline_rules import clean_source, headline_style, headline_words, lead_words
 from rouge_metric import rouge

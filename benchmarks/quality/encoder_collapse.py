@@ -14,7 +14,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from benchmarks.harness import DOCS, REPO, arguments, minilm, rows_table, write_record
 from benchmarks.quality.summarization import BERT2BERT_DROPOUT
-from fastformer.conversion import bert2bert_model
+from scripts.bert2bert import bert2bert_model
 from scripts.frozen_encoder import freeze_encoder, token_state_spread
 
 

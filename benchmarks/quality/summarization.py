@@ -22,7 +22,8 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, BertModel
 from benchmarks import harness
 from benchmarks.harness import DOCS, REPO, SCRIPTS, arguments, flags, machine, minilm, read_json, write_json
 from fastformer import FastformerCopyConfig, FastformerCopyForConditionalGeneration, FastformerForConditionalGeneration
-from fastformer.conversion import bert2bert_model, copy_bert_cross_attention
+from fastformer.conversion import copy_bert_cross_attention
+from scripts.bert2bert import bert2bert_model
 from scripts.frozen_encoder import token_state_spread
 from scripts.headline_rules import (
     clean_source,

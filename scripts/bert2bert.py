@@ -1,17 +1,17 @@
-"""transformers' `EncoderDecoderModel` with Fastformer's copy head: the BERT2BERT baseline given the same
-pointer-generator as `FastformerCopyForConditionalGeneration`, so that the lever is tried
-on both (`conversion.bert2bert_model(..., copy_mechanism=True)` builds one).
-
-`import fastformer` registers it with transformers' Auto classes (model type "copy-encoder-decoder"), so that
-`AutoModelForSeq2SeqLM.from_pretrained` and the training scripts load a saved one."""
+"""The summarization recipe's softmax baseline, Rothe et al.'s BERT2BERT (`bert2bert_model`), and transformers'
+`EncoderDecoderModel` with Fastformer's copy head (`CopyEncoderDecoderModel`), so that the copy head is tried on
+both families. Importing this module registers the latter with transformers' Auto classes (model type
+"copy-encoder-decoder"), so that `AutoModelForSeq2SeqLM.from_pretrained` and run_summarization.py load a saved one."""
 
 import torch
-from transformers import EncoderDecoderConfig, EncoderDecoderModel
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, EncoderDecoderConfig, EncoderDecoderModel
 from transformers.loss.loss_utils import ForMaskedLMLoss
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 from transformers.models.encoder_decoder.modeling_encoder_decoder import shift_tokens_right
 
-from .copy_head import CopyHeadMixin, FastformerCopyHead
+from fastformer.configuration_fastformer import check_copy_context_window
+from fastformer.conversion import CROSS_ATTENTION_INITS
+from fastformer.copy_head import CopyHeadMixin, FastformerCopyHead
 
 
 class CopyEncoderDecoderConfig(EncoderDecoderConfig):
@@ -90,3 +90,43 @@ class CopyEncoderDecoderModel(CopyHeadMixin, EncoderDecoderModel):
         if not hidden_states_asked:
             outputs.decoder_hidden_states = None
         return outputs
+
+
+def bert2bert_model(
+    source: str,
+    cross_attention_init: str = "random",
+    copy_mechanism: bool = False,
+    copy_spans: bool = False,
+    copy_context_window: int = 0,
+    **kwargs,
+) -> tuple:
+    """(model, tokenizer): the softmax baseline of a converted encoder-decoder, Rothe et al.'s BERT2BERT
+    (arXiv:1907.12461), an EncoderDecoderModel of two `source` BERTs (`kwargs` to both configs), special tokens from
+    the source's tokenizer. "self_attention": each decoder layer's cross-attention starts as its self-attention.
+    `copy_mechanism`: a `CopyEncoderDecoderModel` (`copy_spans`, `copy_context_window` as `FastformerCopyConfig`'s, set
+    on the decoder's config)."""
+    if cross_attention_init not in CROSS_ATTENTION_INITS:
+        raise ValueError(f"cross_attention_init must be one of {CROSS_ATTENTION_INITS}, got {cross_attention_init!r}")
+    if copy_spans and not copy_mechanism:
+        raise ValueError("`copy_spans` continues the copy head's spans and needs `copy_mechanism=True`")
+    if copy_context_window and not copy_mechanism:
+        raise ValueError("`copy_context_window` widens the copy head's source states and needs `copy_mechanism=True`")
+    check_copy_context_window(copy_context_window)
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    model = EncoderDecoderModel.from_encoder_decoder_pretrained(source, source, **kwargs)
+    if copy_mechanism:
+        model.decoder.config.copy_spans = copy_spans
+        model.decoder.config.copy_context_window = copy_context_window
+        model = CopyEncoderDecoderModel(encoder=model.encoder, decoder=model.decoder)
+    special = {"decoder_start_token_id": tokenizer.cls_token_id, "bos_token_id": tokenizer.cls_token_id}
+    special |= {"eos_token_id": tokenizer.sep_token_id, "pad_token_id": tokenizer.pad_token_id}
+    model.config.update(special)
+    model.generation_config.update(**special)
+    if cross_attention_init == "self_attention":
+        for layer in model.decoder.bert.encoder.layer:
+            layer.crossattention.load_state_dict(layer.attention.state_dict())
+    return model, tokenizer
+
+
+AutoConfig.register(CopyEncoderDecoderConfig.model_type, CopyEncoderDecoderConfig, exist_ok=True)
+AutoModelForSeq2SeqLM.register(CopyEncoderDecoderConfig, CopyEncoderDecoderModel, exist_ok=True)
