@@ -167,8 +167,8 @@ def check_token_type_ids(token_type_ids: torch.Tensor, shape: tuple[int, int], t
     bad = _values_outside(token_type_ids, 0, type_vocab_size)
     if bad is not None:
         raise ValueError(
-            f"`token_type_ids` holds {bad}, outside [0, {type_vocab_size}): token types must be below the config's "
-            "`type_vocab_size`"
+            f"`token_type_ids` holds {bad}, outside [0, {type_vocab_size}): token types are a text's (0) or a "
+            "pair's second text's (1), as BERT's"
         )
 
 

@@ -14,6 +14,8 @@ from .functional import INTERACTIONS
 
 logger = logging.get_logger(__name__)
 
+TYPE_VOCAB_SIZE = 2  # token types (segments), as BERT's: a text or a pair
+
 
 def _requires(requirement: str, holds):
     """A field factory, used as `name: int = _positive_int(default)`. A value must pass `holds` (None is left to
@@ -57,18 +59,17 @@ COPY_AUTO_MAP = {
     "AutoModelForSeq2SeqLM": "copy_head.FastformerCopyForConditionalGeneration",
     "AutoModelForCausalLM": "copy_head.FastformerCopyForCausalLM",
 }
-# fields of earlier releases, dropped with a warning where a saved config still has them: the copy head's, the
-# decoder's short convolution's and the encoder's own embeddings' (`FastformerCopyConfig`'s now, with the value
-# that leaves them out), the attention's mode of computation (`set_additive_attention_mode`) and the classifier's
-# dropout (`hidden_dropout_prob`), which change no output
+# fields of earlier releases, dropped with a warning where a saved config still has them: the copy head's and the
+# decoder's short convolution's (`FastformerCopyConfig`'s now, with the value that leaves them out), the attention's
+# mode of computation (`set_additive_attention_mode`), the classifier's dropout (`hidden_dropout_prob`) and the
+# number of token types (BERT's two, always), which change no output
 COPY_FIELDS = {
     "copy_mechanism": False,
     "copy_spans": False,
     "copy_context_window": 0,
     "decoder_conv_kernel": 0,
-    "tie_encoder_embeddings": True,
 }
-RETIRED_FIELDS = ("additive_attention_mode", "classifier_dropout", *COPY_FIELDS)
+RETIRED_FIELDS = ("additive_attention_mode", "classifier_dropout", "type_vocab_size", *COPY_FIELDS)
 
 
 def check_copy_context_window(window: int):
@@ -109,10 +110,6 @@ class FastformerConfig(PreTrainedConfig):
         hidden_act (`str`, defaults to `"gelu"`): feed-forward activation, a key of `transformers.activations.ACT2FN`.
         hidden_dropout_prob (`float`, defaults to 0.2): dropout on embeddings and on each sub-layer's output.
         max_position_embeddings (`int`, defaults to 2048): longest input; positions are learned embeddings.
-        type_vocab_size (`int`, defaults to 2): number of token types (segments) that `token_type_ids` may hold, as
-            BERT's: each has a learned embedding added to its tokens', starting at zero; type 0's stays zero (it gets
-            no gradient), so no `token_type_ids` reads as all zeros. The encoder-decoder's decoder has none (as
-            BART's): its `token_type_ids` are the encoder's.
         layer_norm_eps (`float`, defaults to 1e-12): LayerNorm epsilon.
         initializer_range (`float`, defaults to 0.02): std of the normal init of every weight matrix and of w_q, w_k.
         pad_token_id (`int`, defaults to 0): padding id (its embedding starts at zero).
@@ -147,6 +144,9 @@ class FastformerConfig(PreTrainedConfig):
             encoder's keys and values) or `"additive"` (one context per head pooled from the encoder values,
             c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j, then c * q_t for each decoder token: O(source) once,
             O(1) per generated token, and a cache of one vector per head).
+        tie_encoder_embeddings (`bool`, defaults to True): the encoder reads the decoder's word embeddings (one
+            matrix for the encoder, the decoder and the LM head); False gives the encoder its own, so that a frozen
+            encoder stays fixed while the decoder trains.
         bos_token_id, decoder_start_token_id (`int`, *optional*): special ids for generation.
         eos_token_id (`int` or `list[int]`, *optional*): the id, or ids, that end a generated sequence.
         use_cache (`bool`, defaults to True): return the decoder's generation state (`FastformerCacheLayer`s).
@@ -163,7 +163,6 @@ class FastformerConfig(PreTrainedConfig):
     hidden_act: str = _activation("gelu")
     hidden_dropout_prob: float | int = _probability(0.2)
     max_position_embeddings: int = _positive_int(2048)
-    type_vocab_size: int = _positive_int(2)
     layer_norm_eps: float | int = _positive_number(1e-12)
     initializer_range: float | int = _positive_number(0.02)
     pad_token_id: int | None = 0
@@ -176,6 +175,7 @@ class FastformerConfig(PreTrainedConfig):
     pooler_type: Literal["additive", "cls", "mean"] = "additive"
     num_decoder_layers: int | None = _positive_int(None)
     cross_attention_type: Literal["softmax", "additive"] = "softmax"
+    tie_encoder_embeddings: bool = True
     bos_token_id: int | None = None
     eos_token_id: int | list[int] | None = None
     decoder_start_token_id: int | None = None
@@ -197,6 +197,11 @@ class FastformerConfig(PreTrainedConfig):
             return
         if not isinstance(self, FastformerCopyConfig):
             for name, value in retired.items():
+                if name == "type_vocab_size" and value > TYPE_VOCAB_SIZE:
+                    raise ValueError(
+                        f"Fastformer reads {TYPE_VOCAB_SIZE} token types, as BERT (a text or a pair), got "
+                        f"type_vocab_size={value}"
+                    )
                 if value != COPY_FIELDS.get(name, value):
                     raise ValueError(
                         f"`{name}` is a field of FastformerCopyConfig (the copy head's model, "
@@ -205,6 +210,7 @@ class FastformerConfig(PreTrainedConfig):
         moved = {
             "additive_attention_mode": "model.set_additive_attention_mode(...)",
             "classifier_dropout": "hidden_dropout_prob",
+            "type_vocab_size": f"always {TYPE_VOCAB_SIZE}",
         }
         logger.warning(
             f"{type(self).__name__} has no field "
@@ -224,12 +230,6 @@ class FastformerConfig(PreTrainedConfig):
     def convolution_kernel(self) -> int:
         """The decoder's short convolution's kernel: `FastformerCopyConfig.decoder_conv_kernel`, 0 (none) here."""
         return getattr(self, "decoder_conv_kernel", 0)
-
-    @property
-    def shares_encoder_embeddings(self) -> bool:
-        """Whether an encoder-decoder's encoder reads the decoder's word embeddings: always here, unless
-        `FastformerCopyConfig.tie_encoder_embeddings` is False."""
-        return getattr(self, "tie_encoder_embeddings", True)
 
     def for_encoder_decoder(self) -> "FastformerConfig":
         """This config if `is_encoder_decoder`, else a copy that is (what generate() reads): the config of
@@ -320,7 +320,7 @@ class FastformerConfig(PreTrainedConfig):
 class FastformerCopyConfig(FastformerConfig):
     r"""Configuration of `FastformerCopyForConditionalGeneration`, Fastformer's encoder-decoder with See et al.'s
     pointer-generator (2017), which the headline recipe (scripts/run_summarization.py) trains: `FastformerConfig`'s
-    fields, and the switches of its copy head, of its decoder's short convolution and of its encoder's embeddings.
+    fields, and the switches of its copy head and of its decoder's short convolution.
     A config saved with them before they left `FastformerConfig` loads as this (`FastformerConfig.from_dict`).
 
     Args:
@@ -337,9 +337,6 @@ class FastformerCopyConfig(FastformerConfig):
             (`functional.causal_convolution`), the short convolution that Mamba2 and Qwen3-Next run beside their
             linear attention: a pooled prefix holds no order. The cache keeps each layer application's last K - 1
             tokens; padding is skipped wherever it is. `FastformerCopyForCausalLM` is the causal LM with it.
-        tie_encoder_embeddings (`bool`, defaults to True): the encoder reads the decoder's word embeddings (one
-            matrix for the encoder, the decoder and the LM head); False gives the encoder its own, so that a frozen
-            encoder stays fixed while the decoder trains.
     """
 
     model_type = "fastformer_copy"
@@ -347,7 +344,6 @@ class FastformerCopyConfig(FastformerConfig):
     copy_spans: bool = False
     copy_context_window: int = 0
     decoder_conv_kernel: int = _convolution_kernel(0)
-    tie_encoder_embeddings: bool = True
 
     @classmethod
     def hub_auto_map(cls) -> dict[str, str]:

@@ -55,7 +55,7 @@ POSITIONS_AFTER_PADDING_IDX = ("roberta", "xlm-roberta")
 # config fields that BertConfig and FastformerConfig share, with one meaning: the converted model takes the source's
 SHARED_CONFIG_FIELDS = (
     *("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act"),
-    *("hidden_dropout_prob", "layer_norm_eps", "initializer_range", "pad_token_id", "type_vocab_size"),
+    *("hidden_dropout_prob", "layer_norm_eps", "initializer_range", "pad_token_id"),
 )
 TASKS = ("encoder", "seq2seq")
 # how an encoder-decoder's cross-attention starts: the usual random initialization, or the projections of the
@@ -288,7 +288,10 @@ def copy_bert_weights(bert: PreTrainedModel, embeddings, layers) -> None:
     length = embeddings.position_embeddings.num_embeddings
     embeddings.position_embeddings.weight.copy_(extend_positions(positions, length))
     if embeddings.token_type_embeddings is not None:  # the encoder-decoder's decoder has none (as BART's)
-        embeddings.token_type_embeddings.weight.copy_(segments - segments[0])
+        table = embeddings.token_type_embeddings.weight
+        if len(segments) > len(table):
+            raise ValueError(f"the source has {len(segments)} token types; Fastformer reads {len(table)}, as BERT")
+        table.zero_()[: len(segments)].copy_(segments - segments[0])  # RoBERTa's one type: type 1 stays zero
     embeddings.layer_norm.load_state_dict(source.LayerNorm.state_dict())
     projection = getattr(bert, "embeddings_project", None)  # ELECTRA's, where its embeddings are narrower
     if (projection is None) != (embeddings.projection is None):

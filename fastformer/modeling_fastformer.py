@@ -60,7 +60,7 @@ from .checks import (
     checked_classification_labels,
     checked_token_labels,
 )
-from .configuration_fastformer import FastformerConfig
+from .configuration_fastformer import TYPE_VOCAB_SIZE, FastformerConfig
 from .functional import (
     CausalAttentionState,
     PackedRows,
@@ -94,13 +94,13 @@ def compute_dtype(hidden_states: torch.Tensor) -> torch.dtype:
 
 
 class FastformerTokenTypeEmbeddings(nn.Embedding):
-    """BERT's token type (segment) embeddings: `config.type_vocab_size` rows of
+    """BERT's token type (segment) embeddings: two rows (`TYPE_VOCAB_SIZE`) of
     `config.embedding_width`. They start at zero, drawing no random numbers (a seeded model draws
     the weights it would without them, and a checkpoint saved without them gives its outputs for any
     `token_type_ids`), and are learned; row 0 stays zero (no gradient)."""
 
     def __init__(self, config: FastformerConfig):
-        size = (config.type_vocab_size, config.embedding_width)
+        size = (TYPE_VOCAB_SIZE, config.embedding_width)
         super().__init__(*size, padding_idx=0, _weight=torch.zeros(size))
 
 
@@ -818,7 +818,7 @@ class FastformerStack(FastformerPreTrainedModel):
                     "they are the encoder's "
                     "(`FastformerForConditionalGeneration`'s `token_type_ids`)"
                 )
-            check_token_type_ids(token_type_ids, (batch_size, length), self.config.type_vocab_size)
+            check_token_type_ids(token_type_ids, (batch_size, length), TYPE_VOCAB_SIZE)
         whole_mask = None
         if past_tokens and attention_mask is not None and attention_mask.shape[-1] == past_tokens + length:
             whole_mask, attention_mask = attention_mask.bool(), attention_mask[:, past_tokens:]
@@ -1459,7 +1459,7 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
 class FastformerSeq2SeqModel(FastformerPreTrainedModel):
     """The bare encoder-decoder, as BART's `BartModel`: a Fastformer encoder (`FastformerModel`
     without its pooler) and a causal Fastformer decoder with cross-attention. The decoder's word
-    embeddings are the encoder's (its own with `FastformerCopyConfig.tie_encoder_embeddings=False`).
+    embeddings are the encoder's (its own with `config.tie_encoder_embeddings=False`).
     `decoder_input_ids` are the decoder's inputs as they are: the head
     (`FastformerForConditionalGeneration`) makes them from `labels`."""
 
@@ -1474,7 +1474,7 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
 
     @property
     def _tied_weights_keys(self) -> dict[str, str]:
-        if not self.config.shares_encoder_embeddings:
+        if not self.config.tie_encoder_embeddings:
             return {}
         return {"decoder.embeddings.word_embeddings.weight": "encoder.embeddings.word_embeddings.weight"}
 
@@ -1591,7 +1591,7 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
 
     @property
     def _tied_weights_keys(self) -> dict[str, str]:
-        source = "encoder" if self.config.shares_encoder_embeddings else "decoder"
+        source = "encoder" if self.config.tie_encoder_embeddings else "decoder"
         return {"lm_head.weight": f"model.{source}.embeddings.word_embeddings.weight"}
 
     def get_encoder(self, modality=None):
@@ -1675,7 +1675,7 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
 
     def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True) -> nn.Embedding:
         """As transformers', and the decoder's word embeddings where they are not the encoder's
-        (with `FastformerCopyConfig.tie_encoder_embeddings=False`, or with `tie_word_embeddings=False`,
+        (with `config.tie_encoder_embeddings=False`, or with `tie_word_embeddings=False`,
         where nothing is tied) are resized as well."""
         embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
         decoder = self.get_decoder()

@@ -43,9 +43,7 @@ def freeze_encoder(model, train_top_layers: int = 0) -> None:
     also_decoders = [name for name, parameter in encoder.items() if id(parameter) in shared]
     if also_decoders:  # e.g. BART's and T5's shared word embeddings, which their checkpoints tie again on loading
         raise ValueError(
-            f"The encoder's {', '.join(also_decoders)} are also the decoder's: a frozen encoder would still change "
-            "(a Fastformer's encoder gets embeddings of its own under FastformerCopyConfig: --model_type "
-            "fastformer_copy)"
+            f"The encoder's {', '.join(also_decoders)} are also the decoder's: a frozen encoder would still change"
         )
     layers = encoder_layers(model.get_encoder())
     if not 0 <= train_top_layers <= len(layers):

@@ -48,7 +48,6 @@ def test_defaults_are_the_papers_final_model():
     assert config.tie_word_embeddings
     assert config.num_decoder_layers == config.num_hidden_layers  # as T5: the decoder mirrors the encoder
     assert config.cross_attention_type == "softmax"
-    assert config.type_vocab_size == 2  # BERT's: one text or a pair
 
 
 @pytest.mark.parametrize(
@@ -71,7 +70,6 @@ def test_defaults_are_the_papers_final_model():
         ),
         ({"hidden_size": 0}, FIELD, r"field 'hidden_size':\n    ValueError: must be a positive integer, got 0$"),
         ({"num_hidden_layers": 0}, FIELD, r"field 'num_hidden_layers':\n.* must be a positive integer, got 0$"),
-        ({"type_vocab_size": 0}, FIELD, r"field 'type_vocab_size':\n.* must be a positive integer, got 0$"),
         ({"vocab_size": 10.5}, FIELD, r"field 'vocab_size':\n.* expected int, got float \(value: 10.5\)$"),
         (
             {"hidden_dropout_prob": 1.5},

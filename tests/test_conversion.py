@@ -119,7 +119,7 @@ def test_a_text_pair_embeds_as_in_bert(bert, batch):
     segments[:, 3:] = 1
     positions = torch.arange(input_ids.shape[1]).expand_as(input_ids)  # BERT's, padding included
     model = convert_bert(bert)
-    assert model.config.type_vocab_size == bert.config.type_vocab_size == 2
+    assert model.embeddings.token_type_embeddings.weight.shape[0] == bert.config.type_vocab_size == 2
     assert not model.embeddings.token_type_embeddings.weight[0].any()
     with torch.no_grad():
         expected = bert(input_ids, attention_mask, segments, output_hidden_states=True).hidden_states[0]

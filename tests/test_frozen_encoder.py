@@ -33,7 +33,6 @@ def tiny_config(tiny_config):
                 decoder_start_token_id=START,
                 eos_token_id=EOS,
                 hidden_dropout_prob=0.1,
-                tie_encoder_embeddings=True,  # a FastformerCopyConfig, whose encoder can get embeddings of its own
             ),
             **overrides,
         }

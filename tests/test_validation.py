@@ -63,7 +63,7 @@ def test_bad_input_ids(build, model_class, ids, message):
         (torch.zeros(2, 3, dtype=torch.long), r"`token_type_ids` must have shape \(batch, seq_len\) = \(2, 7\), got"),
         (torch.zeros(7, dtype=torch.long), r"`token_type_ids` must have shape .* = \(2, 7\), got \(7,\)"),
         (torch.zeros(2, 7), r"`token_type_ids` must hold integer token types .*got dtype torch.float32"),
-        (torch.full((2, 7), -1), r"`token_type_ids` holds -1, outside \[0, 2\): .* `type_vocab_size`"),
+        (torch.full((2, 7), -1), r"`token_type_ids` holds -1, outside \[0, 2\): .* as BERT's"),
     ],
     ids=["short", "one-dimensional", "float", "negative"],
 )
@@ -100,7 +100,7 @@ def test_bad_embeddings_and_masks(build):
         model(inputs_embeds=torch.zeros(2, 7, 16))
     with pytest.raises(ValueError, match=r"`attention_mask` must have shape .* \(2, 7\), got \(2, 6\)"):
         model(IDS, attention_mask=torch.ones(2, 6))
-    with pytest.raises(ValueError, match=r"`token_type_ids` holds 2, outside \[0, 2\): .* `type_vocab_size`"):
+    with pytest.raises(ValueError, match=r"`token_type_ids` holds 2, outside \[0, 2\): .* as BERT's"):
         model(IDS, token_type_ids=torch.full_like(IDS, 2))
 
 

@@ -147,12 +147,6 @@ def run(args, settings: dict) -> dict:
             found[key] = (folder / name).read_text().splitlines() if (folder / name).exists() else None
         return found
 
-    model_type = read_json(Path(settings["model_name_or_path"]) / "config.json", {}).get("model_type")
-    if model_type == "fastformer":
-        # FastformerConfig has no untied encoder embeddings (FastformerCopyConfig's `tie_encoder_embeddings`):
-        # without the copy head, a Fastformer's encoder shares them with the decoder and trains whole
-        settings = {key: value for key, value in settings.items() if key != "train_encoder_layers"}
-        settings |= {"freeze_encoder": False, "cache_encoder_states": False}
     command = [sys.executable, str(SCRIPTS / "run_summarization.py"), *flags(settings)]
     return harness.run_script(command, Path(settings["output_dir"]), outputs)
 
