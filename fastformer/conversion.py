@@ -33,17 +33,13 @@ import torch
 from torch import nn
 from transformers import (
     AutoConfig,
+    AutoModelForSequenceClassification,
     BertConfig,
-    BertForSequenceClassification,
     BertModel,
-    DistilBertForSequenceClassification,
     DistilBertModel,
-    ElectraForSequenceClassification,
     ElectraModel,
     PreTrainedModel,
-    RobertaForSequenceClassification,
     RobertaModel,
-    XLMRobertaForSequenceClassification,
     XLMRobertaModel,
 )
 from transformers.utils import cached_file
@@ -65,14 +61,14 @@ SOURCE_MODELS = {
     "electra": ElectraModel,
 }
 SUPPORTED_MODEL_TYPES = tuple(SOURCE_MODELS)
-# model_type -> the source's sequence classifier; its head as `ClassifierHead`: the pooler_type of its dense layer and
+# model_type -> its *ForSequenceClassification's head as a `ClassifierHead`: the pooler_type of its dense layer and
 # activation on the first token, that layer's and the classifier's modules
-CLASSIFIERS = {
-    "bert": (BertForSequenceClassification, "cls_tanh", "bert.pooler.dense", "classifier"),
-    "roberta": (RobertaForSequenceClassification, "cls_tanh", "classifier.dense", "classifier.out_proj"),
-    "xlm-roberta": (XLMRobertaForSequenceClassification, "cls_tanh", "classifier.dense", "classifier.out_proj"),
-    "distilbert": (DistilBertForSequenceClassification, "cls_relu", "pre_classifier", "classifier"),
-    "electra": (ElectraForSequenceClassification, "cls_gelu", "classifier.dense", "classifier.out_proj"),
+CLASSIFIER_HEADS = {
+    "bert": ("cls_tanh", "bert.pooler.dense", "classifier"),
+    "roberta": ("cls_tanh", "classifier.dense", "classifier.out_proj"),
+    "xlm-roberta": ("cls_tanh", "classifier.dense", "classifier.out_proj"),
+    "distilbert": ("cls_relu", "pre_classifier", "classifier"),
+    "electra": ("cls_gelu", "classifier.dense", "classifier.out_proj"),
 }
 # what `architectures` names end with where the weights past the encoder are a pretraining head (or none)
 ENCODER_ARCHITECTURES = ("Model", "ForMaskedLM", "ForPreTraining", "ForCausalLM", "ForNextSentencePrediction")
@@ -228,10 +224,10 @@ def source_task(config, name_or_path: str, task: str | None = None) -> str:
 
 @torch.no_grad()
 def classifier_head(classifier: PreTrainedModel, bert: PreTrainedModel) -> ClassifierHead:
-    """The head of a fine-tuned `*ForSequenceClassification` (`CLASSIFIERS`) whose encoder is `bert` (a DistilBERT's
-    as `bert_from_distilbert`'s), with its labels, mapped exactly."""
+    """The head of a fine-tuned `*ForSequenceClassification` (`CLASSIFIER_HEADS`) whose encoder is `bert` (a
+    DistilBERT's as `bert_from_distilbert`'s), with its labels, mapped exactly."""
     source = classifier.config
-    _, pooler_type, dense, output = CLASSIFIERS[source.model_type]
+    pooler_type, dense, output = CLASSIFIER_HEADS[source.model_type]
     labels = {name: getattr(source, name) for name in LABEL_FIELDS}
     head = ClassifierHead(fastformer_config(bert.config, pooler_type=pooler_type, **labels))
     head.pooler.dense.load_state_dict(classifier.get_submodule(dense).state_dict())
@@ -274,7 +270,7 @@ def load_bert_source(name_or_path: str, task: str | None = None, **hub_kwargs) -
         )
     task = source_task(config, name_or_path, task)
     if task == "classification":
-        classifier = CLASSIFIERS[config.model_type][0].from_pretrained(name_or_path, subfolder=subfolder, **hub_kwargs)
+        classifier = AutoModelForSequenceClassification.from_pretrained(name_or_path, subfolder=subfolder, **hub_kwargs)
         model = classifier.eval().base_model
     else:
         model_class = SOURCE_MODELS[config.model_type]
@@ -437,9 +433,7 @@ def convert_bert(
     if task != "seq2seq" and cross_attention_init != "random":
         raise ValueError(f'cross_attention_init={cross_attention_init!r} is for task="seq2seq": an encoder has none')
     if (task == "classification") != (head is not None):
-        raise ValueError(
-            "task=\"classification\" takes the source's classifier `head` (load_bert_source's), and only it"
-        )
+        raise ValueError("task 'classification' takes the source's classifier `head` (load_bert_source's), only it")
     if head is not None:
         pooler_type = head.config.pooler_type
         config_overrides.update({name: getattr(head.config, name) for name in LABEL_FIELDS})
@@ -483,7 +477,7 @@ __all__ = [
     "SUPPORTED_MODEL_TYPES",
     "TASKS",
     "BertSource",
-    "CLASSIFIERS",
+    "CLASSIFIER_HEADS",
     "ClassifierHead",
     "SOURCE_MODELS",
     "bert_from_distilbert",
