@@ -332,7 +332,8 @@ def embedding_cosine(student: FastformerModel, teacher: PreTrainedModel, batches
 @torch.no_grad()
 def prediction_agreement(student: FastformerForSequenceClassification, teacher, teacher_head, batches) -> float:
     """The share of the texts of `batches` on which a classifier `student` predicts what the teacher (`teacher` with
-    `teacher_head`, as `AttentionTransfer` takes them) does: the class, or for multi-label classifiers every label."""
+    `teacher_head`, as `AttentionTransfer` takes them) does: the class, for multi-label classifiers every label (a
+    regression has no classes)."""
     was_training = student.training
     student.eval()
     agreed, texts = 0, 0
