@@ -134,7 +134,9 @@ class FastformerConfig(PreTrainedConfig):
             (docs/PRETRAINED.md, memory), at the cost of a kernel launch per chunk on a GPU.
         pooler_type (`str`, defaults to `"additive"`): how `FastformerModel` pools the last layer into
             `pooler_output` for classification: `"additive"` (the paper's: a tanh MLP gives one logit per token,
-            masked softmax, weighted sum), `"cls"` (the first real token) or `"mean"` (mean of real tokens).
+            masked softmax, weighted sum), `"cls"` (the first real token), `"mean"` (mean of real tokens), or
+            `"cls_tanh"`, `"cls_relu"`, `"cls_gelu"` (the first real token through a dense layer and that activation:
+            BERT's pooler; the heads of classifiers converted by `fastformer.conversion`).
 
     Generation (`FastformerForConditionalGeneration`, `FastformerForCausalLM`):
         num_decoder_layers (`int`, *optional*): decoder layers; `num_hidden_layers` if None. The decoder uses the
@@ -172,7 +174,7 @@ class FastformerConfig(PreTrainedConfig):
     share_heads: bool = False
     interaction: Literal[INTERACTIONS] = "product"  # the tuple of functional.py, the one list of interactions
     query_residual: bool = True
-    pooler_type: Literal["additive", "cls", "mean"] = "additive"
+    pooler_type: Literal["additive", "cls", "mean", "cls_tanh", "cls_relu", "cls_gelu"] = "additive"
     num_decoder_layers: int | None = _positive_int(None)
     cross_attention_type: Literal["softmax", "additive"] = "softmax"
     tie_encoder_embeddings: bool = True

@@ -17,17 +17,23 @@ positions start at padding_idx + 1; an ELECTRA with narrower embeddings keeps it
 
 With segment 0 folded into the positions, any input embeds exactly as in BERT. What BERT lacks starts neutral: W_r
 (`attention.transform`) the identity with a zero bias, w_q and w_k zero (both poolings plain means); the attention
-itself is then learned from the source (`fastformer.distillation`). No parameter sharing, no query residual. BERT's
-pooler and MLM head are not carried: the encoder pools with `pooler_type` ("cls", or a sentence-transformers
-source's pooling). Positions past the source's P repeat rows 0, 1, ... (row i gets row i mod P, as Longformer).
+itself is then learned from the source (`fastformer.distillation`). No parameter sharing, no query residual. An
+encoder's MLM head and pooler are not carried: it pools with `pooler_type` ("cls", or a sentence-transformers source's
+pooling). A fine-tuned `*ForSequenceClassification` (the checkpoint's `architectures`) becomes a
+`FastformerForSequenceClassification` with its labels and its head mapped exactly: dense + activation on the first
+token as `pooler_type` "cls_tanh" (BERT's pooler; RoBERTa's, XLM-R's head), "cls_relu" (DistilBERT's pre-classifier)
+or "cls_gelu" (ELECTRA's head), then the classifier (`out_proj`). Positions past the source's P repeat rows 0, 1, ...
+(row i gets row i mod P, as Longformer).
 """
 
 import json
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 from transformers import (
     AutoConfig,
+    AutoModelForSequenceClassification,
     BertConfig,
     BertModel,
     DistilBertModel,
@@ -39,7 +45,12 @@ from transformers import (
 from transformers.utils import cached_file
 
 from .configuration_fastformer import COPY_FIELDS, FastformerConfig, FastformerCopyConfig
-from .modeling_fastformer import FastformerForConditionalGeneration, FastformerModel
+from .modeling_fastformer import (
+    FastformerForConditionalGeneration,
+    FastformerForSequenceClassification,
+    FastformerModel,
+    FastformerPooler,
+)
 
 # model_type -> the source's model class (its encoder, no task head)
 SOURCE_MODELS = {
@@ -50,6 +61,19 @@ SOURCE_MODELS = {
     "electra": ElectraModel,
 }
 SUPPORTED_MODEL_TYPES = tuple(SOURCE_MODELS)
+# model_type -> its *ForSequenceClassification's head as a `ClassifierHead`: the pooler_type of its dense layer and
+# activation on the first token, that layer's and the classifier's modules
+CLASSIFIER_HEADS = {
+    "bert": ("cls_tanh", "bert.pooler.dense", "classifier"),
+    "roberta": ("cls_tanh", "classifier.dense", "classifier.out_proj"),
+    "xlm-roberta": ("cls_tanh", "classifier.dense", "classifier.out_proj"),
+    "distilbert": ("cls_relu", "pre_classifier", "classifier"),
+    "electra": ("cls_gelu", "classifier.dense", "classifier.out_proj"),
+}
+# what `architectures` names end with where the weights past the encoder are a pretraining head (or none)
+ENCODER_ARCHITECTURES = ("Model", "ForMaskedLM", "ForPreTraining", "ForCausalLM", "ForNextSentencePrediction")
+# the config fields a converted classifier takes from the source's
+LABEL_FIELDS = ("id2label", "label2id", "problem_type")
 # the sources whose real tokens' positions start at padding_idx + 1 (rows up to padding_idx: padding, unused)
 POSITIONS_AFTER_PADDING_IDX = ("roberta", "xlm-roberta")
 # config fields that BertConfig and FastformerConfig share, with one meaning: the converted model takes the source's
@@ -57,7 +81,7 @@ SHARED_CONFIG_FIELDS = (
     *("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "hidden_act"),
     *("hidden_dropout_prob", "layer_norm_eps", "initializer_range", "pad_token_id"),
 )
-TASKS = ("encoder", "seq2seq")
+TASKS = ("encoder", "classification", "seq2seq")
 # how an encoder-decoder's cross-attention starts: the usual random initialization, or the projections of the
 # same layer's pretrained self-attention (Rothe et al., arXiv:1907.12461: fewer random weights)
 CROSS_ATTENTION_INITS = ("random", "self_attention")
@@ -82,6 +106,22 @@ class BertSource:
     pooler_type: str = "cls"  # the first token, as BERT's pooler (less its dense + tanh); or the source's pooling
     subfolder: str = ""  # where a sentence-transformers source keeps the BERT model and its tokenizer
     sentence_transformers: dict = field(default_factory=dict)  # file name -> text of its files (modules.json, ...)
+    task: str = "encoder"  # "classification": a sequence classifier, whose head is `head`
+    head: "ClassifierHead | None" = None
+
+
+class ClassifierHead(nn.Module):
+    """A sequence classifier's head as Fastformer computes it: `FastformerPooler` ("cls_*"), then the classifier;
+    `config` (a `FastformerConfig`) holds its pooler_type and labels. `forward`: (B, N, C) hidden states -> logits."""
+
+    def __init__(self, config: FastformerConfig):
+        super().__init__()
+        self.config = config
+        self.pooler = FastformerPooler(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, hidden_states, attention_mask=None) -> torch.Tensor:
+        return self.classifier(self.pooler(hidden_states, attention_mask))
 
 
 def _module_class(module: dict) -> str:
@@ -158,9 +198,47 @@ def bert_from_distilbert(distilbert: DistilBertModel) -> BertModel:
     return bert.eval()
 
 
-def load_bert_source(name_or_path: str, **hub_kwargs) -> BertSource:
+def source_task(config, name_or_path: str, task: str | None = None) -> str:
+    """The task (`TASKS`) that a checkpoint converts for: `task`, or by the checkpoint's `architectures`
+    "classification" (a sequence classifier) or "encoder". A ValueError for another head, for a checkpoint with
+    labels but no `architectures`, and for "classification" of a checkpoint that is no sequence classifier."""
+    if task is not None and task not in TASKS:
+        raise ValueError(f"`task` must be one of {TASKS}, got {task!r}")
+    if task in ("encoder", "seq2seq"):
+        return task
+    architectures = config.architectures or []
+    classifier = any(name.endswith("ForSequenceClassification") for name in architectures)
+    others = [
+        name for name in architectures if not name.endswith((*ENCODER_ARCHITECTURES, "ForSequenceClassification"))
+    ]
+    # a head is expected where asked for, or where labels were set (fine-tuned) but no architecture was recorded
+    labelled = config.problem_type is not None or config.id2label != {0: "LABEL_0", 1: "LABEL_1"}
+    if others or (task == "classification" or labelled and not architectures) and not classifier:
+        raise ValueError(
+            f"{name_or_path} has the architectures {architectures or 'none in its config'}; a fine-tuned "
+            "*ForSequenceClassification converts with its head, a pretrained encoder (*Model, *ForMaskedLM, "
+            "*ForPreTraining) without one (task='encoder' takes any checkpoint's encoder alone)"
+        )
+    return "classification" if classifier else "encoder"
+
+
+@torch.no_grad()
+def classifier_head(classifier: PreTrainedModel, bert: PreTrainedModel) -> ClassifierHead:
+    """The head of a fine-tuned `*ForSequenceClassification` (`CLASSIFIER_HEADS`) whose encoder is `bert` (a
+    DistilBERT's as `bert_from_distilbert`'s), with its labels, mapped exactly."""
+    source = classifier.config
+    pooler_type, dense, output = CLASSIFIER_HEADS[source.model_type]
+    labels = {name: getattr(source, name) for name in LABEL_FIELDS}
+    head = ClassifierHead(fastformer_config(bert.config, pooler_type=pooler_type, **labels))
+    head.pooler.dense.load_state_dict(classifier.get_submodule(dense).state_dict())
+    head.classifier.load_state_dict(classifier.get_submodule(output).state_dict())
+    return head.to(classifier.dtype).eval()
+
+
+def load_bert_source(name_or_path: str, task: str | None = None, **hub_kwargs) -> BertSource:
     """Load a BERT-family checkpoint (`SOURCE_MODELS`, or a sentence-transformers model whose first module is one),
-    a local folder or a Hub id; anything else raises a ValueError naming what is supported."""
+    a local folder or a Hub id, for `task` (`source_task`: by default the checkpoint's own, a sequence classifier's
+    with its head); anything else raises a ValueError naming what is supported."""
     files = _sentence_transformers_files(name_or_path, **hub_kwargs)
     subfolder = ""
     if files:
@@ -190,12 +268,20 @@ def load_bert_source(name_or_path: str, **hub_kwargs) -> BertSource:
             f"{name_or_path} uses position_embedding_type={config.position_embedding_type!r}; Fastformer has "
             "learned absolute positions, so only 'absolute' converts"
         )
-    model_class = SOURCE_MODELS[config.model_type]
-    pooler = {"add_pooling_layer": False} if model_class in (BertModel, RobertaModel, XLMRobertaModel) else {}
-    model = model_class.from_pretrained(name_or_path, subfolder=subfolder, **pooler, **hub_kwargs).eval()
+    task = source_task(config, name_or_path, task)
+    if task == "classification":
+        classifier = AutoModelForSequenceClassification.from_pretrained(name_or_path, subfolder=subfolder, **hub_kwargs)
+        model = classifier.eval().base_model
+    else:
+        model_class = SOURCE_MODELS[config.model_type]
+        pooler = {"add_pooling_layer": False} if model_class in (BertModel, RobertaModel, XLMRobertaModel) else {}
+        model = model_class.from_pretrained(name_or_path, subfolder=subfolder, **pooler, **hub_kwargs).eval()
     if isinstance(model, DistilBertModel):
         model = bert_from_distilbert(model)
-    source = BertSource(name_or_path, model, config.model_type, subfolder=subfolder, sentence_transformers=files)
+    head = classifier_head(classifier, model) if task == "classification" else None
+    source = BertSource(
+        name_or_path, model, config.model_type, subfolder=subfolder, sentence_transformers=files, task=task, head=head
+    )
     if files:
         source.pooler_type = _sentence_transformers_pooler(name_or_path, files, modules)
     return source
@@ -335,15 +421,22 @@ def convert_bert(
     max_position_embeddings: int | None = None,
     task: str = "encoder",
     cross_attention_init: str = "random",
+    head: ClassifierHead | None = None,
     **config_overrides,
-) -> FastformerModel | FastformerForConditionalGeneration:
-    """A `FastformerModel` (`task="encoder"`) or `FastformerForConditionalGeneration` (`task="seq2seq"`) holding
+) -> FastformerModel | FastformerForSequenceClassification | FastformerForConditionalGeneration:
+    """A `FastformerModel` (`task="encoder"`), `FastformerForSequenceClassification` (`"classification"`, with the
+    source's `head` and labels: `load_bert_source`'s) or `FastformerForConditionalGeneration` (`"seq2seq"`) holding
     `bert`'s weights (as `copy_bert_weights` takes them). An encoder-decoder starts both sides from `bert`, as
     BERT2BERT; its cross-attention is random, or with "self_attention" the same layers' self-attention."""
     if cross_attention_init not in CROSS_ATTENTION_INITS:
         raise ValueError(f"cross_attention_init must be one of {CROSS_ATTENTION_INITS}, got {cross_attention_init!r}")
-    if task == "encoder" and cross_attention_init != "random":
+    if task != "seq2seq" and cross_attention_init != "random":
         raise ValueError(f'cross_attention_init={cross_attention_init!r} is for task="seq2seq": an encoder has none')
+    if (task == "classification") != (head is not None):
+        raise ValueError("task 'classification' takes the source's classifier `head` (load_bert_source's), only it")
+    if head is not None:
+        pooler_type = head.config.pooler_type
+        config_overrides.update({name: getattr(head.config, name) for name in LABEL_FIELDS})
     config = fastformer_config(
         bert.config,
         pooler_type=pooler_type,
@@ -351,9 +444,12 @@ def convert_bert(
         task=task,
         **config_overrides,
     )
-    if task == "encoder":
-        model = FastformerModel(config)
-        copy_bert_weights(bert, model.embeddings, model.layers)
+    if task != "seq2seq":
+        model = FastformerModel(config) if head is None else FastformerForSequenceClassification(config)
+        copy_bert_weights(bert, model.base_model.embeddings, model.base_model.layers)
+        if head is not None:
+            model.base_model.pooler.load_state_dict(head.pooler.state_dict())
+            model.classifier.load_state_dict(head.classifier.state_dict())
     else:
         model = FastformerForConditionalGeneration(config)
         encoder, decoder = model.get_encoder(), model.get_decoder()
@@ -381,8 +477,11 @@ __all__ = [
     "SUPPORTED_MODEL_TYPES",
     "TASKS",
     "BertSource",
+    "CLASSIFIER_HEADS",
+    "ClassifierHead",
     "SOURCE_MODELS",
     "bert_from_distilbert",
+    "classifier_head",
     "convert_bert",
     "copy_bert_cross_attention",
     "copy_bert_weights",
@@ -393,4 +492,5 @@ __all__ = [
     "position_offset",
     "sentence_transformers_files",
     "source_positions",
+    "source_task",
 ]

@@ -6,11 +6,14 @@ attention from that model (the teacher) on unlabeled text, in two stages (as LoL
    from one teacher pass.
 2. "end_to_end": the whole student but its embeddings learns the teacher's hidden state after every layer
    (`matched="all"`), after the last one (`"last"`), or after the last one and the sentence embedding the student's
-   pooler makes of it (`"pooled"`; a batch's embeddings are then the "tokens" of the error below).
+   pooler makes of it (`"pooled"`; a batch's embeddings are then the "tokens" of the error below). A classifier
+   student (`FastformerForSequenceClassification`) also learns the teacher's logits (`teacher_head`: its head on its
+   last hidden state; `logit_distillation_loss`) and, where a batch has them, its labels (cross-entropy).
 
 Both minimize the mean over layers of the unexplained variance sum ||s_i - t_i||^2 / sum ||t_i - mean t||^2 over a
 batch's real tokens (0: exact, 1: no better than the teacher's mean), without dropout. `transfer_attention` runs a
-stage on `transformers.Trainer`; `transfer_errors` and `embedding_cosine` measure the agreement on held-out text.
+stage on `transformers.Trainer`; `transfer_errors`, `embedding_cosine` and `prediction_agreement` measure the
+agreement on held-out text.
 """
 
 import contextlib
@@ -21,7 +24,7 @@ from torch import nn
 from transformers import PreTrainedModel, Trainer, TrainingArguments
 from transformers.modeling_outputs import ModelOutput
 
-from .modeling_fastformer import FastformerModel, FastformerPooler
+from .modeling_fastformer import FastformerForSequenceClassification, FastformerModel, FastformerPooler
 
 STAGES = ("layerwise", "end_to_end")
 # the end-to-end stage's targets (module docstring)
@@ -45,12 +48,33 @@ def _squared_errors(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Te
     return residual, total
 
 
+def logit_distillation_loss(student_logits, teacher_logits, temperature: float = 1.0, problem_type=None):
+    """KL(teacher || student) of the predictions softened at `temperature`, times temperature^2 (Hinton et al.,
+    arXiv:1503.02531), the mean over the batch (and labels) of (B, num_labels) logits: softmax over the classes, each
+    label's sigmoid for "multi_label_classification"; the squared error for "regression"."""
+    if problem_type == "regression":
+        return (student_logits.float() - teacher_logits.float()).square().mean()
+    if problem_type == "multi_label_classification":  # sigmoid(x) = softmax([x, 0])[0]: a 2-class softmax per label
+        student_logits, teacher_logits = (
+            torch.stack([x, torch.zeros_like(x)], -1) for x in (student_logits, teacher_logits)
+        )
+    student_log = (student_logits.float() / temperature).log_softmax(-1)
+    teacher_log = (teacher_logits.float() / temperature).log_softmax(-1)
+    return (teacher_log.exp() * (teacher_log - student_log)).sum(-1).mean() * temperature**2
+
+
+def problem_type(config) -> str:
+    """A classifier's problem type as transformers infers it for logits (no labels): set, or by `num_labels`."""
+    return config.problem_type or ("regression" if config.num_labels == 1 else "single_label_classification")
+
+
 @torch.no_grad()
 def least_squares_start(student: FastformerModel, teacher: PreTrainedModel, batches, ridge: float = 1e-3) -> list:
     """Fit every layer's W_r and bias (`attention.transform`) in closed form: least squares (float64, ridge `ridge`
     x the Gram matrix's mean diagonal, the bias free) over the real tokens of `batches`, so that W_r u_i + b_r (u_i:
     the additive attention of the teacher's input of the layer, less any query residual) gives the teacher's
     self-attention context. The other weights stay. Returns per layer the unexplained variance left."""
+    student = student.base_model  # a classifier's encoder
     layers = student.layers
     size, sums = student.config.hidden_size, dict(dtype=torch.float64, device=student.device)
     gram = torch.zeros(len(layers), size + 1, size + 1, **sums)
@@ -124,13 +148,26 @@ def _recorded(modules, read_input: bool = False):
 class AttentionTransfer(nn.Module):
     """The student and the frozen teacher of one transfer stage; `forward` returns the stage's loss.
 
-    Only the parameters the stage trains require gradients; `matched`: the end-to-end stage's targets. Both models
-    stay in eval mode (no dropout) while the Trainer trains this module. Its `state_dict` is the student's only.
+    Only the parameters the stage trains require gradients; `matched`: the end-to-end stage's hidden-state targets,
+    weighted `hidden_weight`. A classifier student's end-to-end stage adds `logit_weight` x the logit loss at
+    `temperature` against `teacher_head` (hidden states, attention mask -> the teacher's logits) and the
+    cross-entropy of the batch's `labels` (-100: none). The models stay in eval mode (no dropout) while the Trainer
+    trains this module. Its `state_dict` is the student's only.
     """
 
     accepts_loss_kwargs = False  # the loss is a mean over layers, not a sum to be divided by the token count
 
-    def __init__(self, student: FastformerModel, teacher: PreTrainedModel, stage: str, matched: str = "all"):
+    def __init__(
+        self,
+        student: FastformerModel | FastformerForSequenceClassification,
+        teacher: PreTrainedModel,
+        stage: str,
+        matched: str = "all",
+        teacher_head: nn.Module | None = None,
+        logit_weight: float = 1.0,
+        temperature: float = 2.0,
+        hidden_weight: float = 1.0,
+    ):
         super().__init__()
         if stage not in STAGES:
             raise ValueError(f"`stage` must be one of {STAGES}, got {stage!r}")
@@ -143,21 +180,28 @@ class AttentionTransfer(nn.Module):
                 f'`matched="pooled"` pools both models with the student\'s pooler, which must have no weights of its '
                 f'own ("mean" or "cls"), got pooler_type={student.config.pooler_type!r}'
             )
+        if (teacher_head is None) != (student.base_model is student):
+            raise ValueError("a classifier student learns from a `teacher_head`, and only it does")
         self.student, self.teacher, self.stage, self.matched = student, teacher, stage, matched
+        self.teacher_head, self.temperature = teacher_head, temperature
+        self.logit_weight, self.hidden_weight = logit_weight, hidden_weight
         teacher.requires_grad_(False)
+        if teacher_head is not None:
+            teacher_head.requires_grad_(False)
         if stage == "layerwise":
             student.requires_grad_(False)
-            for layer in student.layers:
+            for layer in self.encoder.layers:
                 layer.attention.requires_grad_(True)
                 layer.attention_output.dense.requires_grad_(True)
         else:
             student.requires_grad_(True)
-            student.embeddings.requires_grad_(False)
+            self.encoder.embeddings.requires_grad_(False)
 
     def state_dict(self, *args, **kwargs):
         state = super().state_dict(*args, **kwargs)
-        teacher = kwargs.get("prefix", "") + "teacher."  # the prefix of a module that holds this one
-        for name in [name for name in state if name.startswith(teacher)]:
+        # the teacher's, under the prefix of a module that holds this one
+        teachers = tuple(kwargs.get("prefix", "") + name for name in ("teacher.", "teacher_head."))
+        for name in [name for name in state if name.startswith(teachers)]:
             del state[name]
         return state
 
@@ -166,25 +210,30 @@ class AttentionTransfer(nn.Module):
             {name.removeprefix("student."): tensor for name, tensor in state_dict.items()}, strict=strict, assign=assign
         )
 
+    @property
+    def encoder(self) -> FastformerModel:
+        return self.student.base_model
+
     def train(self, mode: bool = True):
         super().train(mode)
-        self.student.eval()
-        self.teacher.eval()
+        for model in (self.student, self.teacher, self.teacher_head):
+            if model is not None:
+                model.eval()
         return self
 
-    def forward(self, input_ids, attention_mask=None, **kwargs) -> TransferOutput:
+    def forward(self, input_ids, attention_mask=None, labels=None, **kwargs) -> TransferOutput:
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         hidden_states, attention_outputs = teacher_targets(self.teacher, input_ids, attention_mask)
+        loss = 0.0
         if self.stage == "layerwise":
             pairs = [
                 (layer.attention_sublayer(layer_input, attention_mask)[0], target, attention_mask)
-                for layer, layer_input, target in zip(self.student.layers, hidden_states, attention_outputs)
+                for layer, layer_input, target in zip(self.encoder.layers, hidden_states, attention_outputs)
             ]
         else:
-            student_states = self.student(
-                input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True
-            ).hidden_states
+            outputs = self.student(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+            student_states = outputs.hidden_states
             matched = range(1, len(hidden_states)) if self.matched == "all" else [len(hidden_states) - 1]
             pairs = [(student_states[index], hidden_states[index], attention_mask) for index in matched]
             if self.matched == "pooled" and len(input_ids) > 1:  # one sequence has no spread to explain
@@ -192,16 +241,26 @@ class AttentionTransfer(nn.Module):
                 pooler = FastformerPooler(self.student.config)
                 pooled = [pooler(states, attention_mask)[None] for states in (student_states[-1], hidden_states[-1])]
                 pairs.append((*pooled, torch.ones(pooled[0].shape[:2], device=attention_mask.device)))
+            if self.teacher_head is not None:
+                with torch.no_grad():
+                    teacher_logits = self.teacher_head(hidden_states[-1], attention_mask)
+                problem = problem_type(self.student.config)
+                distance = logit_distillation_loss(outputs.logits, teacher_logits, self.temperature, problem)
+                loss = self.logit_weight * distance
+                if labels is not None:  # single-label class ids; -100 (none) counts for nothing
+                    cross_entropy = nn.functional.cross_entropy(outputs.logits.float(), labels, reduction="sum")
+                    loss = loss + cross_entropy / (labels != -100).sum().clamp(min=1)
         errors = []
         for student_output, target, mask in pairs:
             residual, total = _squared_errors(student_output, target, mask)
             errors.append(residual / total.clamp(min=torch.finfo(total.dtype).tiny))
         layer_errors = torch.stack(errors)
-        return TransferOutput(loss=layer_errors.mean(), layer_errors=layer_errors.detach())
+        loss = loss + (self.hidden_weight if self.stage == "end_to_end" else 1.0) * layer_errors.mean()
+        return TransferOutput(loss=loss, layer_errors=layer_errors.detach())
 
 
 def transfer_attention(
-    student: FastformerModel,
+    student: FastformerModel | FastformerForSequenceClassification,
     teacher: PreTrainedModel,
     stage: str,
     train_dataset,
@@ -209,13 +268,15 @@ def transfer_attention(
     data_collator=None,
     resume_from_checkpoint: str | bool | None = None,
     matched: str = "all",
+    **losses,
 ):
     """Train `student` in place through one stage with `transformers.Trainer`; returns its `TrainOutput`.
     Checkpoints in `args.output_dir` hold the student, optimizer and scheduler: `resume_from_checkpoint` continues
-    a stage (with the same teacher)."""
-    trainable = {parameter: parameter.requires_grad for parameter in (*student.parameters(), *teacher.parameters())}
+    a stage (with the same teacher). `losses`: `AttentionTransfer`'s teacher_head and loss weights."""
+    models = [model for model in (student, teacher, losses.get("teacher_head")) if model is not None]
+    trainable = {parameter: parameter.requires_grad for model in models for parameter in model.parameters()}
     trainer = Trainer(
-        model=AttentionTransfer(student, teacher, stage, matched),
+        model=AttentionTransfer(student, teacher, stage, matched, **losses),
         args=args,
         train_dataset=train_dataset,
         data_collator=data_collator,
@@ -231,6 +292,7 @@ def transfer_attention(
 def transfer_errors(student: FastformerModel, teacher: PreTrainedModel, batches) -> dict[str, list[float]]:
     """Per layer, the unexplained variance of the student against the teacher over `batches` (input_ids and
     attention_mask): "attention", the attention sub-layer on the teacher's input; "hidden", the layer's output."""
+    student = student.base_model  # a classifier's encoder
     device = student.device
     sums = {name: torch.zeros(2, student.config.num_hidden_layers, device=device) for name in ("attention", "hidden")}
     was_training = student.training
@@ -253,6 +315,7 @@ def transfer_errors(student: FastformerModel, teacher: PreTrainedModel, batches)
 def embedding_cosine(student: FastformerModel, teacher: PreTrainedModel, batches) -> float:
     """Mean cosine similarity of the student's and the teacher's sentence embeddings over `batches`, both pooled
     from the last layer by the student's pooler (or, without one, its config's)."""
+    student = student.base_model  # a classifier's encoder
     pooler = student.pooler if student.pooler is not None else FastformerPooler(student.config)
     was_training = student.training
     student.eval()
@@ -266,6 +329,30 @@ def embedding_cosine(student: FastformerModel, teacher: PreTrainedModel, batches
     return torch.cat(cosines).mean().item()
 
 
+@torch.no_grad()
+def prediction_agreement(student: FastformerForSequenceClassification, teacher, teacher_head, batches) -> float:
+    """The share of the texts of `batches` on which a classifier `student` predicts what the teacher (`teacher` with
+    `teacher_head`, as `AttentionTransfer` takes them) does: the class, for multi-label classifiers every label (a
+    regression has no classes)."""
+    was_training = student.training
+    student.eval()
+    agreed, texts = 0, 0
+    for batch in batches:
+        input_ids, mask = batch["input_ids"].to(student.device), batch["attention_mask"].to(student.device)
+        logits = [
+            student(input_ids=input_ids, attention_mask=mask).logits,
+            teacher_head(teacher(input_ids=input_ids, attention_mask=mask).last_hidden_state, mask),
+        ]
+        if problem_type(student.config) == "multi_label_classification":
+            ours, theirs = (scores > 0 for scores in logits)
+        else:
+            ours, theirs = (scores.argmax(-1, keepdim=True) for scores in logits)
+        agreed += (ours == theirs).all(-1).sum()
+        texts += len(input_ids)
+    student.train(was_training)
+    return agreed.item() / texts
+
+
 __all__ = [
     "MATCHED",
     "STAGES",
@@ -273,6 +360,9 @@ __all__ = [
     "TransferOutput",
     "embedding_cosine",
     "least_squares_start",
+    "logit_distillation_loss",
+    "prediction_agreement",
+    "problem_type",
     "transfer_attention",
     "transfer_errors",
 ]

@@ -157,16 +157,18 @@ def write_conversion_card(
     unless a local path); `license`: the source's; `sentence_transformers`: the folder is such a model too."""
     source = settings["source"]
     base_model = base_model or (None if Path(source).exists() else source)
-    seq2seq = model.config.is_encoder_decoder
+    seq2seq, classifier = model.config.is_encoder_decoder, settings.get("task") == "classification"
     tags = ["fastformer", "additive-attention", f"converted-from-{settings.get('source_model_type') or 'bert'}"]
     if sentence_transformers:
         tags.append("sentence-transformers")
+    if classifier:
+        tags.append("text-classification")
     pipeline_tag = "sentence-similarity" if sentence_transformers else "feature-extraction"
     card_data = ModelCardData(
         language="en",
         license=license,
         library_name="sentence-transformers" if sentence_transformers else "transformers",
-        pipeline_tag="text2text-generation" if seq2seq else pipeline_tag,
+        pipeline_tag="text2text-generation" if seq2seq else "text-classification" if classifier else pipeline_tag,
         tags=tags,
         base_model=base_model,
         datasets=None,
@@ -180,6 +182,7 @@ def write_conversion_card(
         after += [(name, stage["after"]) for name, stage in distillation["stages"].items()]
         for name, errors in after:
             row = {key: ", ".join(f"{error:.3f}" for error in errors[key]) for key in ("attention", "hidden")}
+            row["agreement"] = f"{errors['agreement']:.3f}" if "agreement" in errors else "-"  # a classifier's
             stages.append((name, {**row, "cosine": f"{errors['embedding_cosine']:.3f}"}))
     card = ModelCard.from_template(
         card_data,
@@ -188,7 +191,12 @@ def write_conversion_card(
         source=base_model or source,
         config=model.config,
         model_class=type(model).__name__,
-        auto_class="AutoModelForSeq2SeqLM" if seq2seq else "AutoModel",
+        auto_class="AutoModelForSeq2SeqLM"
+        if seq2seq
+        else "AutoModelForSequenceClassification"
+        if classifier
+        else "AutoModel",
+        classifier=classifier,
         sentence_transformers=sentence_transformers,
         settings=settings,
         stages=stages,

@@ -672,6 +672,11 @@ class FastformerPooler(nn.Module):
             # the paper's attention pooling: a small tanh MLP scores each token
             self.dense = nn.Linear(config.hidden_size, config.hidden_size)
             self.score = FastformerScoreVector(config.hidden_size)
+        if self.pooler_type.startswith("cls_"):
+            # a fine-tuned BERT-family classifier's head: BERT's pooler (tanh), DistilBERT's
+            # pre-classifier (relu), ELECTRA's head (gelu) on the first token
+            self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+            self.activation = ACT2FN[self.pooler_type.removeprefix("cls_")]
 
     def forward(self, hidden_states, attention_mask=None, mask: PoolingMask | None = None) -> torch.Tensor:
         """attention_mask: (B, N), True for tokens; `mask`: its `functional.PoolingMask` where the
@@ -690,10 +695,11 @@ class FastformerPooler(nn.Module):
         if attention_mask is None:
             attention_mask = torch.ones(hidden_states.shape[:2], dtype=torch.bool, device=hidden_states.device)
         attention_mask = attention_mask.to(torch.bool)
-        if self.pooler_type == "cls":
+        if self.pooler_type.startswith("cls"):
             # left padding puts the first token later
             first_token = attention_mask.int().argmax(dim=-1)
-            return hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), first_token]
+            pooled = hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), first_token]
+            return self.activation(self.dense(pooled)) if self.pooler_type != "cls" else pooled
         weights = attention_mask / attention_mask.sum(dim=-1, keepdim=True).clamp(min=1)  # "mean"
         # (B, hidden)
         return (weights.to(hidden_states.dtype).unsqueeze(1) @ hidden_states).squeeze(1)

@@ -61,7 +61,8 @@ def test_defaults_are_the_papers_final_model():
         (
             {"pooler_type": "max"},
             FIELD,
-            r"field 'pooler_type':\n.* expected one of \('additive', 'cls', 'mean'\), got max$",
+            r"field 'pooler_type':\n.* expected one of "
+            r"\('additive', 'cls', 'mean', 'cls_tanh', 'cls_relu', 'cls_gelu'\), got max$",
         ),
         (
             {"hidden_act": "swish-ish"},

@@ -3,6 +3,7 @@ the attention transfer from the teacher (fastformer.distillation), on tiny rando
 DistilBERT, ELECTRA models) built here."""
 
 import json
+import random
 
 import datasets
 import pytest
@@ -14,9 +15,13 @@ from transformers import (
     AutoModelForMaskedLM,
     AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
+    AutoTokenizer,
     BartConfig,
     BartModel,
     BertConfig,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
     BertModel,
     DataCollatorWithPadding,
     DistilBertConfig,
@@ -28,15 +33,23 @@ from transformers import (
     TrainingArguments,
     XLMRobertaConfig,
     XLMRobertaModel,
+    pipeline,
 )
 
-from fastformer import FastformerForConditionalGeneration, FastformerModel
+from fastformer import FastformerForConditionalGeneration, FastformerForSequenceClassification, FastformerModel
 from fastformer.cli import convert_bert_to_fastformer
-from fastformer.conversion import convert_bert, copy_encoder_layers, extend_positions, load_bert_source
+from fastformer.conversion import (
+    classifier_head,
+    convert_bert,
+    copy_encoder_layers,
+    extend_positions,
+    load_bert_source,
+)
 from fastformer.distillation import (
     AttentionTransfer,
     embedding_cosine,
     least_squares_start,
+    logit_distillation_loss,
     teacher_targets,
     transfer_attention,
     transfer_errors,
@@ -198,35 +211,35 @@ SIZES = dict(
     hidden_dropout_prob=0.0,
     attention_probs_dropout_prob=0.0,
 )
+CONFIGS = {  # (vocabulary size, other fields) -> the config
+    "bert": lambda vocab, **fields: BertConfig(vocab_size=vocab, max_position_embeddings=POSITIONS, **SIZES, **fields),
+    "roberta": lambda vocab, **fields: RobertaConfig(
+        vocab_size=vocab, pad_token_id=0, type_vocab_size=1, max_position_embeddings=POSITIONS + 1, **SIZES, **fields
+    ),
+    "xlm-roberta": lambda vocab, **fields: XLMRobertaConfig(
+        vocab_size=vocab, pad_token_id=0, type_vocab_size=1, max_position_embeddings=POSITIONS + 1, **SIZES, **fields
+    ),
+    "distilbert": lambda vocab, **fields: DistilBertConfig(
+        vocab_size=vocab,
+        pad_token_id=0,
+        dim=32,
+        n_layers=2,
+        n_heads=4,
+        hidden_dim=37,
+        dropout=0.0,
+        attention_dropout=0.0,
+        max_position_embeddings=POSITIONS,
+        **fields,
+    ),
+    "electra": lambda vocab, **fields: ElectraConfig(
+        vocab_size=vocab, pad_token_id=0, embedding_size=16, max_position_embeddings=POSITIONS, **SIZES, **fields
+    ),
+}
 SOURCES = {
-    "roberta": lambda vocab: RobertaModel(
-        RobertaConfig(
-            vocab_size=vocab, pad_token_id=0, type_vocab_size=1, max_position_embeddings=POSITIONS + 1, **SIZES
-        ),
-        add_pooling_layer=False,
-    ),
-    "xlm-roberta": lambda vocab: XLMRobertaModel(
-        XLMRobertaConfig(
-            vocab_size=vocab, pad_token_id=0, type_vocab_size=1, max_position_embeddings=POSITIONS + 1, **SIZES
-        ),
-        add_pooling_layer=False,
-    ),
-    "distilbert": lambda vocab: DistilBertModel(
-        DistilBertConfig(
-            vocab_size=vocab,
-            pad_token_id=0,
-            dim=32,
-            n_layers=2,
-            n_heads=4,
-            hidden_dim=37,
-            dropout=0.0,
-            attention_dropout=0.0,
-            max_position_embeddings=POSITIONS,
-        )
-    ),
-    "electra": lambda vocab: ElectraModel(
-        ElectraConfig(vocab_size=vocab, pad_token_id=0, embedding_size=16, max_position_embeddings=POSITIONS, **SIZES)
-    ),
+    "roberta": lambda vocab: RobertaModel(CONFIGS["roberta"](vocab), add_pooling_layer=False),
+    "xlm-roberta": lambda vocab: XLMRobertaModel(CONFIGS["xlm-roberta"](vocab), add_pooling_layer=False),
+    "distilbert": lambda vocab: DistilBertModel(CONFIGS["distilbert"](vocab)),
+    "electra": lambda vocab: ElectraModel(CONFIGS["electra"](vocab)),
 }
 
 
@@ -867,3 +880,251 @@ def test_script_refuses_texts_longer_than_the_teacher_reads(bert_folder, tmp_pat
                 str(texts),
             ]
         )
+
+
+# ---- fine-tuned sequence classifiers ------------------------------------------------------------------------------
+LABELS = {0: "science", 1: "sport", 2: "daily life"}
+TOPICS = [0, 0, 1, 2, 0, 2, 1, 2]  # the label of each of TEXTS
+CLASSIFIER_FIELDS = dict(
+    id2label=LABELS,
+    label2id={name: index for index, name in LABELS.items()},
+    problem_type="single_label_classification",
+)
+
+
+def topic_texts(seed: int, count: int) -> list[tuple[str, int]]:
+    """(text, label): most words of one of TEXTS, shuffled with a few of the others', labelled with its topic."""
+    generator, words = random.Random(seed), " ".join(TEXTS).split()
+    examples = []
+    for _ in range(count):
+        index = generator.randrange(len(TEXTS))
+        own = TEXTS[index].split()
+        chosen = generator.sample(own, generator.randint(3, min(8, len(own)))) + generator.choices(words, k=3)
+        generator.shuffle(chosen)
+        examples.append((" ".join(chosen), TOPICS[index]))
+    return examples
+
+
+@pytest.mark.parametrize("model_type", list(CONFIGS))
+def test_classifier_heads_map_exactly(model_type, tokenizer, tmp_path):
+    """A fine-tuned *ForSequenceClassification of each source type converts to a FastformerForSequenceClassification
+    with its labels; before any distillation its head (BERT's pooler and classifier, RoBERTa's, XLM-R's and ELECTRA's
+    classification head, DistilBERT's pre-classifier and classifier) on the teacher's last hidden states gives the
+    teacher's logits, as does the teacher the distillation reads (its encoder and `head`)."""
+    teacher = noisy(
+        AutoModelForSequenceClassification.from_config(CONFIGS[model_type](len(tokenizer), **CLASSIFIER_FIELDS))
+    )
+    teacher.save_pretrained(tmp_path)
+    source = load_bert_source(str(tmp_path))
+    assert source.task == "classification"
+    model = convert_bert(source.model, task="classification", head=source.head)
+    assert isinstance(model, FastformerForSequenceClassification)
+    assert model.config.pooler_type == {"distilbert": "cls_relu", "electra": "cls_gelu"}.get(model_type, "cls_tanh")
+    for name, value in {"num_labels": 3, **CLASSIFIER_FIELDS}.items():
+        assert getattr(model.config, name) == value, name
+    batch = tokenizer(TEXTS[:4], padding=True, return_tensors="pt", return_token_type_ids=False)
+    with torch.no_grad():
+        expected = teacher(**batch, output_hidden_states=True)
+        pooled = model.fastformer.pooler(expected.hidden_states[-1], batch["attention_mask"])
+        torch.testing.assert_close(model.classifier(model.dropout(pooled)), expected.logits)
+        hidden_states = source.model(**batch).last_hidden_state
+        torch.testing.assert_close(source.head(hidden_states, batch["attention_mask"]), expected.logits)
+
+
+@pytest.mark.parametrize("head", [BertForTokenClassification, BertForQuestionAnswering, None], ids=str)
+def test_sources_whose_head_is_no_sequence_classifier_are_refused(head, tmp_path):
+    """A token-classification or QA head, and a fine-tuned checkpoint (labels set) that records no `architectures`,
+    stop the command naming --model_name_or_path; a headless checkpoint converts as an encoder, as before."""
+    config = CONFIGS["bert"](99, **CLASSIFIER_FIELDS)
+    (head or BertForSequenceClassification)(config).save_pretrained(tmp_path)
+    if head is None:
+        saved = json.loads((tmp_path / "config.json").read_text())
+        del saved["architectures"]
+        (tmp_path / "config.json").write_text(json.dumps(saved))
+    found = f"\\['{head.__name__}'\\]" if head else "none in its config"
+    with pytest.raises(
+        SystemExit, match=f"--model_name_or_path {tmp_path} has the architectures {found}; a fine-tuned"
+    ):
+        convert_bert_to_fastformer.main(["--model_name_or_path", str(tmp_path), "--output_dir", str(tmp_path / "o")])
+    assert load_bert_source(str(tmp_path), task="encoder").task == "encoder"  # its encoder alone, when asked for
+    if head is None:  # without labels, nothing says a head is missing
+        saved.update(
+            id2label={"0": "LABEL_0", "1": "LABEL_1"}, label2id={"LABEL_0": 0, "LABEL_1": 1}, problem_type=None
+        )
+        (tmp_path / "config.json").write_text(json.dumps(saved))
+        assert load_bert_source(str(tmp_path)).task == "encoder"
+
+
+def test_classification_of_an_encoder_is_refused(bert_folder):
+    with pytest.raises(ValueError, match=r"has the architectures \['BertModel'\]; a fine-tuned"):
+        load_bert_source(str(bert_folder), task="classification")
+    with pytest.raises(ValueError, match="task 'classification' takes the source's classifier `head`"):
+        convert_bert(load_bert_source(str(bert_folder)).model, task="classification")
+
+
+def test_logit_distillation_loss_is_the_softened_kl():
+    torch.manual_seed(0)
+    student, teacher = torch.randn(4, 3), torch.randn(4, 3)
+    soft = (teacher / 2).softmax(-1)
+    expected = (soft * (soft.log() - (student / 2).log_softmax(-1))).sum(-1).mean() * 4
+    torch.testing.assert_close(logit_distillation_loss(student, teacher, 2.0), expected)
+    assert logit_distillation_loss(teacher, teacher, 2.0).item() == pytest.approx(0.0, abs=1e-6)
+    ours, theirs = torch.sigmoid(student / 2), torch.sigmoid(teacher / 2)  # each label a Bernoulli distribution
+    bernoulli = theirs * (theirs / ours).log() + (1 - theirs) * ((1 - theirs) / (1 - ours)).log()
+    found = logit_distillation_loss(student, teacher, 2.0, "multi_label_classification")
+    torch.testing.assert_close(found, bernoulli.mean() * 4)
+    torch.testing.assert_close(
+        logit_distillation_loss(student, teacher, 2.0, "regression"), (student - teacher).square().mean()
+    )
+
+
+def test_classifier_transfer_adds_the_logit_and_label_losses(tokenizer):
+    """The end-to-end loss of a classifier student: the hidden-state error (`hidden_weight`), the logit loss against
+    the teacher's head (`logit_weight`, `temperature`) and the cross-entropy of the labels given (-100: none)."""
+    teacher = noisy(BertForSequenceClassification(CONFIGS["bert"](len(tokenizer), **CLASSIFIER_FIELDS)))
+    head = classifier_head(teacher, teacher.bert)
+    student = convert_bert(teacher.bert, task="classification", head=head)
+    batch = tokenizer(TEXTS[:4], padding=True, return_tensors="pt", return_token_type_ids=False)
+    labels = torch.tensor([0, 2, -100, 1])
+
+    def loss(matched="last", **settings):
+        return AttentionTransfer(student, teacher.bert, "end_to_end", matched, teacher_head=head, **settings)
+
+    hidden = loss(logit_weight=0.0)(**batch).loss
+    with torch.no_grad():
+        logits, theirs = student(**batch).logits, teacher(**batch).logits
+    distance = logit_distillation_loss(logits, theirs, 3.0)
+    assert distance > 0  # the attention is not yet the teacher's
+    transfer = loss(logit_weight=0.5, temperature=3.0, hidden_weight=2.0)
+    torch.testing.assert_close(transfer(**batch).loss, 2 * hidden + 0.5 * distance)
+    real = labels != -100
+    cross_entropy = torch.nn.functional.cross_entropy(logits[real], labels[real])
+    torch.testing.assert_close(transfer(**batch, labels=labels).loss, 2 * hidden + 0.5 * distance + cross_entropy)
+    assert set(transfer.state_dict()) == {f"student.{name}" for name in student.state_dict()}
+    with pytest.raises(ValueError, match="a classifier student learns from a `teacher_head`, and only it does"):
+        AttentionTransfer(student, teacher.bert, "end_to_end")
+    with pytest.raises(ValueError, match="must have no weights.*cls_tanh"):
+        loss(matched="pooled")
+
+
+@pytest.fixture(scope="module")
+def classifier_folder(tokenizer, tmp_path_factory):
+    """A tiny BERT classifier fine-tuned on the topics of `topic_texts` (its predictions spread over the labels),
+    saved with the bundled tokenizer."""
+    torch.manual_seed(0)
+    teacher = noisy(BertForSequenceClassification(CONFIGS["bert"](len(tokenizer), **CLASSIFIER_FIELDS))).train()
+    optimizer = torch.optim.AdamW(teacher.parameters(), lr=3e-3)
+    examples = topic_texts(2, 960)
+    for start in range(0, len(examples), 16):
+        texts, labels = zip(*examples[start : start + 16], strict=True)
+        batch = tokenizer(list(texts), padding=True, return_tensors="pt", return_token_type_ids=False)
+        teacher(**batch, labels=torch.tensor(labels)).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    folder = tmp_path_factory.mktemp("tiny-bert-classifier")
+    teacher.eval().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_script_converts_a_classifier_that_agrees_with_its_teacher(classifier_folder, tokenizer, tmp_path):
+    """From the tiny fine-tuned BERT classifier and unlabeled texts, with the logit distillation (the default for a
+    classifier), to a FastformerForSequenceClassification that predicts what its teacher does on new texts."""
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text("".join(json.dumps({"body": text}) + "\n" for text, _ in topic_texts(0, 120)))
+    output = tmp_path / "converted"
+    arguments = ["--model_name_or_path", str(classifier_folder), "--output_dir", str(output)]
+    arguments += ["--base_model", "someone/tiny-bert-classifier", "--max_position_embeddings", str(2 * POSITIONS)]
+    arguments += ["--distill_file", str(texts), "--text_column", "body", "--max_seq_length", str(POSITIONS)]
+    arguments += ["--max_steps", "20", "--end_to_end_steps", "40", "--learning_rate", "1e-2"]
+    arguments += ["--end_to_end_learning_rate", "3e-3", "--lr_scheduler_type", "constant"]
+    arguments += ["--per_device_train_batch_size", "8", "--validation_split_percentage", "20", "--save_strategy", "no"]
+    convert_bert_to_fastformer.main([*arguments, "--use_cpu", "--disable_tqdm", "true"])
+
+    model = AutoModelForSequenceClassification.from_pretrained(output)
+    teacher = AutoModelForSequenceClassification.from_pretrained(classifier_folder)
+    assert isinstance(model, FastformerForSequenceClassification) and model.config.id2label == LABELS
+    new_texts = [text for text, _ in topic_texts(1, 48)]
+    batch = AutoTokenizer.from_pretrained(output)(new_texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        theirs = teacher(**batch).logits.argmax(-1)
+        ours = model(**batch).logits.argmax(-1)
+    assert theirs.bincount(minlength=3).min() >= 8  # every label predicted: agreement is no constant's
+    agreement = (ours == theirs).float().mean().item()
+    assert agreement >= 0.85, agreement
+    report = json.loads((output / "conversion.json").read_text())
+    assert report["task"] == "classification"
+    end_to_end = report["distillation"]["stages"]["end_to_end"]
+    assert (end_to_end["matched"], end_to_end["logit_weight"], end_to_end["temperature"]) == ("last", 1.0, 2.0)
+    assert report["distillation"]["before"]["agreement"] < end_to_end["after"]["agreement"]
+    card = " ".join((output / "README.md").read_text().split())
+    assert "base_model: someone/tiny-bert-classifier" in card and "pipeline_tag: text-classification" in card
+    assert "and its logits (KL divergence at temperature 2.0, weight 1.0) end to end" in card
+    assert "3 labels (science, sport, daily life)" in card and "| agreement |" in card
+    assert pipeline("text-classification", model=str(output))(TEXTS[2])[0]["label"] in LABELS.values()
+
+
+@pytest.mark.parametrize(
+    "content, flags, message",
+    [
+        ("", [], "--distill_file .*texts.jsonl is empty"),
+        ("\n \n", [], "--distill_file .*texts.jsonl is empty"),
+        (
+            '{"text": "one text"}\n',
+            [],
+            "--distill_file .* has 1 texts in --text_column 'text'; the distillation needs 2",
+        ),
+        ('{"body": "a text"}\n' * 4, [], r"--text_column 'text' is not a column of --distill_file; it has \['body'\]"),
+        ('{"text": "a text"}\n' * 4, ["--label_column", "label"], "--label_column 'label' is not a column"),
+        (
+            '{"text": "a", "label": "nope"}\n' * 4,
+            ["--label_column", "label"],
+            r"--label_column 'label' holds \['nope'\]",
+        ),
+        ('{"text": "a text"}\n' * 4, ["--end_to_end_matched", "pooled"], "--end_to_end_matched pooled needs a pooler"),
+        ('{"text": "a text"}\n' * 4, ["--temperature", "0"], "--temperature must be positive"),
+    ],
+    ids=["empty", "blank", "one-text", "no-text-column", "no-label-column", "unknown-label", "pooled", "temperature"],
+)
+def test_script_names_the_argument_of_bad_distillation_input(classifier_folder, tmp_path, content, flags, message):
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text(content)
+    arguments = ["--model_name_or_path", str(classifier_folder), "--output_dir", str(tmp_path / "o")]
+    with pytest.raises(SystemExit, match=message):
+        convert_bert_to_fastformer.main([*arguments, "--distill_file", str(texts), "--max_seq_length", "16", *flags])
+
+
+def test_script_refuses_classifier_flags_for_an_encoder(bert_folder, tmp_path):
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS) + "\n")
+    arguments = ["--model_name_or_path", str(bert_folder), "--output_dir", str(tmp_path / "o")]
+    arguments += ["--distill_file", str(texts), "--max_seq_length", "16", "--logit_distillation_weight", "1"]
+    with pytest.raises(SystemExit, match="--logit_distillation_weight and --label_column are a classifier's"):
+        convert_bert_to_fastformer.main(arguments)
+
+
+def test_script_learns_the_labels_where_given(classifier_folder, tmp_path, monkeypatch):
+    """--label_column: label names or ids, null where a text has none (-100, which the cross-entropy ignores)."""
+    rows = [
+        {"text": text, "label": [LABELS[label], label, None][index % 3]}
+        for index, (text, label) in enumerate(topic_texts(3, 24))
+    ]
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    trained = []
+    transfer = convert_bert_to_fastformer.transfer_attention
+
+    def recording(student, teacher, stage, train_dataset, *args, **kwargs):
+        trained.extend(train_dataset["labels"])
+        return transfer(student, teacher, stage, train_dataset, *args, **kwargs)
+
+    monkeypatch.setattr(convert_bert_to_fastformer, "transfer_attention", recording)
+    output = tmp_path / "converted"
+    arguments = ["--model_name_or_path", str(classifier_folder), "--output_dir", str(output)]
+    arguments += ["--distill_file", str(texts), "--label_column", "label", "--max_seq_length", "16"]
+    arguments += ["--max_steps", "0", "--end_to_end_steps", "2", "--save_strategy", "no"]
+    convert_bert_to_fastformer.main([*arguments, "--use_cpu", "--disable_tqdm", "true"])
+    assert len(trained) == 23 and set(trained) == {0, 1, 2, -100} and trained.count(-100) in (7, 8)
+    end_to_end = json.loads((output / "conversion.json").read_text())["distillation"]["stages"]["end_to_end"]
+    assert end_to_end["label_column"] == "label"
+    assert "cross-entropy on the labels of `label`" in " ".join((output / "README.md").read_text().split())

@@ -460,7 +460,7 @@ def test_pooler_types(build):
     mask = torch.ones_like(ids)
     mask[1, :3] = 0  # left padding: the first real token of row 1 is at position 3
     poolers = {}
-    for pooler_type in ["additive", "cls", "mean"]:
+    for pooler_type in ["additive", "cls", "mean", "cls_tanh", "cls_relu", "cls_gelu"]:
         model = build(FastformerModel, pooler_type=pooler_type)
         with torch.no_grad():
             output = model(ids, attention_mask=mask)
@@ -470,11 +470,16 @@ def test_pooler_types(build):
             torch.testing.assert_close(output.pooler_output, torch.stack([hidden[0, 0], hidden[1, 3]]))
         elif pooler_type == "mean":
             torch.testing.assert_close(output.pooler_output, torch.stack([hidden[0].mean(0), hidden[1, 3:].mean(0)]))
+        elif pooler_type.startswith("cls_"):  # BERT's pooler: dense + tanh on the first token (relu, gelu: alike)
+            activation = {"cls_tanh": torch.tanh, "cls_relu": torch.relu, "cls_gelu": torch.nn.functional.gelu}
+            first = model.pooler.dense(torch.stack([hidden[0, 0], hidden[1, 3]]))
+            torch.testing.assert_close(output.pooler_output, activation[pooler_type](first))
         else:
             scores = torch.tanh(model.pooler.dense(hidden)) @ model.pooler.score.weight[0]  # s . tanh(W h_i + b)
             weights = scores.masked_fill(mask == 0, float("-inf")).softmax(-1)
             torch.testing.assert_close(output.pooler_output, (weights[..., None] * hidden).sum(1))
-    assert poolers == {"additive": LINEAR + HIDDEN, "cls": 0, "mean": 0}  # the score has no bias (shift-free)
+    expected = {"additive": LINEAR + HIDDEN, "cls": 0, "mean": 0}  # the score has no bias (shift-free)
+    assert poolers == expected | dict.fromkeys(["cls_tanh", "cls_relu", "cls_gelu"], LINEAR)
 
 
 # ---- PreTrainedModel API --------------------------------------------------------------------------------------

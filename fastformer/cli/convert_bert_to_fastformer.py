@@ -7,12 +7,15 @@ transfer the attention from the source (the teacher) on unlabeled text, and save
 
 (in a checkout also `python scripts/convert_bert_to_fastformer.py`). The source: a local folder or Hub id of a
 bert, roberta, xlm-roberta, distilbert or electra model, or a sentence-transformers model built on one (the output is
-one too). `--task seq2seq` writes a FastformerForConditionalGeneration, both sides from the source (BERT2BERT).
-Without `--distill_file` only the weights are mapped. The transfer runs on Trainer (`fastformer.distillation`), so
-`accelerate launch` scales it out, and the same command run again resumes it (`OUTPUT_DIR/distillation/`, deleted
-once the folder is saved). Needs the [train] extra: without it `--help` answers, and a run stops with one line.
+one too). A fine-tuned *ForSequenceClassification becomes a FastformerForSequenceClassification with its head and
+labels, distilled from its own logits on unlabeled texts (`--logit_distillation_weight`). `--task seq2seq` writes a
+FastformerForConditionalGeneration, both sides from the source (BERT2BERT). Without `--distill_file` only the weights
+are mapped. The transfer runs on Trainer (`fastformer.distillation`), so `accelerate launch` scales it out, and the
+same command run again resumes it (`OUTPUT_DIR/distillation/`, deleted once the folder is saved). Needs the [train]
+extra: without it `--help` answers, and a run stops with one line.
 """
 
+import gzip
 import json
 import logging
 import shlex
@@ -51,6 +54,8 @@ from fastformer.distillation import (
     STAGES,
     embedding_cosine,
     least_squares_start,
+    prediction_agreement,
+    problem_type,
     transfer_attention,
     transfer_errors,
 )
@@ -69,10 +74,12 @@ class ConversionArguments:
     model_name_or_path: str = field(
         metadata={"help": "The BERT-family checkpoint to convert (also sentence-transformers): a folder or Hub id."}
     )
-    task: str = field(
-        default="encoder",
+    task: str | None = field(
+        default=None,
         metadata={
-            "help": "encoder: a FastformerModel; seq2seq: an encoder-decoder warm-started from the source.",
+            "help": "encoder: a FastformerModel; classification: a FastformerForSequenceClassification with the "
+            "source's head (default for a *ForSequenceClassification source, else encoder); seq2seq: an "
+            "encoder-decoder warm-started from the source.",
             "choices": list(TASKS),
         },
     )
@@ -103,6 +110,16 @@ class DistillationArguments:
         default=None, metadata={"help": "Unlabeled text (json/jsonl, or txt; maybe .gz) for the attention transfer."}
     )
     text_column: str = field(default="text", metadata={"help": "The text column of --distill_file."})
+    label_column: str | None = field(
+        default=None, metadata={"help": "A classifier's labels (names or ids; null: none) in --distill_file, if any."}
+    )
+    logit_distillation_weight: float | None = field(
+        default=None, metadata={"help": "Weight of the teacher's logits in the end-to-end stage (classifiers: 1)."}
+    )
+    temperature: float = field(default=2.0, metadata={"help": "Temperature of the logit distillation's KL."})
+    hidden_distillation_weight: float = field(
+        default=1.0, metadata={"help": "Weight of the teacher's hidden states in the end-to-end stage."}
+    )
     max_seq_length: int = field(default=256, metadata={"help": "Distillation texts are truncated to this many tokens."})
     validation_split_percentage: int = field(
         default=2, metadata={"help": "Held-out share of --distill_file on which the per-layer errors are reported."}
@@ -117,11 +134,12 @@ class DistillationArguments:
     end_to_end_learning_rate: float = field(
         default=3e-4, metadata={"help": "Learning rate of the end-to-end stage (--learning_rate: the layerwise one)."}
     )
-    end_to_end_matched: str = field(
-        default="pooled",
+    end_to_end_matched: str | None = field(
+        default=None,
         metadata={
             "help": "What the end-to-end stage matches of the teacher: its last hidden state and the sentence "
-            "embedding pooled from it (pooled), its last hidden state (last), or every layer's (all).",
+            "embedding pooled from it (pooled; an encoder's default), its last hidden state (last; a classifier's "
+            "default), or every layer's (all).",
             "choices": list(MATCHED),
         },
     )
@@ -174,16 +192,30 @@ def prepare_output_dir(output_dir: Path, overwrite: bool, run: dict) -> None:
     recorded.write_text(json.dumps(run, indent=2) + "\n")
 
 
-def load_texts(distill_args, tokenizer, training_args, seed: int):
-    suffixes = [suffix for suffix in Path(distill_args.distill_file).suffixes if suffix != ".gz"]
+def load_texts(distill_args, tokenizer, training_args, seed: int, label2id: dict | None = None):
+    """--distill_file's texts, tokenized, split into the training and the held-out texts; with --label_column their
+    class ids (`label2id`: the teacher's) as "labels"."""
+    path = distill_args.distill_file
+    suffixes = [suffix for suffix in Path(path).suffixes if suffix != ".gz"]
     loader = {".txt": "text", ".json": "json", ".jsonl": "json"}.get(suffixes[-1] if suffixes else "")
     if loader is None:
-        fail(f"--distill_file {distill_args.distill_file}: use a .json, .jsonl or .txt file (optionally .gz)")
-    raw = datasets.load_dataset(loader, data_files=distill_args.distill_file, split="train")
+        fail(f"--distill_file {path}: use a .json, .jsonl or .txt file (optionally .gz)")
+    if not Path(path).is_file():
+        fail(f"--distill_file {path}: no such file")
+    with (gzip.open if path.endswith(".gz") else open)(path, "rt") as file:
+        if not any(line.strip() for line in file):
+            fail(f"--distill_file {path} is empty")
+    raw = datasets.load_dataset(loader, data_files=path, split="train")
     column = "text" if loader == "text" else distill_args.text_column
     if column not in raw.column_names:
         fail(f"--text_column {column!r} is not a column of --distill_file; it has {raw.column_names}")
     raw = raw.filter(lambda row: bool(row[column] and row[column].strip()))
+    if len(raw) < 2:
+        fail(
+            f"--distill_file {path} has {len(raw)} texts in --text_column {column!r}; the distillation needs 2 or more"
+        )
+    if distill_args.label_column:
+        raw = with_label_ids(raw, distill_args.label_column, label2id)
     held_out = max(1, len(raw) * distill_args.validation_split_percentage // 100)
     splits = raw.train_test_split(test_size=held_out, seed=seed, shuffle=True)
 
@@ -191,11 +223,24 @@ def load_texts(distill_args, tokenizer, training_args, seed: int):
         return tokenizer(batch[column], truncation=True, max_length=distill_args.max_seq_length)
 
     with training_args.main_process_first(desc="tokenizing the distillation texts"):
+        dropped = [name for name in raw.column_names if name != "labels" or not distill_args.label_column]
         tokenized = splits.map(
-            tokenize, batched=True, remove_columns=raw.column_names, num_proc=distill_args.preprocessing_num_workers
+            tokenize, batched=True, remove_columns=dropped, num_proc=distill_args.preprocessing_num_workers
         )
     evaluation = tokenized["test"].select(range(min(len(tokenized["test"]), distill_args.max_eval_samples or held_out)))
     return tokenized["train"], evaluation
+
+
+def with_label_ids(raw, column: str, label2id: dict):
+    """`raw` with "labels": the class id of each row's label in `column`, a name of `label2id` or an id (-100, which
+    the loss ignores, where it is null)."""
+    if column not in raw.column_names:
+        fail(f"--label_column {column!r} is not a column of --distill_file; it has {raw.column_names}")
+    ids = {**label2id, **{index: index for index in label2id.values()}}
+    unknown = sorted({str(label) for label in raw[column] if label is not None and label not in ids})
+    if unknown:
+        fail(f"--label_column {column!r} holds {unknown[:5]}: neither the teacher's labels {list(label2id)} nor ids")
+    return raw.map(lambda row: {"labels": -100 if row[column] is None else ids[row[column]]})
 
 
 def batches(dataset, tokenizer, size: int):
@@ -206,28 +251,60 @@ def batches(dataset, tokenizer, size: int):
     ]
 
 
-def measure(student, teacher, held_out) -> dict:
+def measure(student, teacher, held_out, head=None) -> dict:
+    """The agreement with the teacher on the held-out texts; a classifier's (`head`: the teacher's) predictions too."""
     errors = transfer_errors(student, teacher, held_out)
-    return {**errors, "embedding_cosine": embedding_cosine(student, teacher, held_out)}
+    measured = {**errors, "embedding_cosine": embedding_cosine(student, teacher, held_out)}
+    if head is not None and problem_type(head.config) != "regression":
+        measured["agreement"] = prediction_agreement(student, teacher, head, held_out)
+    return measured
 
 
-def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir: Path) -> dict:
+def distillation_losses(distill_args, head) -> dict:
+    """`AttentionTransfer`'s losses as the flags set them (`head`: a classifier source's, else None); stops on a flag
+    that the source cannot take."""
+    losses = {"hidden_weight": distill_args.hidden_distillation_weight}
+    if head is None:
+        if distill_args.logit_distillation_weight is not None or distill_args.label_column:
+            fail(
+                "--logit_distillation_weight and --label_column are a classifier's: --model_name_or_path is no "
+                "fine-tuned *ForSequenceClassification"
+            )
+        return losses
+    if distill_args.end_to_end_matched == "pooled":
+        fail("--end_to_end_matched pooled needs a pooler without weights; a classifier's has its head's: use last")
+    if distill_args.temperature <= 0:
+        fail(f"--temperature must be positive, got {distill_args.temperature}")
+    if distill_args.label_column and problem_type(head.config) != "single_label_classification":
+        fail(
+            f"--label_column takes single-label class labels; the teacher's problem_type is {head.config.problem_type}"
+        )
+    weight = distill_args.logit_distillation_weight
+    losses.update(
+        teacher_head=head, logit_weight=1.0 if weight is None else weight, temperature=distill_args.temperature
+    )
+    return losses
+
+
+def distill(student, teacher, tokenizer, distill_args, training_args, output_dir: Path, losses: dict) -> dict:
     """Both transfer stages on --distill_file; the per-layer errors on the held-out texts before and after each."""
-    train, held_out = load_texts(distill_args, tokenizer, training_args, training_args.seed)
+    head = losses.get("teacher_head")
+    label2id = head.config.label2id if head is not None else None
+    train, held_out = load_texts(distill_args, tokenizer, training_args, training_args.seed, label2id)
     evaluation = batches(held_out, tokenizer, training_args.per_device_eval_batch_size)
     report = {"train_texts": len(train), "held_out_texts": len(held_out), "stages": {}}
-    report["before"] = measure(encoder, teacher, evaluation)
+    report["before"] = measure(student, teacher, evaluation, head)
     print_errors("before the transfer", report["before"])
     if distill_args.least_squares_start:
         started = time.perf_counter()
         size = training_args.per_device_train_batch_size
         fit = batches(train.select(range(min(len(train), size * distill_args.least_squares_batches))), tokenizer, size)
-        context_errors = least_squares_start(encoder, teacher, fit)
+        context_errors = least_squares_start(student, teacher, fit)
         report["least_squares_start"] = {
             "batches": len(fit),
             "context_errors": context_errors,
             "seconds": round(time.perf_counter() - started, 1),
-            "after": measure(encoder, teacher, evaluation),
+            "after": measure(student, teacher, evaluation, head),
         }
         print_errors("after the least-squares start", report["least_squares_start"]["after"])
     settings = {
@@ -236,6 +313,11 @@ def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir
             max_steps=distill_args.end_to_end_steps, learning_rate=distill_args.end_to_end_learning_rate
         ),
     }
+    # the layerwise stage matches every attention sub-layer; the end-to-end stage, these and a classifier's logits
+    matched = distill_args.end_to_end_matched or ("pooled" if head is None else "last")
+    end_to_end = {"matched": matched, **{name: value for name, value in losses.items() if name != "teacher_head"}}
+    if head is not None:
+        end_to_end["label_column"] = distill_args.label_column
     collator = DataCollatorWithPadding(tokenizer)
     for stage in STAGES:
         if settings[stage]["max_steps"] <= 0:
@@ -244,7 +326,7 @@ def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir
         finished = stage_dir / FINISHED
         if finished.exists():  # by a former run: its student and report (Trainer would train one more step)
             check_weights_readable(stage_dir / FINISHED_STUDENT)
-            load_model(encoder, stage_dir / FINISHED_STUDENT)
+            load_model(student, stage_dir / FINISHED_STUDENT)
             report["stages"][stage] = json.loads(finished.read_text())
             logger.info(f"The {stage} stage finished before this run: its student is read back")
             continue
@@ -254,18 +336,17 @@ def distill(encoder, teacher, tokenizer, distill_args, training_args, output_dir
             check_weights_readable(last)
             logger.info(f"Resuming the {stage} stage from {last}")
         started = time.perf_counter()
-        matched = distill_args.end_to_end_matched  # the layerwise stage matches every attention sub-layer
-        result = transfer_attention(encoder, teacher, stage, train, stage_args, collator, last, matched)
+        result = transfer_attention(student, teacher, stage, train, stage_args, collator, last, matched, **losses)
         report["stages"][stage] = {
             **settings[stage],
-            **({"matched": matched} if stage == "end_to_end" else {}),
+            **(end_to_end if stage == "end_to_end" else {}),
             "train_loss": result.training_loss,
             "seconds": round(time.perf_counter() - started, 1),
-            "after": measure(encoder, teacher, evaluation),
+            "after": measure(student, teacher, evaluation, head),
         }
         print_errors(f"after the {stage} stage", report["stages"][stage]["after"])
         if training_args.should_save:
-            save_model(encoder, str(stage_dir / FINISHED_STUDENT))
+            save_model(student, str(stage_dir / FINISHED_STUDENT))
             finished.write_text(json.dumps(report["stages"][stage], indent=2) + "\n")
     return report
 
@@ -301,29 +382,33 @@ def main(args: list[str] | None = None):
         cache_dir=conversion_args.cache_dir, revision=conversion_args.model_revision, token=conversion_args.token
     )
     try:
-        source = load_bert_source(conversion_args.model_name_or_path, **hub)
-    except (ValueError, OSError) as error:
+        source = load_bert_source(conversion_args.model_name_or_path, task=conversion_args.task, **hub)
+    except ValueError as error:
+        fail(f"--model_name_or_path {error}")
+    except OSError as error:
         fail(str(error))
     tokenizer = AutoTokenizer.from_pretrained(conversion_args.model_name_or_path, subfolder=source.subfolder, **hub)
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id  # a BERT tokenizer's sequence start and end
-    seq2seq = conversion_args.task == "seq2seq"
+    seq2seq = source.task == "seq2seq"
     special_ids = dict(bos_token_id=cls, decoder_start_token_id=cls, eos_token_id=sep) if seq2seq else {}
     try:
         model = convert_bert(
             source.model,
             pooler_type=source.pooler_type,
             max_position_embeddings=conversion_args.max_position_embeddings,
-            task=conversion_args.task,
+            task=source.task,
             cross_attention_init=conversion_args.cross_attention_init,
+            head=source.head,
             **special_ids,
         )
     except ValueError as error:
         fail(str(error))
     tokenizer.model_max_length = model.config.max_position_embeddings
 
-    encoder = model.get_encoder() if seq2seq else model
+    student = model.get_encoder() if seq2seq else model
     report = None
     if distill_args.distill_file:
+        losses = distillation_losses(distill_args, source.head)
         if distill_args.max_seq_length > source_positions(source.model.config):
             fail(
                 f"--max_seq_length {distill_args.max_seq_length} is more than the teacher's "
@@ -332,7 +417,7 @@ def main(args: list[str] | None = None):
         run = dict(
             source=conversion_args.model_name_or_path,
             revision=conversion_args.model_revision,
-            task=conversion_args.task,
+            task=source.task,
             cross_attention_init=conversion_args.cross_attention_init,
             max_position_embeddings=model.config.max_position_embeddings,
             distill_file=str(distill_args.distill_file),
@@ -340,13 +425,19 @@ def main(args: list[str] | None = None):
             max_seq_length=distill_args.max_seq_length,
             seed=training_args.seed,
             least_squares_start=distill_args.least_squares_start,
+            label_column=distill_args.label_column,
+            **{name: value for name, value in losses.items() if name != "teacher_head"},
         )
         if training_args.should_save:
             prepare_output_dir(output_dir, conversion_args.overwrite_output_dir, run)
         dtype = model.dtype
-        report = distill(encoder.float(), source.model.float(), tokenizer, distill_args, training_args, output_dir)
+        if source.head is not None:
+            source.head.float()
+        report = distill(
+            student.float(), source.model.float(), tokenizer, distill_args, training_args, output_dir, losses
+        )
         if seq2seq:
-            copy_encoder_layers(encoder, model.get_decoder().layers)
+            copy_encoder_layers(student, model.get_decoder().layers)
         model.to(device="cpu", dtype=dtype)  # as the source: the transfer ran in float32, maybe on an accelerator
     elif training_args.should_save:
         prepare_output_dir(output_dir, conversion_args.overwrite_output_dir, {})
@@ -363,7 +454,7 @@ def main(args: list[str] | None = None):
             "threads": torch.get_num_threads(),  # the intra-op threads that the seconds ran on
             "source": conversion_args.model_name_or_path,
             "source_model_type": source.model_type,
-            "task": conversion_args.task,
+            "task": source.task,
             "cross_attention_init": conversion_args.cross_attention_init,
             "max_position_embeddings": model.config.max_position_embeddings,
             "source_max_position_embeddings": source_positions(source.model.config),
