@@ -57,6 +57,13 @@ LEVERS = {
 # the documents part: (a --rows choice, the length it is fine-tuned at, the lengths it reads cut to; None: whole)
 DOCUMENT_ROWS = [("teacher", 128, (512,)), ("converted", 1024, (512, None)), ("converted", 128, (512, None))]
 DOCUMENT_MIN_TOKENS = 512  # the test documents it reads: those longer than the teacher reads
+# the classifier part: the fine-tuned teacher converted with its head, distilled on the training texts (no labels);
+# each lever's flags added to the command's defaults
+CLASSIFIER = "--base_model sentence-transformers/all-MiniLM-L6-v2 --max_position_embeddings 8192 --distill_file {}"
+CLASSIFIER_LEVERS = {
+    "default": "",
+    "short": "--max_steps 200 --end_to_end_steps 300 --max_seq_length 128",
+}
 CONVERTED, TEACHER = "converted Fastformer", "teacher (BERT, positions extended)"  # the long and memory parts' models
 # the memory part: the feed-forward blocks whole (0) and in chunks of this many tokens (FastformerConfig's default;
 # BERT's own chunking, transformers' apply_chunking_to_forward, needs a length that it divides)
@@ -81,9 +88,10 @@ def parse_args(argv=None):
     parser.add_argument("--shared-data", type=Path, default=REPO.parent / "shared" / "data", help="uncut 20 Newsgroups")
     parser.add_argument("--residual-steps", type=int, default=100, help="layerwise steps of the residual part")
     parser.add_argument("--levers", nargs="+", choices=LEVERS, default=list(LEVERS), help="the levers part's")
+    parser.add_argument("--classifier-levers", nargs="+", choices=CLASSIFIER_LEVERS, default=["default"])
     args = parser.parse_args(argv)
-    if args.converted is None and not set(args.parts) <= {"residual", "levers", "memory"}:
-        parser.error("--converted is required but for the parts residual, levers and memory alone")
+    if args.converted is None and not set(args.parts) <= {"residual", "levers", "memory", "classifier"}:
+        parser.error("--converted is required but for the parts residual, levers, memory and classifier alone")
     args.teacher = args.teacher or harness.minilm()
     return args
 
@@ -396,8 +404,65 @@ def memory(args) -> list[dict]:
     return rows
 
 
+def predicted_labels(model, tokenizer, texts, max_length: int | None, batch_size: int = 32) -> list[str]:
+    """`model`'s label for each of `texts`, cut to `max_length` tokens (None: the model's positions)."""
+    cut = dict(truncation=True, max_length=max_length or model.config.max_position_embeddings)
+    found = []
+    with torch.no_grad():
+        for start in range(0, len(texts), batch_size if max_length else 1):
+            batch = tokenizer(texts[start : start + (batch_size if max_length else 1)], padding=True, **cut)
+            logits = model(**batch.convert_to_tensors("pt")).logits
+            found += [model.config.id2label[int(index)] for index in logits.argmax(-1)]
+    return found
+
+
+def classifier(args) -> list[dict]:
+    """The teacher fine-tuned on the 2,400 texts (`run_finetune`, first seed) converted with its head and distilled
+    on the same texts without their labels, once per --classifier-levers flag set, with no training after: accuracy
+    and agreement with the teacher on the 600 test texts (at --max-seq-length), distillation minutes; and on the
+    long test documents, the teacher cut at 512 tokens against each conversion reading them whole."""
+    run_finetune(args, "newsgroups", "teacher", args.seeds[0])
+    teacher_folder = row_dir(args, "newsgroups", "teacher") / f"seed{args.seeds[0]}"
+    tokenizer = AutoTokenizer.from_pretrained(teacher_folder)
+    test = read_jsonl(TEST)
+    uncut = read_jsonl(args.shared_data / "20newsgroups" / "test.jsonl")
+    long = [row for row in uncut if len(tokenizer(row["text"])["input_ids"]) > DOCUMENT_MIN_TOKENS]
+    texts, labels = [row["text"] for row in test], [row["label"] for row in test]
+    teacher = transformers.AutoModelForSequenceClassification.from_pretrained(teacher_folder).eval()
+    expected = predicted_labels(teacher, tokenizer, texts, args.max_seq_length)
+    long_expected = predicted_labels(teacher, tokenizer, [row["text"] for row in long], 512)
+    rows = [
+        {
+            "model": "teacher (fine-tuned all-MiniLM-L6-v2)",
+            "accuracy": statistics.fmean(map(str.__eq__, expected, labels)),
+        }
+    ]
+    rows[0].update(
+        agreement=1.0, long_accuracy_at_512=statistics.fmean(p == row["label"] for p, row in zip(long_expected, long))
+    )
+    for lever in args.classifier_levers:
+        folder = args.work / "classifier" / lever
+        flags = f"{CLASSIFIER.format(SPLITS['newsgroups'])} {CLASSIFIER_LEVERS[lever]}"
+        found = convert(
+            str(teacher_folder), folder, flags, lambda done: conversion_result(read_json(done / "conversion.json"))
+        )
+        student = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
+        predicted = predicted_labels(student, tokenizer, texts, args.max_seq_length)
+        whole = predicted_labels(student, tokenizer, [row["text"] for row in long], None)
+        row = {"model": f"converted ({lever})", "accuracy": statistics.fmean(map(str.__eq__, predicted, labels))}
+        row |= {"agreement": statistics.fmean(map(str.__eq__, predicted, expected))}
+        row |= {"long_accuracy_whole": statistics.fmean(p == doc["label"] for p, doc in zip(whole, long))}
+        row |= {"distill_minutes": found["distill_seconds"] / 60, "flags": CLASSIFIER_LEVERS[lever]}
+        rows.append(row)
+    for row in rows[1:]:
+        row["accuracy / teacher's"] = row["accuracy"] / rows[0]["accuracy"]
+    print(harness.rows_table(rows), flush=True)
+    return rows, {"long_documents": len(long)}
+
+
 PARTS = {"conversion": conversion, "residual": residual, "agreement": agreement, "finetune": finetune}
 PARTS.update({"levers": levers, "long": long_inputs, "documents": documents, "memory": memory})
+PARTS["classifier"] = classifier
 
 
 def main(argv=None):

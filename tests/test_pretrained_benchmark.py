@@ -194,3 +194,21 @@ def test_documents_part_reads_the_long_documents_whole_and_cut(benchmark, toy, m
     assert found["documents"] == 9 and found["max_tokens"] > 40
     assert all(0 <= row["accuracy"] <= 1 and row["ms_per_document"] > 0 for row in found["rows"])
     assert len(benchmark.runs) == 1  # fine-tuned at 64 tokens, above --max-seq-length: a run of its own
+
+
+def test_classifier_part_converts_the_fine_tuned_teacher_with_its_head(benchmark, toy, monkeypatch):
+    monkeypatch.setattr(pretrained, "CLASSIFIER", "--max_position_embeddings 512 --distill_file {}")
+    toy_flags = "--max_steps 1 --end_to_end_steps 2 --max_seq_length 32 --per_device_train_batch_size 8 --use_cpu"
+    monkeypatch.setattr(pretrained, "CLASSIFIER_LEVERS", {"toy": f"{toy_flags} --disable_tqdm true"})
+    monkeypatch.setattr(pretrained, "DOCUMENT_MIN_TOKENS", 40)
+    shared = ["--shared-data", str(toy["folder"] / "shared")]
+    benchmark("--parts", "classifier", "--classifier-levers", "toy", "--seeds", "0", *shared)
+    found = record(benchmark.records, "classifier")
+    teacher, converted = found["rows"]
+    assert teacher["agreement"] == 1 and 0 <= teacher["long_accuracy_at_512"] <= 1
+    assert converted["model"] == "converted (toy)" and 0 <= converted["agreement"] <= 1
+    assert converted["accuracy / teacher's"] == converted["accuracy"] / teacher["accuracy"]
+    assert converted["distill_minutes"] > 0 and found["long_documents"] == 9
+    assert len(benchmark.runs) == 2  # the teacher's fine-tuning, its conversion
+    config = json.loads((benchmark.records.parent / "work" / "classifier" / "toy" / "config.json").read_text())
+    assert config["architectures"] == ["FastformerForSequenceClassification"] and len(config["id2label"]) == 3
