@@ -46,7 +46,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, slice_logits_to_keep
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, logging
+from transformers.utils import TransformersKwargs, auto_docstring, logging
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.import_utils import is_torchdynamo_compiling, is_tracing
@@ -705,6 +705,7 @@ class FastformerPooler(nn.Module):
         return (weights.to(hidden_states.dtype).unsqueeze(1) @ hidden_states).squeeze(1)
 
 
+@auto_docstring
 class FastformerPreTrainedModel(PreTrainedModel):
     config: FastformerConfig
     base_model_prefix = "fastformer"
@@ -859,8 +860,9 @@ class FastformerStack(FastformerPreTrainedModel):
         return self.embeddings(input_ids, position_ids, inputs_embeds, token_type_ids), attention_mask
 
 
-class FastformerModel(FastformerStack):
-    """The bare Fastformer encoder.
+@auto_docstring(
+    custom_intro="""
+    The bare Fastformer encoder.
 
     `attentions` (with `output_attentions=True`) holds, per applied layer, the two
     additive-attention pooling distributions as a tensor of shape (batch, num_heads, 2, seq_len):
@@ -872,9 +874,17 @@ class FastformerModel(FastformerStack):
     each sequence, as transformers' `find_packed_sequence_indices` reads them) give every sequence
     the hidden states it has alone; `pooler_output` is then None (one vector per row would mix the
     sequences).
-    """
 
+    The keywords of BERT as a decoder (`encoder_hidden_states`, a cache) are refused; `use_cache` has
+    no effect, as for BERT's encoder.
+    """
+)
+class FastformerModel(FastformerStack):
     def __init__(self, config: FastformerConfig, add_pooling_layer: bool = True):
+        r"""
+        add_pooling_layer (`bool`, *optional*, defaults to `True`):
+            Whether to add the pooler (`config.pooler_type`) that gives `pooler_output`.
+        """
         super().__init__(config)
         self.embeddings = FastformerEmbeddings(config)
         self.layers = self._layers(FastformerLayer, config.num_hidden_layers)
@@ -882,6 +892,7 @@ class FastformerModel(FastformerStack):
         self.post_init()
 
     @capture_outputs
+    @auto_docstring
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @deprecate_kwarg("cache_params", "5.40.0", new_name="cache")
     def forward(
@@ -893,13 +904,6 @@ class FastformerModel(FastformerStack):
         inputs_embeds: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
-        r"""
-        token_type_ids: the token types (segments) (B, N), as BERT's: 0 for the first text of a
-            pair, 1 for the second; none given reads as all zeros.
-        kwargs: transformers' keywords (`output_attentions`, ...); the ones of BERT as a decoder
-            (`encoder_hidden_states`, a cache) are refused (`checks.check_keywords`), `use_cache` has
-            no effect, as for BERT's encoder.
-        """
         check_keywords(kwargs, type(self).__name__, causal=False)
         hidden_states, attention_mask = self.embed(
             input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids=token_type_ids
@@ -916,14 +920,16 @@ class FastformerModel(FastformerStack):
         return BaseModelOutputWithPooling(last_hidden_state=hidden_states, pooler_output=pooled)
 
 
-class FastformerForSequenceClassification(FastformerPreTrainedModel):
-    """Fastformer with a linear classifier on the pooled output (`config.pooler_type`).
+@auto_docstring(
+    custom_intro="""
+    Fastformer with a linear classifier on the pooled output (`config.pooler_type`).
 
     `config.problem_type` selects the loss as in transformers: "regression" (MSE),
     "single_label_classification" (cross-entropy) or "multi_label_classification" (BCE with logits);
     inferred from the labels when unset.
     """
-
+)
+class FastformerForSequenceClassification(FastformerPreTrainedModel):
     # the loss is the batch's mean, not a sum over `num_items_in_batch`: the Trainer must scale it
     # itself (it would infer the opposite from `**kwargs`, and under DDP scale the gradients by the
     # number of processes)
@@ -938,6 +944,7 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -990,10 +997,13 @@ class FastformerLMHead(nn.Module):
         return self.decoder(self.layer_norm(self.activation(self.dense(hidden_states))))
 
 
+@auto_docstring(
+    custom_intro="""
+    Fastformer with a masked-language-modeling head, for pretraining; labels are -100 where not
+    masked.
+    """
+)
 class FastformerForMaskedLM(FastformerPreTrainedModel):
-    """Fastformer with a masked-language-modeling head, for pretraining; labels are -100 where not
-    masked."""
-
     _tied_weights_keys = {"lm_head.decoder.weight": "fastformer.embeddings.word_embeddings.weight"}
     # the Trainer passes num_items_in_batch, so the loss stays exact under gradient accumulation
     accepts_loss_kwargs = True
@@ -1011,6 +1021,7 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
         self.lm_head.decoder = new_embeddings
 
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -1022,6 +1033,10 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
         num_items_in_batch: torch.Tensor | int | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
+        r"""
+        num_items_in_batch (`int` or `torch.Tensor`, *optional*):
+            The labelled tokens of a whole gradient accumulation step, which the loss is divided by.
+        """
         outputs = self.fastformer(
             input_ids,
             attention_mask=attention_mask,
@@ -1462,13 +1477,16 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
         )
 
 
-class FastformerSeq2SeqModel(FastformerPreTrainedModel):
-    """The bare encoder-decoder, as BART's `BartModel`: a Fastformer encoder (`FastformerModel`
+@auto_docstring(
+    custom_intro="""
+    The bare encoder-decoder, as BART's `BartModel`: a Fastformer encoder (`FastformerModel`
     without its pooler) and a causal Fastformer decoder with cross-attention. The decoder's word
     embeddings are the encoder's (its own with `config.tie_encoder_embeddings=False`).
     `decoder_input_ids` are the decoder's inputs as they are: the head
-    (`FastformerForConditionalGeneration`) makes them from `labels`."""
-
+    (`FastformerForConditionalGeneration`) makes them from `labels`.
+    """
+)
+class FastformerSeq2SeqModel(FastformerPreTrainedModel):
     base_model_prefix = "model"
     _no_split_modules = ["FastformerLayer", "FastformerDecoderLayer"]
 
@@ -1492,6 +1510,7 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
         self.encoder.set_input_embeddings(value)
 
     @can_return_tuple
+    @auto_docstring
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @deprecate_kwarg("cache_params", "5.40.0", new_name="cache")
     def forward(
@@ -1511,10 +1530,10 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         r"""
-        cache: the generation state to continue, an `EncoderDecoderCache` (`past_key_values` and
-            `cache_params` are its former names): read whenever given, returned with `use_cache`.
-        token_type_ids, position_ids: the encoder's (`FastformerModel`), read where it runs
-        (no `encoder_outputs`).
+        decoder_position_ids (`torch.LongTensor`, *optional*):
+            The decoder tokens' positions; by default counted over `decoder_attention_mask`.
+        cache (`EncoderDecoderCache`, *optional*):
+            The generation state to continue: a constant-size pooled state, not keys and values.
         """
         use_cache = use_cache if use_cache is not None else self.config.use_cache
         # a given cache checked before the encoder runs (the decoder takes it as it is then)
@@ -1564,8 +1583,9 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
         )
 
 
-class FastformerForConditionalGeneration(FastformerGenerativeModel):
-    """`FastformerSeq2SeqModel` with a language-modeling head, for summarization and other
+@auto_docstring(
+    custom_intro="""
+    `FastformerSeq2SeqModel` with a language-modeling head, for summarization and other
     sequence-to-sequence tasks, as BART's `BartForConditionalGeneration`. One decoding step costs
     the same at any output length, and the generation state (`FastformerCacheLayer`s in an
     `EncoderDecoderCache`) does not grow.
@@ -1584,7 +1604,8 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
     none, as for BART). The decoder's weights need its whole input in one pass: a forward that
     continues a cache refuses `output_attentions=True`.
     """
-
+)
+class FastformerForConditionalGeneration(FastformerGenerativeModel):
     base_model_prefix = "model"
     _no_split_modules = ["FastformerLayer", "FastformerDecoderLayer"]
     accepts_loss_kwargs = True
@@ -1608,6 +1629,7 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
 
     @merge_with_config_defaults
     @can_return_tuple
+    @auto_docstring
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @deprecate_kwarg("cache_params", "5.40.0", new_name="cache")
     def forward(
@@ -1630,14 +1652,12 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         r"""
-        cache: the generation state to continue, an `EncoderDecoderCache` (`past_key_values` and
-            `cache_params` are its former names): read whenever given, returned with `use_cache`
-            (off with `labels`, as BART's).
-        logits_to_keep: the last `logits_to_keep` positions (0: all) or the positions given, whose
-            logits are computed (`transformers.modeling_utils.slice_logits_to_keep`); generate()
-            asks for the last one only.
-        token_type_ids, position_ids: the encoder's (`FastformerModel`), read where it runs
-        (no `encoder_outputs`).
+        decoder_position_ids (`torch.LongTensor`, *optional*):
+            The decoder tokens' positions; by default counted over `decoder_attention_mask`.
+        cache (`EncoderDecoderCache`, *optional*):
+            The generation state to continue (a pooled state), not returned with `labels`.
+        num_items_in_batch (`int` or `torch.Tensor`, *optional*):
+            The labelled tokens of a whole gradient accumulation step, which the loss is divided by.
         """
         if labels is not None:
             use_cache = False
@@ -1704,14 +1724,18 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
         return self.shift_labels_right(labels)
 
 
-class FastformerForCausalLM(FastformerGenerativeModel):
-    """A decoder-only Fastformer language model: the causal layers of
+@auto_docstring(
+    custom_intro="""
+    A decoder-only Fastformer language model: the causal layers of
     `FastformerForConditionalGeneration` without cross-attention, generating with the same
     constant-size state. `labels` are usually the input ids; the loss shifts them (position t
     predicts token t + 1). `output_attentions=True` returns the causal attention's pooling weights
     (B, H, 2, T, T) per layer application, as `FastformerForConditionalGeneration`'s
-    `decoder_attentions`."""
-
+    `decoder_attentions`. GPT-2's keywords for cross-attention (`encoder_hidden_states`) are refused,
+    as by GPT-2 without it.
+    """
+)
+class FastformerForCausalLM(FastformerGenerativeModel):
     base_model_prefix = "decoder"
     _tied_weights_keys = {"lm_head.weight": "decoder.embeddings.word_embeddings.weight"}
     _no_split_modules = ["FastformerDecoderLayer"]
@@ -1734,6 +1758,7 @@ class FastformerForCausalLM(FastformerGenerativeModel):
 
     @merge_with_config_defaults
     @can_return_tuple
+    @auto_docstring
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @deprecate_kwarg("cache_params", "5.40.0", new_name="cache")
     def forward(
@@ -1751,16 +1776,14 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         r"""
-        token_type_ids: the token types (segments) (B, T), as the encoder's (`FastformerModel`), of
-            these tokens only (generate() passes them so); none given reads as all zeros.
-        cache: the generation state to continue, a `DynamicCache` of `FastformerCacheLayer`s
-            (`past_key_values` and `cache_params` are its former names): read whenever given,
-            returned with `use_cache` (off with `labels`).
-        kwargs: transformers' keywords; GPT-2's with cross-attention (`encoder_hidden_states`) are
-            refused, as by GPT-2 without it (`checks.check_keywords`).
-        logits_to_keep: the last `logits_to_keep` positions (0: all) or the positions given, whose
-            logits are computed (`transformers.modeling_utils.slice_logits_to_keep`); generate()
-            asks for the last one only.
+        token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            The token types of these tokens only (not the cached ones); none reads as all zeros.
+        cache (`DynamicCache`, *optional*):
+            The generation state to continue (a pooled state), not returned with `labels`.
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Usually the input ids, -100 where ignored; the loss shifts them (t predicts t + 1).
+        num_items_in_batch (`int` or `torch.Tensor`, *optional*):
+            The labelled tokens of a whole gradient accumulation step, which the loss is divided by.
         """
         check_keywords(kwargs, type(self).__name__, causal=True)
         if labels is not None:
