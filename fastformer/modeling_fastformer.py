@@ -1,15 +1,8 @@
-"""Fastformer models for transformers: the encoder, its task heads, and the generation models.
+"""Fastformer models for transformers: the encoder, its task heads, and the generative models.
 
-Class chain: FastformerAttention -> FastformerLayer -> FastformerPreTrainedModel -> FastformerModel
--> FastformerFor<Task>. The layer is BERT-style post-LN, as in the authors' code: additive attention
-(with the output transform W_r and, unless `config.query_residual` is False, the query residual) ->
-dense -> dropout -> add & LayerNorm -> feed-forward -> add & LayerNorm. The decoder
-(FastformerForConditionalGeneration over FastformerSeq2SeqModel, FastformerForCausalLM) uses the
-causal version of the attention, whose constant-size state a FastformerCacheLayer per layer
-application (a transformers linear-attention cache layer) carries during generation; an
-encoder-decoder keeps its cross-attention keys and values in an EncoderDecoderCache beside it, as
-BART does. This file imports the package only relatively, so a saved checkpoint carries it as Hub
-code.
+The encoder layer is BERT-style post-LN, as in the authors' code; the decoder's causal attention
+carries a constant-size state (`FastformerCacheLayer`) through generation. This file imports the
+package only relatively, so that a saved checkpoint carries it as Hub code.
 """
 
 import math
@@ -94,10 +87,8 @@ def compute_dtype(hidden_states: torch.Tensor) -> torch.dtype:
 
 
 class FastformerTokenTypeEmbeddings(nn.Embedding):
-    """BERT's token type (segment) embeddings: two rows (`TYPE_VOCAB_SIZE`) of
-    `config.embedding_width`. They start at zero, drawing no random numbers (a seeded model draws
-    the weights it would without them, and a checkpoint saved without them gives its outputs for any
-    `token_type_ids`), and are learned; row 0 stays zero (no gradient)."""
+    """BERT's token type embeddings, two rows (`TYPE_VOCAB_SIZE`). They start at zero without
+    drawing random numbers (a seeded model draws what it would without them); row 0 stays zero."""
 
     def __init__(self, config: FastformerConfig):
         size = (TYPE_VOCAB_SIZE, config.embedding_width)
@@ -110,37 +101,31 @@ def split_heads(heads: int, x: torch.Tensor) -> torch.Tensor:
 
 
 class FastformerEmbeddings(nn.Module):
-    """Token + learned position + token type (segment) embeddings, LayerNorm, dropout; then a
-    projection to `hidden_size` where `config.embedding_size` differs (as ELECTRA's
-    `embeddings_project`).
-
-    Token type 0's embedding is zero, so no `token_type_ids` reads as all zeros: without gradients
-    nothing is looked up for them; with gradients type 0 is looked up all the same, so that the
-    table takes part in every backward, as DDP (without `find_unused_parameters`) and FSDP expect of
-    every parameter. With `token_types=False` (the encoder-decoder's decoder, as BART's) there is no
-    table."""
+    """Token + position + token type embeddings, LayerNorm, dropout, projection to `hidden_size`
+    (as ELECTRA's). Without `token_type_ids`, type 0 is looked up where gradients flow, so that the
+    table takes part in every backward (DDP, FSDP). BART's decoder has no table (`token_types`)."""
 
     def __init__(self, config: FastformerConfig, token_types: bool = True):
         super().__init__()
-        size = config.embedding_width
-        self.word_embeddings = nn.Embedding(config.vocab_size, size, padding_idx=config.pad_token_id)
+        size, hidden_size = config.embedding_width, config.hidden_size
+        self.word_embeddings = nn.Embedding(config.vocab_size, size, config.pad_token_id)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, size)
         self.token_type_embeddings = None
         if token_types:
             self.token_type_embeddings = FastformerTokenTypeEmbeddings(config)
-            # type 0, what no `token_type_ids` read as, expanded to every token (as BERT's
-            # `token_type_ids` buffer)
-            self.register_buffer("token_type_zero", torch.zeros(1, 1, dtype=torch.long), persistent=False)
+            zero = torch.zeros(1, 1, dtype=torch.long)
+            self.register_buffer("token_type_zero", zero, persistent=False)
         self.layer_norm = nn.LayerNorm(size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.projection = nn.Linear(size, config.hidden_size) if size != config.hidden_size else None
+        self.projection = nn.Linear(size, hidden_size) if size != hidden_size else None
 
-    def forward(self, input_ids=None, position_ids=None, inputs_embeds=None, token_type_ids=None) -> torch.Tensor:
+    def forward(self, input_ids=None, position_ids=None, inputs_embeds=None, token_type_ids=None):
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)
         embeddings = inputs_embeds + self.position_embeddings(position_ids)
         table = self.token_type_embeddings
-        if token_type_ids is None and table is not None and table.weight.requires_grad and torch.is_grad_enabled():
+        learned = table is not None and table.weight.requires_grad and torch.is_grad_enabled()
+        if token_type_ids is None and learned:
             token_type_ids = self.token_type_zero.expand(embeddings.shape[:2])
         if token_type_ids is not None:
             embeddings = embeddings + table(token_type_ids)
@@ -157,28 +142,26 @@ class FastformerAttention(nn.Module):
         hidden_size = config.hidden_size
         if hidden_size % config.num_attention_heads:
             raise ValueError(
-                f"The hidden size ({hidden_size}) is not a multiple of the "
-                "number of attention heads "
-                f"({config.num_attention_heads})"
+                f"The hidden size ({hidden_size}) is not a multiple of the number of attention "
+                f"heads ({config.num_attention_heads})"
             )
         self.num_heads = config.num_attention_heads
         self.head_dim = hidden_size // self.num_heads
         self.interaction = config.interaction
         self.query_residual = config.query_residual
-
         self.query = nn.Linear(hidden_size, hidden_size)
         self.key = nn.Linear(hidden_size, hidden_size)
         # query-value sharing: v_i = q_i, so there is no W_v at all
         self.value = None if config.share_query_value else nn.Linear(hidden_size, hidden_size)
         self.transform = nn.Linear(hidden_size, hidden_size)  # W_r
-
-        # w_q and w_k are Fastformer's only per-head parameters; head-wise sharing keeps one of each
+        # w_q and w_k are the only per-head parameters; head-wise sharing keeps one of each
         heads = 1 if config.share_heads else self.num_heads
         self.query_weight = nn.Parameter(torch.empty(heads, self.head_dim))
         self.key_weight = nn.Parameter(torch.empty(heads, self.head_dim))
         if config.interaction == "concat":
-            self.query_key_projection = nn.Parameter(torch.empty(heads, 2 * self.head_dim, self.head_dim))
-            self.key_value_projection = nn.Parameter(torch.empty(heads, 2 * self.head_dim, self.head_dim))
+            shape = (heads, 2 * self.head_dim, self.head_dim)
+            self.query_key_projection = nn.Parameter(torch.empty(shape))
+            self.key_value_projection = nn.Parameter(torch.empty(shape))
         else:
             self.query_key_projection = self.key_value_projection = None
 
@@ -190,9 +173,9 @@ class FastformerAttention(nn.Module):
     def _project(self, hidden_states):
         """The query (kept whole for the residual) and the per-head queries, keys and values."""
         query = self.query(hidden_states)  # (B, N, H*D)
-        q, k = split_heads(self.num_heads, query), split_heads(self.num_heads, self.key(hidden_states))
-        # query-value sharing
-        v = q if self.value is None else split_heads(self.num_heads, self.value(hidden_states))
+        heads = partial(split_heads, self.num_heads)
+        q, k = heads(query), heads(self.key(hidden_states))
+        v = q if self.value is None else heads(self.value(hidden_states))  # query-value sharing
         return query, q, k, v
 
     def _attention_arguments(self):
@@ -210,30 +193,21 @@ class FastformerAttention(nn.Module):
         return self.transform(u) + query if self.query_residual else self.transform(u)
 
     def forward(self, hidden_states, attention_mask=None, segment_ids=None, output_attentions=False):
-        """The attention's output and, with `output_attentions`, its two pooling distributions
-        (B, H, 2, N), else None. attention_mask: (B, N), or its `functional.PoolingMask` (made once
-        per forward by the model). With `segment_ids` (B, N), the rows are packed: each sequence of
-        a row attends to itself alone (`functional.packed_additive_attention`)."""
+        """The output and the pooling distributions (B, H, 2, N) or None. attention_mask: (B, N) or
+        a `PoolingMask`; `segment_ids` (B, N): packed rows, each sequence attending to itself."""
         query, q, k, v = self._project(hidden_states)
         vectors, settings = self._attention_arguments()
+        options = dict(return_weights=output_attentions, **settings)
         if segment_ids is None:
-            u, weights = additive_attention(
-                q, k, v, *vectors, attention_mask, return_weights=output_attentions, **settings
-            )
+            u, weights = additive_attention(q, k, v, *vectors, attention_mask, **options)
         else:
-            u, weights = packed_additive_attention(
-                q, k, v, *vectors, segment_ids, return_weights=output_attentions, **settings
-            )
+            u, weights = packed_additive_attention(q, k, v, *vectors, segment_ids, **options)
         return self._output(u, query), weights
 
 
 class FastformerShortConvolution(nn.Module):
-    """The decoder attention's input with its recent past (`FastformerCopyConfig.decoder_conv_kernel`): every
-    token plus a learned depthwise convolution of it and the K - 1 tokens before it
-    (`functional.causal_convolution`; `weight` (D, 1, K) as a depthwise `nn.Conv1d`'s), initialized
-    as the other weights. With a cache it continues from the layer application's last K - 1 tokens,
-    and packed rows convolve each sequence alone. Padding is skipped wherever it is: a sequence gets
-    what its tokens have alone."""
+    """The input plus a learned depthwise causal convolution of it, continuing from a cache; packed
+    rows convolve each sequence alone, and padding is skipped."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -251,19 +225,9 @@ class FastformerShortConvolution(nn.Module):
 
 
 class FastformerCausalAttention(FastformerAttention):
-    """The decoder's attention: every position pools its prefix only. With `cache_layer`
-    (a `FastformerCacheLayer`), the state of this layer application continues a sequence and is
-    updated. With `packed` (`PackedRows`), the rows hold several sequences each, and every one pools
-    its own prefix only.
-
-    Returns the output and, with `output_attentions`, the two poolings' weights (B, H, 2, N, N) (row
-    t: the weights of tokens 1..t; `functional.causal_pooling_weights`), else None. They need the
-    whole sequence in one call: a cache that holds earlier tokens keeps their pooled state, not the
-    tokens.
-
-    With a short convolution (`config.convolution_kernel`), the queries, keys and values come from
-    `FastformerShortConvolution`'s output; `token_mask` (B, T): 1 for tokens, 0 for padding, in the
-    hidden states' dtype (None: no padding)."""
+    """The decoder's attention: every position pools its prefix only, continuing `cache_layer`'s
+    state. Returns the output and the pooling weights (B, H, 2, T, T) (row t weighs tokens 1..t) or
+    None; they need the whole sequence in one call."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__(config)
@@ -283,17 +247,14 @@ class FastformerCausalAttention(FastformerAttention):
             # refused before the convolution moves its state on: the cache stays as it was
             raise ValueError(
                 "`output_attentions=True` needs the decoder's whole sequence in one forward pass, "
-                "but the cache holds "
-                "earlier tokens as a pooled state, without their weights: run without a cache "
-                "(use_cache=False, as "
-                "in generate(..., use_cache=False))"
+                "but the cache holds earlier tokens as a pooled state, without their weights: run "
+                "without a cache (use_cache=False, as in generate(..., use_cache=False))"
             )
         if self.convolution is not None:
             hidden_states = self.convolution(hidden_states, token_mask, cache_layer, packed)
         query, q, k, v = self._project(hidden_states)
         vectors, settings = self._attention_arguments()
-        # a sequence a row (S, H, L, D), the rows' mask; back to packed rows after
-        if packed is not None:
+        if packed is not None:  # a sequence a row (S, H, L, D); back to packed rows after
             q, k, v = (unpack(x, packed) for x in (q, k, v))
             attention_mask = packed.mask
         u, state, weights = causal_additive_attention(
@@ -316,9 +277,7 @@ def eager_attention_forward(
     dropout: float = 0.0,
     **kwargs: Unpack[TransformersKwargs],
 ):
-    """Softmax attention written out, as transformers' models write it:
-    `attn_implementation="eager"`. query (B, H, T, D), key and value (B, H, M, D), attention_mask an
-    additive (B, 1, T, M) float mask; returns the output (B, T, H, D) and the weights (B, H, T, M)."""
+    """Softmax attention written out (`attn_implementation="eager"`), as BART's."""
     weights = torch.matmul(query, key.transpose(2, 3)) * scaling
     if attention_mask is not None:
         weights = weights + attention_mask
@@ -328,23 +287,15 @@ def eager_attention_forward(
 
 
 class FastformerCrossAttention(nn.Module):
-    """Decoder tokens read the encoder output (`config.cross_attention_type`).
-
-    "softmax": multi-head scaled dot-product attention over the encoder's keys and values, through
-    transformers' attention functions (`config._attn_implementation`: "sdpa" by default, or "eager",
-    as BART's). "additive": c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j per head, pooled from the
-    encoder once; token t gets c * q_t. `encode` computes what depends on the encoder only, as a
-    (key, value) pair that an `EncoderDecoderCache` keeps: the keys and values of the source, or for
-    "additive" the pooled context c as a one-position pair (key and value alike; only the value is
-    read).
-    """
+    """Decoder tokens read the encoder output: "softmax" attention, as BART's, or "additive": token
+    t gets c * q_t, c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j per head. `encode` makes the (key,
+    value) pair an `EncoderDecoderCache` keeps: the source's, or c as a one-position pair."""
 
     is_causal = False  # read by transformers' attention functions
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
-        # the attention function is looked up at every call, as in transformers' models
-        self.config = config
+        self.config = config  # the attention function is looked up at every call
         self.num_heads = config.num_attention_heads
         self.head_dim = config.hidden_size // self.num_heads
         self.scaling = self.head_dim**-0.5
@@ -357,28 +308,25 @@ class FastformerCrossAttention(nn.Module):
         else:
             self.context_weight = nn.Parameter(torch.empty(self.num_heads, self.head_dim))  # w_c
 
-    def encode(self, encoder_hidden_states, encoder_attention_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(self, encoder_hidden_states, encoder_attention_mask=None):
         value = split_heads(self.num_heads, self.value(encoder_hidden_states))  # (B, H, M, D)
         if self.cross_attention_type == "additive":
-            context, _ = additive_pooling(value, self.context_weight, encoder_attention_mask, return_weights=False)
+            mask = encoder_attention_mask
+            context, _ = additive_pooling(value, self.context_weight, mask, return_weights=False)
             context = context.unsqueeze(-2)  # (B, H, D) -> (B, H, 1, D)
             return context, context
         return split_heads(self.num_heads, self.key(encoder_hidden_states)), value
 
-    def forward(self, hidden_states, key, value, source_mask=None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-        """`source_mask`: what transformers' `create_bidirectional_mask` makes for the attention
-        function. Returns the output and the attention weights (B, H, T, M) where the attention
-        function gives them ("eager"; with `output_attentions` "sdpa" warns that it gives None, as
-        for transformers' models)."""
+    def forward(self, hidden_states, key, value, source_mask=None, **kwargs):
+        """Returns the output and the weights (B, H, T, M) where the attention function gives
+        them ("eager")."""
         query = split_heads(self.num_heads, self.query(hidden_states))  # (B, H, T, D)
         if self.cross_attention_type == "additive":
             if kwargs.get("output_attentions"):
                 raise ValueError(
-                    'cross_attention_type="additive" pools the source once, before any '
-                    "decoder token: it has no "
-                    "cross-attention weights per token to return "
-                    "(`output_attentions=True`); the softmax "
-                    "cross-attention has them"
+                    'cross_attention_type="additive" pools the source once, before any decoder '
+                    "token: it has no cross-attention weights per token to return "
+                    "(`output_attentions=True`); the softmax cross-attention has them"
                 )
             # value: the pooled context c, (B, H, 1, D)
             out, weights = (value * query).transpose(1, 2), None
@@ -386,41 +334,32 @@ class FastformerCrossAttention(nn.Module):
             attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
                 self.config._attn_implementation, eager_attention_forward
             )
-            dropout = self.dropout if self.training else 0.0
-            out, weights = attention(
-                self, query, key, value, source_mask, scaling=self.scaling, dropout=dropout, **kwargs
-            )
+            options = dict(scaling=self.scaling, dropout=self.dropout if self.training else 0.0)
+            out, weights = attention(self, query, key, value, source_mask, **options, **kwargs)
         return out.reshape(hidden_states.shape), weights  # (B, T, H, D) -> (B, T, H*D)
 
 
 class FastformerSublayerOutput(nn.Module):
-    """dense -> dropout -> add the sub-layer's input -> LayerNorm (post-LN, as BERT and the authors'
-    code)."""
+    """dense -> dropout -> add the sub-layer's input -> LayerNorm (post-LN)."""
 
     def __init__(self, config: FastformerConfig, input_size: int):
         super().__init__()
         self.dense = nn.Linear(input_size, config.hidden_size)
-        # functional, as BART: one module call less per sub-layer
-        self.dropout = config.hidden_dropout_prob
+        self.dropout = config.hidden_dropout_prob  # functional, as BART's
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, hidden_states, residual) -> torch.Tensor:
         return self.add_and_norm(self.dense(hidden_states), residual)
 
     def add_and_norm(self, projected, residual) -> torch.Tensor:
-        """The sub-layer after `dense`, for a caller that applied `dense` itself
-        (`FastformerLayer`)."""
+        """The sub-layer after `dense`, for a caller that applied `dense` itself."""
         projected = nn.functional.dropout(projected, p=self.dropout, training=self.training)
         return self.layer_norm(residual + projected)
 
 
 class FastformerFeedForward(nn.Module):
-    """intermediate -> activation -> dense -> add & LayerNorm, token by token. A batch of more than
-    `config.chunk_size_feed_forward` tokens (read at every call; 0, the default: never) runs in
-    chunks of that many tokens, rows flattened (so any length takes any chunk size, unlike
-    transformers' `apply_chunking_to_forward`, which checkpoints saved with a chunk size of 256
-    would refuse most lengths with), with and without gradients: without, the (tokens x
-    intermediate_size) activations are never held for all tokens at once."""
+    """intermediate -> activation -> dense -> add & LayerNorm, in chunks of
+    `config.chunk_size_feed_forward` tokens (0: none), rows flattened (any length, any size)."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -432,12 +371,12 @@ class FastformerFeedForward(nn.Module):
     def forward(self, hidden_states) -> torch.Tensor:
         chunk = self.config.chunk_size_feed_forward
         tokens = hidden_states.shape[0] * hidden_states.shape[1]
-        # traced (compile, export): a symbolic length, which the comparison with the chunk would
-        # pin; no chunks
+        # traced (compile, export): no chunks, whose comparison would pin a symbolic length
         traced = torch.compiler.is_compiling() or torch.compiler.is_exporting()
         if chunk and not traced and tokens > chunk:
             flat = hidden_states.reshape(tokens, hidden_states.shape[-1])
-            return torch.cat([self.chunk_forward(part) for part in flat.split(chunk)]).view_as(hidden_states)
+            parts = [self.chunk_forward(part) for part in flat.split(chunk)]
+            return torch.cat(parts).view_as(hidden_states)
         return self.chunk_forward(hidden_states)
 
     def chunk_forward(self, hidden_states) -> torch.Tensor:
@@ -451,56 +390,35 @@ ADDITIVE_ATTENTION_MODES = ("auto", "plain", "collapsed")
 class FastformerLayer(GradientCheckpointingLayer):
     """Additive attention -> dense -> add & LayerNorm -> feed-forward -> add & LayerNorm.
 
-    The attention sub-layer (attention up to the output dense) is computed one of two exact ways
-    (the same function up to rounding), chosen by the layer's `attention_mode` (read at every call;
-    set on every encoder layer of a model by
-    `FastformerPreTrainedModel.set_additive_attention_mode`; not saved with the model, which loads
-    as "auto"):
-    - "plain": the paper's steps (`FastformerAttention`, then `attention_output.dense`);
-    - "collapsed": the same function with the Linear layers folded into one matrix per sequence
-      (`collapsed_attention`; "product" interaction only, plain `nn.Linear` layers only);
-    - "auto" (default): "collapsed" where it applies and repays building its matrix, "plain"
-      otherwise (`uses_collapsed_attention`); while torch.export traces (a length of any value),
-      "collapsed" where it applies.
-    The layer owns the choice because the folding reads weights of both `attention` and
-    `attention_output`.
+    `attention_mode` (`set_additive_attention_mode`) picks how the attention sub-layer is computed,
+    the same function up to rounding: "plain", the paper's steps; "collapsed", the Linear layers
+    folded into one matrix per sequence (`collapsed_attention`); "auto" (default), collapsed where
+    it applies and repays (`uses_collapsed_attention`).
     """
 
-    # "auto" folds only batches of at least this many tokens per hidden unit: below, a GPU's time
-    # goes to launching kernels (the plain path launches fewer) more than to the GEMMs that folding
-    # saves
+    # "auto" folds only batches of this many tokens per hidden unit, below which launches dominate
     collapse_min_tokens_per_unit = 16
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
         self.config = config
-        self.attention_mode = "auto"  # "auto", "plain" or "collapsed" (the class docstring)
+        self.attention_mode = "auto"  # one of ADDITIVE_ATTENTION_MODES
         self.attention = FastformerAttention(config)
         self.attention_output = FastformerSublayerOutput(config, config.hidden_size)
         self.feed_forward = FastformerFeedForward(config)
 
     def folds_plain_linears(self) -> bool:
-        """Whether the maps "collapsed" folds are plain `nn.Linear`s with their weights at hand: its
-        folding reads their weights (and the attention's w_q, w_k) outside their forward, which a
-        wrapped layer (a PEFT adapter, a quantized layer) does not apply alone, and which an
-        offloaded layer holds on "meta" (a device map's offload: accelerate loads the weights around
-        the module's own forward only)."""
+        """Whether the maps "collapsed" folds are plain `nn.Linear`s with their weights at hand, not
+        wrapped (PEFT, quantization) nor offloaded (on "meta" outside their forward)."""
         attention, dense = self.attention, self.attention_output.dense
         maps = (attention.query, attention.key, attention.value, attention.transform, dense)
         plain = all(type(linear) is nn.Linear for linear in maps if linear is not None)
-        parameters = (parameter for module in (attention, dense) for parameter in module.parameters())
-        return plain and not any(parameter.is_meta for parameter in parameters)
+        parameters = (p for module in (attention, dense) for p in module.parameters())
+        return plain and not any(p.is_meta for p in parameters)
 
     def uses_collapsed_attention(self, hidden_states) -> bool:
-        """ "auto": the collapsed path where it applies ("product" interaction, plain Linear layers)
-        and repays what it costs. Per sequence of N tokens (hidden size C) it builds a (C x C)
-        matrix, 2 C^3 multiply-adds, and saves three of the plain path's four (N x C) by (C x C)
-        products, 6 N C^2: it repays from N = C / 2 on, and with gradients, whose backward builds
-        the matrix's gradient as well, from N = C. And only for batches of at least
-        `collapse_min_tokens_per_unit` * C tokens, where the GEMMs, not the kernel launches, set the
-        time. While torch.export traces, the batch and the length may be symbolic, and a rule on
-        them would hold the graph to one side of it: "auto" then takes the collapsed path wherever
-        it applies, as `fastformer.export` does."""
+        """Whether this call folds. "auto": the (C x C) matrix costs 2 C^3 multiply-adds and saves
+        6 N C^2, so it repays from N = C / 2 (with gradients N = C); under torch.export, always."""
         mode = self.attention_mode
         if mode == "auto":
             if self.config.interaction != "product":
@@ -537,57 +455,46 @@ class FastformerLayer(GradientCheckpointingLayer):
         return True
 
     def forward(self, hidden_states, attention_mask=None, segment_ids=None, output_attentions=False):
-        """Returns the new hidden states and, with `output_attentions`, the attention's two pooling
-        distributions (B, H, 2, N), else None (what `capture_outputs` records as `attentions`).
-        attention_mask: (B, N) or its `functional.PoolingMask`; `segment_ids`: packed rows'
-        sequences (`FastformerAttention`)."""
-        hidden_states, weights = self.attention_sublayer(hidden_states, attention_mask, segment_ids, output_attentions)
+        """The new hidden states and the pooling distributions, as `FastformerAttention`'s."""
+        arguments = (attention_mask, segment_ids, output_attentions)
+        hidden_states, weights = self.attention_sublayer(hidden_states, *arguments)
         return self.feed_forward(hidden_states), weights
 
     def attention_sublayer(self, hidden_states, attention_mask=None, segment_ids=None, output_attentions=False):
-        """The first half of the layer: attention -> dense -> dropout -> add & LayerNorm (what a
-        BERT layer's `attention` module computes; `fastformer.distillation` matches the two).
-        Returns it and the weights (None unless `output_attentions`). Packed rows take the plain
-        path: the collapsed one folds the maps into one matrix per row."""
-        if segment_ids is None and self.uses_collapsed_attention(hidden_states):
-            projected, weights = self.collapsed_attention(hidden_states, attention_mask, output_attentions)
+        """attention -> dense -> dropout -> add & LayerNorm (a BERT layer's `attention` module) and
+        the weights. Packed rows take the plain path."""
+        states, mask = hidden_states, attention_mask
+        if segment_ids is None and self.uses_collapsed_attention(states):
+            projected, weights = self.collapsed_attention(states, mask, output_attentions)
         else:
-            attention, weights = self.attention(hidden_states, attention_mask, segment_ids, output_attentions)
+            attention, weights = self.attention(states, mask, segment_ids, output_attentions)
             projected = self.attention_output.dense(attention)
-        return self.attention_output.add_and_norm(projected, hidden_states), weights
+        return self.attention_output.add_and_norm(projected, states), weights
 
     def collapsed_attention(self, hidden_states, attention_mask=None, output_attentions=False):
-        """`attention_output.dense(attention(...))` for the "product" interaction, with the Linear
-        layers folded.
-
-        The global query and key come from `pool_projections` (so q_i, k_i and p_i are never
-        formed), and then everything left is linear in x_i given the global key k:
-            dense(r_i + q_i) = W_o (W_r (k * (W_v x_i + b_v)) + b_r + W_q x_i + b_q) + b_o = M
-            x_i + m M = (W_o W_r) diag(k) W_v + W_o W_q,    m = W_o (W_r
-            (k * b_v) + b_r + b_q) + b_o
-        (without the query residual, `config.query_residual=False`, the W_q x_i + b_q terms drop
-        out) so the sub-layer costs one (N x C) by (C x C) product per sequence instead of five, and
-        stores no (N x C) activation besides x. M depends on the sequence (through k): a (C x C)
-        product per sequence. Returns it and, with `output_attentions`, the pooling weights
-        (B, H, 2, N), else None.
+        """`attention_output.dense(attention(...))` for the "product" interaction, Linear layers
+        folded: given the global key k (`pool_projections`), the rest is linear in x_i (the W_q
+        terms only with the query residual):
+            dense(r_i + q_i) = W_o (W_r (k * (W_v x_i + b_v)) + b_r + W_q x_i + b_q) + b_o
+                             = M x_i + m,  M = W_o W_r diag(k) W_v + W_o W_q,
+                                           m = W_o (W_r (k * b_v) + b_r + b_q) + b_o
+        one (N x C) by (C x C) product per sequence instead of five.
         """
         attention, dense = self.attention, self.attention_output.dense
         batch, _, hidden_size = hidden_states.shape
-        query, key = attention.query, attention.key
+        query, key, transform = attention.query, attention.key, attention.transform
         value = query if attention.value is None else attention.value
         (query_weight, key_weight), _ = attention._attention_arguments()
-        pooled = partial(
-            pool_projections, hidden_states, attention_mask=attention_mask, return_weights=output_attentions
-        )
+        options = dict(attention_mask=attention_mask, return_weights=output_attentions)
+        pooled = partial(pool_projections, hidden_states, **options)
         global_query, alpha = pooled(query.weight, query.bias, query_weight)
         key_weight = key_weight * global_query  # w_k . (q * k_i) = (w_k * q) . k_i
         pooled_key, beta = pooled(key.weight, key.bias, key_weight)
         # sum_i beta_i (q * k_i)
         global_key = (global_query * pooled_key).reshape(batch, 1, hidden_size)
-
-        out_transform = dense.weight @ attention.transform.weight  # W_o W_r
+        out_transform = dense.weight @ transform.weight  # W_o W_r
         matrix = (out_transform * global_key) @ value.weight  # (B, C, C)
-        inner_bias = (global_key * value.bias) @ attention.transform.weight.T + attention.transform.bias
+        inner_bias = (global_key * value.bias) @ transform.weight.T + transform.bias
         if attention.query_residual:
             matrix = matrix + dense.weight @ query.weight
             inner_bias = inner_bias + query.bias
@@ -597,15 +504,8 @@ class FastformerLayer(GradientCheckpointingLayer):
 
 
 class FastformerDecoderLayer(GradientCheckpointingLayer):
-    """Causal Fastformer attention, then (in an encoder-decoder) cross-attention, then the
-    feed-forward block.
-
-    `cross_key`, `cross_value`: `cross_attention.encode(...)` of the encoder output, computed once
-    per distinct layer by the caller (positional, so that reentrant gradient checkpointing sends
-    their gradients back once); `cache_layer`: the generation state of this layer application
-    (`FastformerCacheLayer`); `token_mask`: the attention mask as the short convolution reads it
-    (`FastformerCausalAttention`).
-    """
+    """Causal attention, cross-attention (in an encoder-decoder), feed-forward. `cross_key` and
+    `cross_value` are positional: reentrant checkpointing then sends their gradients back once."""
 
     def __init__(self, config: FastformerConfig, cross_attention: bool):
         super().__init__()
@@ -630,40 +530,35 @@ class FastformerDecoderLayer(GradientCheckpointingLayer):
         packed: PackedRows | None = None,
         token_mask=None,
     ):
-        attention, _ = self.attention(hidden_states, attention_mask, cache_layer, output_attentions, packed, token_mask)
+        arguments = (cache_layer, output_attentions, packed, token_mask)
+        attention, _ = self.attention(hidden_states, attention_mask, *arguments)
         hidden_states = self.attention_output(attention, hidden_states)
         if self.cross_attention is not None:
-            cross, _ = self.cross_attention(
-                hidden_states, cross_key, cross_value, source_mask, output_attentions=output_attentions
-            )
+            inputs = (hidden_states, cross_key, cross_value, source_mask)
+            cross, _ = self.cross_attention(*inputs, output_attentions=output_attentions)
             hidden_states = self.cross_attention_output(cross, hidden_states)
         return self.feed_forward(hidden_states)
 
 
 class FastformerScoreVector(nn.Module):
-    """The additive pooler's score vector s, `weight` (1, hidden_size) as a one-output Linear
-    layer's (no bias: a softmax ignores a shift, so its gradient is 0 and Adam would only move it by
-    rounding noise). Its forward hands it out as the pooling's query: read inside the module's own
-    forward, as a device map that offloads it needs (accelerate loads an offloaded weight around the
-    forward), and left as it is by quantization, which swaps nn.Linear layers."""
+    """The additive pooler's score vector s (no bias: a softmax ignores a shift), read in its own
+    forward as offloading needs, and not an nn.Linear, which quantization would swap."""
 
     def __init__(self, hidden_size: int):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(1, hidden_size))
-        # drawn as nn.Linear(hidden_size, 1) draws its weight, so that a seeded model draws the same
-        # numbers as with such a Linear layer (`_init_weights` then draws it from the config)
+        # drawn as nn.Linear(hidden_size, 1) draws its weight: a seeded model draws the same numbers
         nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
 
     def forward(self, keys) -> torch.Tensor:
         """The query of each row of `keys` (B, 1, N, C): (B, 1, 1, C)."""
-        # a copy of the score vector, at an aligned address: the CPU kernel sums in an order that
-        # follows the query's alignment, which a loaded (memory-mapped) weight does not have, so a
-        # reloaded model would differ
+        # a copy at an aligned address: the CPU kernel's summation order follows the query's
+        # alignment, which a loaded (memory-mapped) weight lacks, so a reloaded model would differ
         return self.weight.clone().view(1, 1, 1, -1).expand(keys.shape[0], 1, 1, -1)
 
 
 class FastformerPooler(nn.Module):
-    """Pools the last layer into one vector per sequence, ignoring padding (`config.pooler_type`)."""
+    """Pools the last layer into a vector per sequence (`config.pooler_type`), ignoring padding."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -678,31 +573,30 @@ class FastformerPooler(nn.Module):
             self.dense = nn.Linear(config.hidden_size, config.hidden_size)
             self.activation = ACT2FN[self.pooler_type.removeprefix("cls_")]
 
-    def forward(self, hidden_states, attention_mask=None, mask: PoolingMask | None = None) -> torch.Tensor:
-        """attention_mask: (B, N), True for tokens; `mask`: its `functional.PoolingMask` where the
-        caller has made one (the additive pooler takes it, else makes it). A row without tokens
-        pools to zeros."""
+    def forward(self, hidden_states, attention_mask=None, mask: PoolingMask | None = None):
+        """`mask`: the `PoolingMask` of attention_mask (B, N), where the caller has made one."""
         if self.pooler_type == "additive":
-            # softmax_i(s . tanh(dense(h_i))) weighted sum of the h_i: attention with the score
-            # vector s as the one query, one fused kernel
-            mask = as_pooling_mask(attention_mask, compute_dtype(hidden_states)) if mask is None else mask
+            # sum_i softmax_i(s . tanh(dense(h_i))) h_i: attention with s as the query, one kernel
+            if mask is None:
+                mask = as_pooling_mask(attention_mask, compute_dtype(hidden_states))
             keys = torch.tanh(self.dense(hidden_states)).unsqueeze(1)  # (B, 1, N, C)
             query = self.score(keys)  # (B, 1, 1, C)
+            bias = None if mask is None else mask.bias
             pooled = nn.functional.scaled_dot_product_attention(
-                query, keys, hidden_states.unsqueeze(1), attn_mask=None if mask is None else mask.bias, scale=1.0
+                query, keys, hidden_states.unsqueeze(1), attn_mask=bias, scale=1.0
             ).view(keys.shape[0], -1)
             return pooled if mask is None else pooled * mask.has_tokens.view(-1, 1)
         if attention_mask is None:
-            attention_mask = torch.ones(hidden_states.shape[:2], dtype=torch.bool, device=hidden_states.device)
+            attention_mask = hidden_states.new_ones(hidden_states.shape[:2], dtype=torch.bool)
         attention_mask = attention_mask.to(torch.bool)
         if self.pooler_type.startswith("cls"):
             # left padding puts the first token later
             first_token = attention_mask.int().argmax(dim=-1)
-            pooled = hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), first_token]
+            rows = torch.arange(hidden_states.shape[0], device=hidden_states.device)
+            pooled = hidden_states[rows, first_token]
             return self.activation(self.dense(pooled)) if self.pooler_type != "cls" else pooled
         weights = attention_mask / attention_mask.sum(dim=-1, keepdim=True).clamp(min=1)  # "mean"
-        # (B, hidden)
-        return (weights.to(hidden_states.dtype).unsqueeze(1) @ hidden_states).squeeze(1)
+        return (weights.to(hidden_states.dtype).unsqueeze(1) @ hidden_states).squeeze(1)  # (B, C)
 
 
 @auto_docstring
