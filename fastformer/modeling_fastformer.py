@@ -603,22 +603,13 @@ class FastformerPooler(nn.Module):
 class FastformerPreTrainedModel(PreTrainedModel):
     config: FastformerConfig
     base_model_prefix = "fastformer"
-    _input_embed_layer = "word_embeddings"  # where transformers' get/set_input_embeddings find them
+    _input_embed_layer = "word_embeddings"  # where get/set_input_embeddings find them
     supports_gradient_checkpointing = True
-    # the softmax cross-attention goes through transformers' attention functions ("eager" always
-    # works); flash and flex attention are left undeclared: untested here (flex fails on CPU)
-    _supports_sdpa = True
-    # the layers that device maps and FSDP keep whole: only classes a model of this class has
-    # (accelerate's FSDP refuses a name it cannot find), and no embeddings (its FSDP2 shards the
-    # input embeddings itself, a second time if they were named); the generative heads name theirs
+    _supports_sdpa = True  # the softmax cross-attention's; flash and flex are untested here
+    # only classes this model has (accelerate's FSDP refuses others), no embeddings (FSDP2's own)
     _no_split_modules = ["FastformerLayer"]
-    # every forward (training, inference, a cached decoding step) compiles as one graph
-    # (tests/test_compile.py); with a static cache, generate() on a GPU then compiles the decoding
-    # steps itself, whose state stays at its addresses
     _can_compile_fullgraph = True
-    # what `output_hidden_states` / `output_attentions` collect (transformers' `capture_outputs`
-    # hooks): every layer application's output, and the encoder layers' pooling distributions
-    # (B, H, 2, N)
+    # every layer application's output, and the encoder layers' pooling distributions (B, H, 2, N)
     _can_record_outputs = {
         "hidden_states": FastformerLayer,
         "attentions": OutputRecorder(FastformerLayer, index=1),
@@ -631,32 +622,21 @@ class FastformerPreTrainedModel(PreTrainedModel):
         if isinstance(module, FastformerEmbeddings) and module.token_type_embeddings is not None:
             init.zeros_(module.token_type_zero)
         super()._init_weights(module)
-        if isinstance(module, FastformerCrossAttention) and module.cross_attention_type == "additive":
-            init.normal_(module.context_weight, mean=0.0, std=self.config.initializer_range)
+        normal = partial(init.normal_, mean=0.0, std=self.config.initializer_range)
+        if isinstance(module, FastformerCrossAttention):
+            if module.cross_attention_type == "additive":
+                normal(module.context_weight)
         if isinstance(module, (FastformerShortConvolution, FastformerScoreVector)):
-            init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
+            normal(module.weight)
         if isinstance(module, FastformerAttention):
-            for parameter in (
-                module.query_weight,
-                module.key_weight,
-                module.query_key_projection,
-                module.key_value_projection,
-            ):
+            vectors = (module.query_weight, module.key_weight)
+            for parameter in vectors + (module.query_key_projection, module.key_value_projection):
                 if parameter is not None:
-                    init.normal_(parameter, mean=0.0, std=self.config.initializer_range)
+                    normal(parameter)
 
     def set_additive_attention_mode(self, mode: str) -> None:
-        """How every encoder layer (`FastformerLayer`) of the model computes its attention
-        sub-layer, the same function either way (up to rounding), as `set_attn_implementation` sets
-        transformers' attention function: `mode` is "plain" (the paper's steps), "collapsed" (the
-        Linear layers folded into one matrix per sequence; needs `config.interaction="product"`)
-        or "auto" (collapsed where it repays, what a model is built and loaded with); details in
-        `FastformerLayer`. Sets the layers' `attention_mode`, read at every call; not saved with
-        the model. The causal decoder's layers have their own computation and are left as they are
-        (a `FastformerForCausalLM` has no encoder layer to set). Returns None.
-
-        A "collapsed" model whose Linear layers are wrapped (a PEFT adapter, quantization) or
-        offloaded raises a ValueError when it runs, as the folding cannot read their weights."""
+        """Sets how the encoder layers compute their attention (`FastformerLayer`), as
+        `set_attn_implementation` does: "plain", "collapsed" or "auto". Not saved with the model."""
         if mode not in ADDITIVE_ATTENTION_MODES:
             raise ValueError(
                 f"set_additive_attention_mode: `mode` must be one of {ADDITIVE_ATTENTION_MODES} "
@@ -674,14 +654,9 @@ class FastformerPreTrainedModel(PreTrainedModel):
 
 
 class FastformerStack(FastformerPreTrainedModel):
-    """Embeddings, then `num_layers` applications of `layers` (with `config.share_layers` one layer,
-    applied every time): what the encoder (`FastformerModel`) and the decoder (`FastformerDecoder`)
-    have in common.
-
-    An attention mask marks tokens with any non-zero value, padding with 0 (as BERT's). Without
-    `position_ids`, positions count real tokens only, so left padding does not shift them: in
-    generation, those of a mask over the cached and the new columns (as generate() passes it); a mask
-    over the new columns alone continues after the cached columns, padding included (as GPT-2's)."""
+    """Embeddings, then `num_layers` applications of `layers` (one with `config.share_layers`).
+    Positions count the real tokens of the attention mask, so that left padding does not shift them;
+    a mask over the new columns alone continues after the cached ones (as GPT-2's)."""
 
     input_name = "input_ids"  # for error messages
 
@@ -696,81 +671,64 @@ class FastformerStack(FastformerPreTrainedModel):
 
     @staticmethod
     def packed_sequences(position_ids, attention_mask, batch_size) -> torch.Tensor | None:
-        """The sequence of every token (B, N) where the rows are packed, else None: read from
-        `position_ids` that restart without an attention mask (one look at their values), as
-        transformers' masks read them. Not while a graph is traced (torch.compile, export), where
-        the look would be a graph break: there, pass a mask."""
+        """The sequence of every token (B, N) where `position_ids` restart without an attention
+        mask (packed rows), else None. Not while a graph is traced (reading values breaks it)."""
         if position_ids is None or attention_mask is not None or is_tracing(position_ids):
             return None
         return find_packed_sequence_indices(position_ids.expand(batch_size, -1))
 
     def embed(self, input_ids, attention_mask, position_ids, inputs_embeds, past_tokens=0, token_type_ids=None):
-        """The checked inputs' embeddings (B, N, hidden_size) and their attention mask as booleans;
-        `past_tokens`: the columns before these (in generation), which the mask may cover too, as
-        generate() passes it; `token_type_ids`: these columns' only, as generate() passes them.
-        Without `position_ids`, positions count the real tokens of a mask over all the columns, else
-        continue after `past_tokens`."""
+        """The checked inputs' embeddings (B, N, hidden_size) and boolean attention mask, which may
+        also cover the `past_tokens` columns before these (in generation)."""
         batch_size, length = check_inputs(input_ids, inputs_embeds, self.config, self.input_name)
         if token_type_ids is not None:
             if self.embeddings.token_type_embeddings is None:
                 raise ValueError(
-                    "The encoder-decoder's decoder has no token types (as BART's), but was "
-                    "given `token_type_ids`: "
-                    "they are the encoder's "
+                    "The encoder-decoder's decoder has no token types (as BART's), but was given "
+                    "`token_type_ids`: they are the encoder's "
                     "(`FastformerForConditionalGeneration`'s `token_type_ids`)"
                 )
             check_token_type_ids(token_type_ids, (batch_size, length), TYPE_VOCAB_SIZE)
         whole_mask = None
-        if past_tokens and attention_mask is not None and attention_mask.shape[-1] == past_tokens + length:
+        width = None if attention_mask is None else attention_mask.shape[-1]
+        if past_tokens and width == past_tokens + length:
             whole_mask, attention_mask = attention_mask.bool(), attention_mask[:, past_tokens:]
         if attention_mask is not None and tuple(attention_mask.shape) != (batch_size, length):
+            also = " (it may also cover the cached tokens)" if past_tokens else ""
             raise ValueError(
                 f"`attention_mask` must have shape (batch, seq_len) = {(batch_size, length)}, got "
-                f"{tuple(attention_mask.shape)}{' (it may also cover the cached tokens)' if past_tokens else ''}"
+                f"{tuple(attention_mask.shape)}{also}"
             )
         if attention_mask is not None:
             attention_mask = attention_mask.bool()
         max_positions = self.config.max_position_embeddings
         if position_ids is not None:
             check_position_ids(position_ids, (batch_size, length), max_positions)
-            return self.embeddings(input_ids, position_ids, inputs_embeds, token_type_ids), attention_mask
-        if whole_mask is not None:  # a bool mask's cumsum counts in int64
+        elif past_tokens + length > max_positions:
+            given = "input_ids" if inputs_embeds is None else "inputs_embeds"
+            raise ValueError(
+                f"The `{self.input_name.replace('input_ids', given)}` sequence reaches more than "
+                f"{max_positions} positions (`max_position_embeddings`): truncate it, generate "
+                "fewer tokens or use a config with more positions"
+            )
+        elif whole_mask is not None:  # a bool mask's cumsum counts in int64
             position_ids = (whole_mask.cumsum(dim=-1) - 1).clamp(min=0)[:, past_tokens:]
         elif attention_mask is None:
             device = (input_ids if input_ids is not None else inputs_embeds).device
-            position_ids = torch.arange(past_tokens, past_tokens + length, device=device).expand(batch_size, -1)
+            positions = torch.arange(past_tokens, past_tokens + length, device=device)
+            position_ids = positions.expand(batch_size, -1)
         else:
             position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
             position_ids = position_ids + past_tokens if past_tokens else position_ids
-        # every column counts against the table, padding too: whether a row's real tokens fit would
-        # take its values
-        if past_tokens + length > max_positions:
-            name = self.input_name if inputs_embeds is None else self.input_name.replace("input_ids", "inputs_embeds")
-            raise ValueError(
-                f"The `{name}` sequence reaches more than {max_positions} positions "
-                "(`max_position_embeddings`): "
-                "truncate it, generate fewer tokens or use a config with more positions"
-            )
-        return self.embeddings(input_ids, position_ids, inputs_embeds, token_type_ids), attention_mask
+        embeddings = self.embeddings(input_ids, position_ids, inputs_embeds, token_type_ids)
+        return embeddings, attention_mask
 
 
 @auto_docstring(
     custom_intro="""
-    The bare Fastformer encoder.
-
-    `attentions` (with `output_attentions=True`) holds, per applied layer, the two
-    additive-attention pooling distributions as a tensor of shape (batch, num_heads, 2, seq_len):
-    [:, :, 0] is alpha (the weights that pool the global query), [:, :, 1] is beta (the weights that
-    pool the global key). Padding gets 0. Without `position_ids`, positions count real tokens only,
-    so left padding does not shift them.
-
-    Packed rows (`DataCollatorWithFlattening`: no attention mask, `position_ids` that restart at
-    each sequence, as transformers' `find_packed_sequence_indices` reads them) give every sequence
-    the hidden states it has alone; `pooler_output` is then None (one vector per row would mix the
-    sequences).
-
-    The keywords of BERT as a decoder (`encoder_hidden_states`, a cache) are refused; `use_cache` has
-    no effect, as for BERT's encoder.
+    The bare Fastformer encoder. Its `attentions` are per layer the two pooling distributions
+    (batch, num_heads, 2, seq_len), alpha and beta. Positions count real tokens only. Packed rows
+    (`DataCollatorWithFlattening`) give every sequence its own hidden states, and no pooler output.
     """
 )
 class FastformerModel(FastformerStack):
@@ -804,8 +762,9 @@ class FastformerModel(FastformerStack):
         )
         segment_ids = self.packed_sequences(position_ids, attention_mask, hidden_states.shape[0])
         output_attentions = kwargs.get("output_attentions", self.config.output_attentions)
-        # the mask as the poolings take it, made once for every layer
-        mask = None if attention_mask is None else pooling_mask(attention_mask, compute_dtype(hidden_states))
+        mask = None  # the mask as the poolings take it, made once for every layer
+        if attention_mask is not None:
+            mask = pooling_mask(attention_mask, compute_dtype(hidden_states))
         for _, layer in self.applied_layers():
             hidden_states, _ = layer(hidden_states, mask, segment_ids, output_attentions)
         pooled = None
@@ -814,19 +773,9 @@ class FastformerModel(FastformerStack):
         return BaseModelOutputWithPooling(last_hidden_state=hidden_states, pooler_output=pooled)
 
 
-@auto_docstring(
-    custom_intro="""
-    Fastformer with a linear classifier on the pooled output (`config.pooler_type`).
-
-    `config.problem_type` selects the loss as in transformers: "regression" (MSE),
-    "single_label_classification" (cross-entropy) or "multi_label_classification" (BCE with logits);
-    inferred from the labels when unset.
-    """
-)
+@auto_docstring(custom_intro="Fastformer with a linear classifier on its pooled output.")
 class FastformerForSequenceClassification(FastformerPreTrainedModel):
-    # the loss is the batch's mean, not a sum over `num_items_in_batch`: the Trainer must scale it
-    # itself (it would infer the opposite from `**kwargs`, and under DDP scale the gradients by the
-    # number of processes)
+    # the loss is a batch mean; from `**kwargs` the Trainer would infer a sum (wrong under DDP)
     accepts_loss_kwargs = False
 
     def __init__(self, config: FastformerConfig):
@@ -849,21 +798,13 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
         labels: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput:
-        outputs = self.fastformer(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            return_dict=True,
-            **kwargs,
-        )
+        args = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        outputs = self.fastformer(*args, return_dict=True, **kwargs)
         if outputs.pooler_output is None:
             raise ValueError(
                 f"{type(self).__name__} gives one prediction per row, but the rows are packed "
-                "(`position_ids` restart "
-                "without an attention mask): pad the sequences to a batch instead of "
-                "DataCollatorWithFlattening"
+                "(`position_ids` restart without an attention mask): pad the sequences to a batch "
+                "instead of DataCollatorWithFlattening"
             )
         logits = self.classifier(self.dropout(outputs.pooler_output))
         loss = None
@@ -876,9 +817,8 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
 
 
 class FastformerLMHead(nn.Module):
-    """dense -> activation -> LayerNorm -> vocabulary projection (tied to the input embeddings by
-    default); the dense layer maps to the width of the embedding matrix (`config.embedding_width`,
-    as ELECTRA's generator)."""
+    """dense (to `config.embedding_width`, as ELECTRA's generator) -> activation -> LayerNorm ->
+    vocabulary projection (tied to the input embeddings by default)."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -891,16 +831,10 @@ class FastformerLMHead(nn.Module):
         return self.decoder(self.layer_norm(self.activation(self.dense(hidden_states))))
 
 
-@auto_docstring(
-    custom_intro="""
-    Fastformer with a masked-language-modeling head, for pretraining; labels are -100 where not
-    masked.
-    """
-)
+@auto_docstring(custom_intro="Fastformer with a masked-language-modeling head, for pretraining.")
 class FastformerForMaskedLM(FastformerPreTrainedModel):
     _tied_weights_keys = {"lm_head.decoder.weight": "fastformer.embeddings.word_embeddings.weight"}
-    # the Trainer passes num_items_in_batch, so the loss stays exact under gradient accumulation
-    accepts_loss_kwargs = True
+    accepts_loss_kwargs = True  # `num_items_in_batch` keeps the loss exact under accumulation
 
     def __init__(self, config: FastformerConfig):
         super().__init__(config)
@@ -931,22 +865,14 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
         num_items_in_batch (`int` or `torch.Tensor`, *optional*):
             The labelled tokens of a whole gradient accumulation step, which the loss is divided by.
         """
-        outputs = self.fastformer(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            return_dict=True,
-            **kwargs,
-        )
+        args = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        outputs = self.fastformer(*args, return_dict=True, **kwargs)
         logits = self.lm_head(outputs.last_hidden_state)
         loss = None
         if labels is not None:
             labels = checked_token_labels(labels, self.config, shape=logits.shape[:2])
-            loss = self.loss_function(
-                logits, labels, vocab_size=self.config.vocab_size, num_items_in_batch=num_items_in_batch
-            )
+            options = dict(vocab_size=self.config.vocab_size, num_items_in_batch=num_items_in_batch)
+            loss = self.loss_function(logits, labels, **options)
         return MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
