@@ -879,20 +879,11 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
 
 
 class FastformerCacheLayer(LinearAttentionLayer):
-    """The cache of one decoder layer application, registered as the layer type "fastformer"
-    (`config.layer_types`), so that `DynamicCache(config=config)` and generate() build it. In a
-    self-attention cache it holds the causal attention's `CausalAttentionState` in four
-    recurrent-state slots (the query's pooling, then the key's: a (B, H) log normalizer and a
-    (B, H, D) pooled vector each), with `config.convolution_kernel` K the short convolution's last
-    K - 1 inputs (B, D, K - 1) in the first convolution slot, and the number of columns read
-    (`get_seq_length`). In the cross-attention cache of an `EncoderDecoderCache` it holds the
-    source's keys and values (`update`), written once, on the first step.
-
-    A state is copied into the layer's tensors, whose addresses then stay (CUDA graphs, a compiled
-    decoding step), as transformers' linear-attention layers do. A state with gradients is kept as
-    it is instead (a later step writing into it would change what the backward pass reads), and so
-    is one that replaces an inference tensor outside `torch.inference_mode()`. `reset` zeroes the
-    tensors. A pooled state cannot be rolled back: no `crop`."""
+    """The cache of one decoder layer application (layer type "fastformer"): the causal attention's
+    `CausalAttentionState` in four recurrent-state slots, the short convolution's last inputs
+    (B, D, K - 1) and the columns read; or the source's keys and values (`update`). States are
+    copied into the held tensors, whose addresses stay (CUDA graphs), but for those with gradients
+    (a later write would change what the backward reads) or that replace an inference tensor."""
 
     _layer_type = "fastformer"
     is_croppable = False
@@ -917,19 +908,21 @@ class FastformerCacheLayer(LinearAttentionLayer):
         if not self.has_previous_state[0]:
             return None
         states = self.recurrent_states
-        return CausalAttentionState(PoolingState(states[0], states[1]), PoolingState(states[2], states[3]))
+        query = PoolingState(states[0], states[1])
+        return CausalAttentionState(query, PoolingState(states[2], states[3]))
 
     def conv_state(self) -> torch.Tensor | None:
         """The short convolution's last inputs (B, D, K - 1), None before the first token."""
-        return self.conv_states[0] if self.has_previous_state[0] and self.is_conv_states_initialized[0] else None
+        initialized = self.has_previous_state[0] and self.is_conv_states_initialized[0]
+        return self.conv_states[0] if initialized else None
 
     def update_attention_state(self, state: CausalAttentionState, tokens: int):
-        """Keeps the state after `tokens` more columns: its four tensors copied in place by one
-        multi-tensor copy (one kernel on a GPU), or kept as they are where they cannot be."""
+        """Keeps the state after `tokens` more columns, in place where it can be."""
         new = [tensor for pooling in state for tensor in pooling]
         held = [self.recurrent_states[index] for index in range(len(new))]
-        # the four come from one computation, as those held: the first pair speaks for the rest, but for the shape
-        if self._in_place(held[0], new[0]) and held[1] is not None and held[1].shape == new[1].shape:
+        # the four come from one computation: the first speaks for the rest, but for the shape
+        same_shape = held[1] is not None and held[1].shape == new[1].shape
+        if self._in_place(held[0], new[0]) and same_shape:
             if torch.compiler.is_exporting():  # ONNX has no multi-tensor copy
                 for old, tensor in zip(held, new):
                     old.copy_(tensor)
@@ -942,7 +935,7 @@ class FastformerCacheLayer(LinearAttentionLayer):
             self.is_recurrent_states_initialized[index] = self.has_previous_state[index] = True
         self.tokens += tokens
 
-    def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, **kwargs) -> torch.Tensor:
+    def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, **kwargs):
         """Keeps the short convolution's last inputs (`functional.causal_convolution`'s state)."""
         held = self.conv_states[state_idx]
         if self._in_place(held, conv_states):
@@ -954,19 +947,13 @@ class FastformerCacheLayer(LinearAttentionLayer):
         return self.conv_states[state_idx]
 
     def _in_place(self, held: torch.Tensor | None, new: torch.Tensor) -> bool:
-        """Whether `new` can be copied into `held`: one of its shape, dtype and device, no gradient
-        through `new`, and `held` not an inference tensor outside inference mode."""
-        return (
-            held is not None
-            and held.shape == new.shape
-            and held.dtype == new.dtype
-            and held.device == new.device
-            and not new.requires_grad
-            and self._writable(held)
-        )
+        """Whether `new` can be copied into `held`."""
+        if held is None or held.shape != new.shape or held.dtype != new.dtype:
+            return False
+        return held.device == new.device and not new.requires_grad and self._writable(held)
 
     def _own(self, new: torch.Tensor) -> torch.Tensor:
-        """`new` kept at a static address of its own (a slice would keep the tensor it was cut from)."""
+        """`new` at a static address of its own (a slice would keep what it was cut from)."""
         self.device, self.dtype = new.device, new.dtype
         new = new.contiguous()
         if not is_torchdynamo_compiling():
@@ -975,12 +962,12 @@ class FastformerCacheLayer(LinearAttentionLayer):
 
     @staticmethod
     def _writable(held: torch.Tensor) -> bool:
-        """Whether `held` can be written in place: not an inference tensor outside inference mode."""
-        return is_torchdynamo_compiling() or torch.is_inference_mode_enabled() or not held.is_inference()
+        """Whether `held` is writable: not an inference tensor outside inference mode."""
+        inference = is_torchdynamo_compiling() or torch.is_inference_mode_enabled()
+        return inference or not held.is_inference()
 
     def reset(self) -> None:
-        """Zeroes the states in place (new zeros for those made under `torch.inference_mode()`, where this
-        runs outside it), as transformers' linear-attention layers; drops the keys and values."""
+        """Zeroes the states (in place where writable) and drops the keys and values."""
         for states in (self.recurrent_states, self.conv_states):
             for index, held in states.items():
                 if held is not None:
@@ -991,7 +978,9 @@ class FastformerCacheLayer(LinearAttentionLayer):
         self.is_initialized = False
 
     def crop(self, tokens_to_remove: int) -> None:
-        raise ValueError("A Fastformer cache holds a pooled state, which cannot be rolled back (cropped)")
+        raise ValueError(
+            "A Fastformer cache holds a pooled state, which cannot be rolled back (cropped)",
+        )
 
     def _map_rows(self, rows):
         if self.is_initialized:  # the cross-attention's keys and values
@@ -1015,25 +1004,17 @@ class FastformerCacheLayer(LinearAttentionLayer):
         self._map_rows(lambda tensor: tensor.repeat_interleave(repeats, dim=0))
 
 
-# transformers registers a layer class by its `_layer_type` where it subclasses `CacheLayerMixin`
-# (attention caches); a linear-attention layer is registered here, for both kinds of cache, as
-# cache_utils registers its own: a `StaticCache` (`generate(cache_implementation="static")`) is the
-# one generate() compiles its decoding steps for
+# transformers registers only attention cache layers by `_layer_type`: linear-attention ones are
+# registered as cache_utils registers its own (a `StaticCache` is what generate() compiles for)
 DYNAMIC_LAYER_TYPE_MAPPING[FastformerCacheLayer._layer_type] = FastformerCacheLayer
 STATIC_LAYER_TYPE_MAPPING[FastformerCacheLayer._layer_type] = FastformerCacheLayer
 
 
 class FastformerDecoder(FastformerStack):
-    """Token and position embeddings, then `config.num_decoder_layers` causal Fastformer layers
-    (with cross-attention to an encoder output when `cross_attention`). Positions as
-    `FastformerStack` says: generate()'s `position_ids`, else counted from the mask.
+    """Embeddings, then `config.num_decoder_layers` causal layers, with cross-attention when
+    `cross_attention` (then the cache is an `EncoderDecoderCache`, as BART's)."""
 
-    `cache`: a `DynamicCache` of `FastformerCacheLayer`s (`DynamicCache(config=config)`), or for
-    cross-attention an `EncoderDecoderCache` of two, the second holding the source's keys and values
-    from the first step on, as BART's. With `use_cache` and no cache, the decoder makes one."""
-
-    # `output_attentions`: per layer application, the causal attention's pooling weights
-    # (B, H, 2, T, T) and the softmax cross-attention's weights (B, H, T, M)
+    # attentions: the causal pooling weights (B, H, 2, T, T); cross_attentions (B, H, T, M)
     _can_record_outputs = {
         "hidden_states": FastformerDecoderLayer,
         "attentions": OutputRecorder(FastformerCausalAttention, index=1),
@@ -1045,16 +1026,16 @@ class FastformerDecoder(FastformerStack):
         super().__init__(config)
         self.input_name = "decoder_input_ids" if cross_attention else "input_ids"
         self.embeddings = FastformerEmbeddings(config, token_types=not cross_attention)
-        self.layers = self._layers(FastformerDecoderLayer, config.num_decoder_layers, cross_attention)
+        num_layers = config.num_decoder_layers
+        self.layers = self._layers(FastformerDecoderLayer, num_layers, cross_attention)
         self.post_init()
 
     def cross_attention_inputs(self, encoder_hidden_states, encoder_attention_mask, cache):
-        """Per distinct layer, the (key, value) its cross-attention reads: from the cross-attention
-        cache after the first step, else computed (once per distinct layer, with or without a
-        cache)."""
+        """Per distinct layer, the (key, value) its cross-attention reads, cached after a step."""
         if self.layers[0].cross_attention is None:
             return [(None, None)] * len(self.layers)
-        cross_cache = cache.cross_attention_cache if isinstance(cache, EncoderDecoderCache) else None
+        encoder_decoder = isinstance(cache, EncoderDecoderCache)
+        cross_cache = cache.cross_attention_cache if encoder_decoder else None
         inputs = []
         for index, layer in enumerate(self.layers):
             if cross_cache is not None and cache.is_updated.get(index):
@@ -1070,20 +1051,17 @@ class FastformerDecoder(FastformerStack):
         return inputs
 
     def source_mask(self, hidden_states, encoder_hidden_states, encoder_attention_mask):
-        """The softmax cross-attention's mask over the source, as transformers'
-        `create_bidirectional_mask` makes it for the attention function in use (None without
-        cross-attention or padding)."""
-        softmax = self.layers[0].cross_attention is not None and self.config.cross_attention_type == "softmax"
+        """The softmax cross-attention's mask over the source, for the attention function in use."""
+        cross = self.layers[0].cross_attention
+        softmax = cross is not None and self.config.cross_attention_type == "softmax"
         if not softmax or encoder_attention_mask is None:
             return None
         mask = encoder_attention_mask.to(torch.bool)
-        # a source that is all padding attends to all of it: finite numbers instead of a softmax
-        # over nothing
+        # a source that is all padding attends to all of it (no softmax over nothing)
         mask = mask | ~mask.any(dim=-1, keepdim=True)
         if encoder_hidden_states is None:  # a later decoding step: only the source's shape is read
             encoder_hidden_states = hidden_states.new_empty(*mask.shape, 0)
-        # no skip of a mask without padding: telling would read the mask's values, a GPU
-        # synchronization per step
+        # no skip of a mask without padding: telling would read its values, a GPU synchronization
         return create_bidirectional_mask(
             config=self.config,
             inputs_embeds=hidden_states,
@@ -1093,42 +1071,33 @@ class FastformerDecoder(FastformerStack):
         )
 
     def packed(self, position_ids, attention_mask, batch_size, states, kwargs) -> PackedRows | None:
-        """The `PackedRows` of packed rows (`packed_sequences`), looked for where transformers'
-        masks look: without a cache (with one, the rows continue as they are). They train and score:
-        cross-attention and attention weights would follow a row, not its sequences, and are
-        refused."""
+        """The `PackedRows` of packed rows, without a cache only. Cross-attention and attention
+        weights would follow a row, not its sequences, and are refused."""
         if states is not None:
             return None
         segment_ids = self.packed_sequences(position_ids, attention_mask, batch_size)
         if segment_ids is None:
             return None
-        refused = {
-            "cross-attention": self.layers[0].cross_attention is not None,
-            "output_attentions": kwargs.get("output_attentions", self.config.output_attentions),
-        }
+        cross = self.layers[0].cross_attention is not None
+        attentions = kwargs.get("output_attentions", self.config.output_attentions)
+        refused = {"cross-attention": cross, "output_attentions": attentions}
         if any(refused.values()):
+            names = ", ".join(name for name, given in refused.items() if given)
             raise ValueError(
-                "The rows are packed (`position_ids` restart without an attention mask), "
-                "which the decoder takes "
-                f"apart without {', '.join(name for name, given in refused.items() if given)}"
+                "The rows are packed (`position_ids` restart without an attention mask), which the "
+                f"decoder takes apart without {names}"
             )
         return packed_rows(segment_ids)
 
-    def checked_cache(self, cache: Cache | None, use_cache: bool | None, batch_size: int | None) -> Cache | None:
-        """The cache this forward reads and updates: the one given (whatever `use_cache` says, as
-        transformers' models read it), else with `use_cache` a new one. Its self-attention part is
-        made of `FastformerCacheLayer`s: an empty transformers cache (`DynamicCache()`) gets them,
-        and a cache of `batch_size / k` rows (a returned cache that generate() continues with k
-        beams or samples per row) is repeated per row. Refused: a cache of keys and values
-        (PEFT's prefix tuning), and a cache with the layers checkpointed (gradient checkpointing
-        recomputes the layers, and the state cannot be read twice)."""
+    def checked_cache(self, cache: Cache | None, use_cache: bool | None, batch_size: int | None):
+        """The cache given, else with `use_cache` a new one. An empty one gets
+        `FastformerCacheLayer`s, and one of `batch_size / k` rows is repeated k times per row."""
         if self.training and torch.is_grad_enabled() and self.is_activation_checkpointing:
             if cache is not None and cache.get_seq_length() > 0:
                 raise ValueError(
                     "The decoder continues from a cache, which gradient checkpointing cannot "
-                    "recompute from: call "
-                    "model.gradient_checkpointing_disable(), or train on the whole "
-                    "sequence without a cache"
+                    "recompute from: call model.gradient_checkpointing_disable(), or train on the "
+                    "whole sequence without a cache"
                 )
             if use_cache or cache is not None:
                 logger.warning_once(
@@ -1149,14 +1118,12 @@ class FastformerDecoder(FastformerStack):
             )
         states = cache.self_attention_cache if cross else cache
         layers = getattr(states, "layers", None)
-        if layers is not None and not all(isinstance(layer, FastformerCacheLayer) for layer in layers):
+        if layers is not None and not all(isinstance(x, FastformerCacheLayer) for x in layers):
             if states.get_seq_length() > 0:
                 raise ValueError(
                     f"The cache holds keys and values ({type(states).__name__}), as PEFT's prefix "
-                    "tuning passes them, "
-                    "but Fastformer's decoder continues from a recurrent state: prefix tuning is "
-                    "not supported (prompt "
-                    "tuning and LoRA are)"
+                    "tuning passes them, but Fastformer's decoder continues from a recurrent "
+                    "state: prefix tuning is not supported (prompt tuning and LoRA are)"
                 )
             layers.clear()
         if layers is not None and not layers:
@@ -1165,7 +1132,9 @@ class FastformerDecoder(FastformerStack):
         rows = first.recurrent_states[1].shape[0] if first.has_previous_state[0] else None
         if rows is not None and batch_size is not None and rows != batch_size:
             if batch_size % rows:
-                raise ValueError(f"The cache holds {rows} rows, which a batch of {batch_size} cannot continue")
+                raise ValueError(
+                    f"The cache holds {rows} rows, which a batch of {batch_size} cannot continue",
+                )
             cache.batch_repeat_interleave(batch_size // rows)
         return cache
 
@@ -1189,57 +1158,44 @@ class FastformerDecoder(FastformerStack):
         states = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         past_tokens = 0 if states is None else states.get_seq_length()
         hidden_states, attention_mask = self.embed(
-            input_ids, attention_mask, position_ids, inputs_embeds, past_tokens, token_type_ids=token_type_ids
+            input_ids, attention_mask, position_ids, inputs_embeds, past_tokens, token_type_ids
         )
         packed = self.packed(position_ids, attention_mask, hidden_states.shape[0], states, kwargs)
-        cross_inputs = self.cross_attention_inputs(encoder_hidden_states, encoder_attention_mask, cache)
+        cross = self.cross_attention_inputs(encoder_hidden_states, encoder_attention_mask, cache)
         source_mask = self.source_mask(hidden_states, encoder_hidden_states, encoder_attention_mask)
         output_attentions = kwargs.get("output_attentions", self.config.output_attentions)
         # the mask as the causal poolings add it to their logits, made once for every layer
         logits_mask = token_mask = None
         if attention_mask is not None:
-            logits_mask = causal_mask(attention_mask, accumulation_dtype(compute_dtype(hidden_states)))
+            dtype = accumulation_dtype(compute_dtype(hidden_states))
+            logits_mask = causal_mask(attention_mask, dtype)
             if self.config.convolution_kernel:
                 token_mask = attention_mask.to(hidden_states.dtype)
+        options = dict(output_attentions=output_attentions, packed=packed, token_mask=token_mask)
         for index, layer in self.applied_layers():
-            key, value = cross_inputs[index % len(self.layers)]
-            hidden_states = layer(
-                hidden_states,
-                logits_mask,
-                key,
-                value,
-                source_mask,
-                cache_layer=None if states is None else states.layers[index],
-                output_attentions=output_attentions,
-                packed=packed,
-                token_mask=token_mask,
-            )
+            options["cache_layer"] = None if states is None else states.layers[index]
+            key, value = cross[index % len(self.layers)]
+            hidden_states = layer(hidden_states, logits_mask, key, value, source_mask, **options)
         return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, cache=cache)
 
 
 class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
-    """What the generative heads (`FastformerForConditionalGeneration`, `FastformerForCausalLM`)
-    share: a decoder whose cache is a recurrent state, which generate() builds from
-    `config.layer_types` as it builds any cache."""
+    """What the generative heads share: a decoder whose cache is a recurrent state."""
 
     _supported_generation_modes = ("greedy_search", "sample", "beam_search", "beam_sample")
 
     def __init__(self, config: FastformerConfig):
         if config.embedding_width != config.hidden_size:
             raise ValueError(
-                f"{type(self).__name__} needs embedding_size == hidden_size (its LM head "
-                "is the word embedding "
-                f"matrix), got embedding_size={config.embedding_size}, "
+                f"{type(self).__name__} needs embedding_size == hidden_size (its LM head is the "
+                f"word embedding matrix), got embedding_size={config.embedding_size}, "
                 f"hidden_size={config.hidden_size}"
             )
         super().__init__(config)
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def prepare_inputs_for_generation(self, input_ids, cache=None, is_first_iteration=False, **kwargs):
-        """As transformers', where generation continues from a returned cache: a seq2seq decoder
-        input without a mask is taken to be the whole sequence so far, of which the cached tokens
-        are left out (generate() leaves them out where a mask tells it so), and forms that cannot
-        continue are refused."""
+        """As transformers', continuing from a returned cache as `tokens_to_continue` says."""
         if is_first_iteration and cache is not None and cache.get_seq_length() > 0:
             new_tokens = self.tokens_to_continue(cache, input_ids, kwargs)
             if new_tokens is not None:
@@ -1247,65 +1203,48 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
         inputs = super().prepare_inputs_for_generation(
             input_ids, cache=cache, is_first_iteration=is_first_iteration, **kwargs
         )
-        # the causal LM's mask as generate() widens it at every step, cut to the new tokens' columns
-        # (the positions come from generate() too): every decoding step then has the same shapes (a
-        # compiled step, CUDA graphs)
+        # the causal LM's mask cut to the new tokens: every step has the same shapes (CUDA graphs)
         mask, seen = inputs.get("attention_mask"), 0 if cache is None else cache.get_seq_length()
-        if not self.config.is_encoder_decoder and seen and mask is not None and "position_ids" in inputs:
+        causal = not self.config.is_encoder_decoder
+        if causal and seen and mask is not None and "position_ids" in inputs:
             inputs["attention_mask"] = mask[:, seen:]
         return inputs
 
     def tokens_to_continue(self, cache, input_ids, kwargs) -> int | None:
-        """How many of the input tokens generation that continues from `cache` runs, None to leave
-        it to generate(): a seq2seq decoder input without a mask, longer than the cached tokens, is
-        the whole sequence so far. Refused: a cache of beam search (its rows are the last step's
-        beams, not the returned sequences), and a mask that is neither as wide as the input (and
-        longer than the cached tokens) nor as wide as the cached and the input tokens."""
+        """The input tokens to run when continuing from `cache` (None: as generate() decides)."""
         seq2seq = self.config.is_encoder_decoder
         name = "decoder_input_ids" if seq2seq else "input_ids"
         seen, length = cache.get_seq_length(), input_ids.shape[1]
         states = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         if any(getattr(layer, "holds_beams", False) for layer in states.layers):
             raise ValueError(
-                "This cache comes from beam search: it holds the state of every beam at the "
-                "last step, not of the "
-                "returned sequences. Continue from a cache of greedy search or "
+                "This cache comes from beam search: it holds the state of every beam at the last "
+                "step, not of the returned sequences. Continue from a cache of greedy search or "
                 "sampling, or without a cache"
             )
         mask = kwargs.get("decoder_attention_mask" if seq2seq else "attention_mask")
         if mask is None and seq2seq and length > seen:
             return length - seen
-        # generate() leaves out as many tokens as the cache has read where the input is as wide as
-        # its mask (it may have dropped a mask of ones, after making position ids from it), and
-        # nothing where it is not
+        # generate() leaves out the cached tokens where the input is as wide as its mask
         new_tokens = kwargs.get("next_sequence_length")
         width = (mask if mask is not None else kwargs.get("position_ids", input_ids)).shape[-1]
-        # generate() puts `decoder_start_token_id` before decoder inputs that do not start with it,
-        # and widens their mask, so that new tokens alone would continue after a second start token
-        prepended = seq2seq and length > 1 and bool((input_ids[:, 0] == self.config.decoder_start_token_id).all())
+        # generate() prepends `decoder_start_token_id` where it lacks (and widens the mask)
+        start = self.config.decoder_start_token_id
+        prepended = seq2seq and length > 1 and bool((input_ids[:, 0] == start).all())
         whole = width == length and length > seen
         cached_and_new = mask is not None and width == seen + length and not prepended
         if (new_tokens is None or new_tokens > 0) and (mask is None or whole or cached_and_new):
             return new_tokens
-        also = "" if seq2seq else ", or only the new tokens with a mask of the cached and new tokens"
+        also = ", or only the new tokens with a mask of the cached and new tokens"
         raise ValueError(
-            f"Generation continues from a cache that has read {seen} tokens, but `{name}` "
-            f"has {length} and its "
-            f"attention mask {width}: pass the whole sequence so far (the `sequences` "
-            "generate() returned, then the "
-            f"new tokens) with a mask as wide or none{also}"
+            f"Generation continues from a cache that has read {seen} tokens, but `{name}` has "
+            f"{length} and its attention mask {width}: pass the whole sequence so far (the "
+            "`sequences` generate() returned, then the new tokens) with a mask as wide or "
+            f"none{'' if seq2seq else also}"
         )
 
 
-@auto_docstring(
-    custom_intro="""
-    The bare encoder-decoder, as BART's `BartModel`: a Fastformer encoder (`FastformerModel`
-    without its pooler) and a causal Fastformer decoder with cross-attention. The decoder's word
-    embeddings are the encoder's (its own with `config.tie_encoder_embeddings=False`).
-    `decoder_input_ids` are the decoder's inputs as they are: the head
-    (`FastformerForConditionalGeneration`) makes them from `labels`.
-    """
-)
+@auto_docstring(custom_intro="The bare Fastformer encoder-decoder, as BART's `BartModel`.")
 class FastformerSeq2SeqModel(FastformerPreTrainedModel):
     base_model_prefix = "model"
     _no_split_modules = ["FastformerLayer", "FastformerDecoderLayer"]
@@ -1320,14 +1259,14 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
     def _tied_weights_keys(self) -> dict[str, str]:
         if not self.config.tie_encoder_embeddings:
             return {}
-        return {"decoder.embeddings.word_embeddings.weight": "encoder.embeddings.word_embeddings.weight"}
+        embeddings = "embeddings.word_embeddings.weight"
+        return {f"decoder.{embeddings}": f"encoder.{embeddings}"}
 
     def get_input_embeddings(self):
         return self.encoder.get_input_embeddings()
 
     def set_input_embeddings(self, value):
-        # the decoder's are tied to them (`tie_weights`) where they share
-        self.encoder.set_input_embeddings(value)
+        self.encoder.set_input_embeddings(value)  # the decoder's are tied to them where shared
 
     @can_return_tuple
     @auto_docstring
@@ -1357,26 +1296,19 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
         """
         use_cache = use_cache if use_cache is not None else self.config.use_cache
         # a given cache checked before the encoder runs (the decoder takes it as it is then)
-        decoder_inputs = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
-        if cache is not None and encoder_outputs is None and decoder_inputs is not None:
-            cache = self.decoder.checked_cache(cache, use_cache, decoder_inputs.shape[0])
+        target = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
+        if cache is not None and encoder_outputs is None and target is not None:
+            cache = self.decoder.checked_cache(cache, use_cache, target.shape[0])
         if encoder_outputs is None:
             rows = None if position_ids is None else position_ids.shape[0]
             if self.encoder.packed_sequences(position_ids, attention_mask, rows) is not None:
                 raise ValueError(
-                    "The source rows are packed (`position_ids` restart without an "
-                    "attention mask), which the "
-                    "encoder-decoder does not take apart: pad the sequences to a batch"
+                    "The source rows are packed (`position_ids` restart without an attention "
+                    "mask), which the encoder-decoder does not take apart: pad the sequences to a "
+                    "batch"
                 )
-            encoder_outputs = self.encoder(
-                input_ids,
-                attention_mask=attention_mask,
-                token_type_ids=token_type_ids,
-                position_ids=position_ids,
-                inputs_embeds=inputs_embeds,
-                return_dict=True,
-                **kwargs,
-            )
+            args = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+            encoder_outputs = self.encoder(*args, return_dict=True, **kwargs)
         elif isinstance(encoder_outputs, (tuple, list)):  # from return_dict=False
             encoder_outputs = BaseModelOutput(*encoder_outputs)
         decoder_outputs = self.decoder(
@@ -1405,24 +1337,9 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
 
 @auto_docstring(
     custom_intro="""
-    `FastformerSeq2SeqModel` with a language-modeling head, for summarization and other
-    sequence-to-sequence tasks, as BART's `BartForConditionalGeneration`. One decoding step costs
-    the same at any output length, and the generation state (`FastformerCacheLayer`s in an
-    `EncoderDecoderCache`) does not grow.
-
-    The LM head is the decoder's word embedding matrix (`config.tie_word_embeddings`). `labels` are
-    the target ids (-100 where ignored); `decoder_input_ids` default to them shifted right after
-    `decoder_start_token_id`. Checkpoints are saved with the encoder under `fastformer.` and the
-    decoder under `decoder.`, the names of `FastformerModel` and of earlier releases, and load from
-    them (`transformers.conversion_mapping`): a seq2seq checkpoint's encoder loads into
-    `FastformerModel` and `FastformerForSequenceClassification`.
-
-    `output_attentions=True` returns, per layer application, `encoder_attentions` as
-    `FastformerModel`'s (B, H, 2, M), `decoder_attentions` the causal attention's pooling weights
-    (B, H, 2, T, T) (index 0 alpha, 1 beta; row t weighs tokens 1..t) and `cross_attentions` the
-    softmax cross-attention's weights (B, H, T, M) (with `attn_implementation="eager"`; "sdpa" gives
-    none, as for BART). The decoder's weights need its whole input in one pass: a forward that
-    continues a cache refuses `output_attentions=True`.
+    `FastformerSeq2SeqModel` with a language-modeling head, as BART's: a decoding step costs the
+    same at any output length. Its `decoder_attentions` are the causal pooling weights
+    (B, H, 2, T, T), which need the whole input in one pass (no cache).
     """
 )
 class FastformerForConditionalGeneration(FastformerGenerativeModel):
@@ -1503,10 +1420,9 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
         )
         logits = self.lm_head(slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep))
         loss = None
-        if labels is not None:
-            # the labels are aligned with the logits already (no shift): the masked-LM loss is
-            # exactly that
-            loss = ForMaskedLMLoss(logits, labels, self.config.vocab_size, num_items_in_batch=num_items_in_batch)
+        if labels is not None:  # aligned with the logits already (no shift): the masked-LM loss
+            items = num_items_in_batch
+            loss = ForMaskedLMLoss(logits, labels, self.config.vocab_size, num_items_in_batch=items)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
@@ -1520,20 +1436,18 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
         )
 
     def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True) -> nn.Embedding:
-        """As transformers', and the decoder's word embeddings where they are not the encoder's
-        (with `config.tie_encoder_embeddings=False`, or with `tie_word_embeddings=False`,
-        where nothing is tied) are resized as well."""
-        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        decoder = self.get_decoder()
+        """As transformers', and the decoder's word embeddings too where they are its own."""
+        resize = super().resize_token_embeddings
+        embeddings = resize(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        decoder, size = self.get_decoder(), embeddings.num_embeddings
         old = decoder.get_input_embeddings()
-        if old.num_embeddings != embeddings.num_embeddings:  # not tied to the encoder's
-            new = self._get_resized_embeddings(old, embeddings.num_embeddings, mean_resizing=mean_resizing)
+        if old.num_embeddings != size:  # not tied to the encoder's
+            new = self._get_resized_embeddings(old, size, mean_resizing=mean_resizing)
             decoder.set_input_embeddings(new)
         return embeddings
 
     def shift_labels_right(self, labels: torch.Tensor) -> torch.Tensor:
-        """Decoder inputs for teacher forcing: `decoder_start_token_id`, then the labels without the
-        last one."""
+        """Teacher forcing's inputs: `decoder_start_token_id`, then the labels but the last."""
         if self.config.decoder_start_token_id is None or self.config.pad_token_id is None:
             raise ValueError("Set `decoder_start_token_id` and `pad_token_id` in the config to train from `labels`")
         shifted = labels.new_full(labels.shape, self.config.decoder_start_token_id)
@@ -1546,13 +1460,8 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
 
 @auto_docstring(
     custom_intro="""
-    A decoder-only Fastformer language model: the causal layers of
-    `FastformerForConditionalGeneration` without cross-attention, generating with the same
-    constant-size state. `labels` are usually the input ids; the loss shifts them (position t
-    predicts token t + 1). `output_attentions=True` returns the causal attention's pooling weights
-    (B, H, 2, T, T) per layer application, as `FastformerForConditionalGeneration`'s
-    `decoder_attentions`. GPT-2's keywords for cross-attention (`encoder_hidden_states`) are refused,
-    as by GPT-2 without it.
+    A decoder-only Fastformer language model: `FastformerForConditionalGeneration`'s decoder without
+    cross-attention (whose keywords are refused), generating with the same constant-size state.
     """
 )
 class FastformerForCausalLM(FastformerGenerativeModel):
@@ -1563,12 +1472,10 @@ class FastformerForCausalLM(FastformerGenerativeModel):
 
     def __init__(self, config: FastformerConfig):
         if config.is_encoder_decoder:
-            # e.g. a text-generation pipeline on a seq2seq checkpoint: its embeddings are stored
-            # under the encoder and would be left random here
+            # whose embeddings are stored under the encoder and would be left random here
             raise ValueError(
-                "This config is an encoder-decoder's (is_encoder_decoder=True): load "
-                "the checkpoint with "
-                "FastformerForConditionalGeneration / AutoModelForSeq2SeqLM, not "
+                "This config is an encoder-decoder's (is_encoder_decoder=True): load the "
+                "checkpoint with FastformerForConditionalGeneration / AutoModelForSeq2SeqLM, not "
                 "FastformerForCausalLM"
             )
         super().__init__(config)
@@ -1608,24 +1515,15 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         check_keywords(kwargs, type(self).__name__, causal=True)
         if labels is not None:
             use_cache = False
-            labels = checked_token_labels(labels, self.config, None if input_ids is None else input_ids.shape)
-        outputs = self.decoder(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            cache=cache,
-            use_cache=use_cache,
-            return_dict=True,
-            **kwargs,
-        )
+            shape = None if input_ids is None else input_ids.shape
+            labels = checked_token_labels(labels, self.config, shape)
+        args = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        outputs = self.decoder(*args, cache=cache, use_cache=use_cache, return_dict=True, **kwargs)
         logits = self.lm_head(slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep))
         loss = None
         if labels is not None:
-            loss = self.loss_function(
-                logits, labels, vocab_size=self.config.vocab_size, num_items_in_batch=num_items_in_batch
-            )
+            options = dict(vocab_size=self.config.vocab_size, num_items_in_batch=num_items_in_batch)
+            loss = self.loss_function(logits, labels, **options)
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
@@ -1635,13 +1533,10 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         )
 
 
-# checkpoints name the encoder-decoder's encoder `fastformer.` and its decoder `decoder.` (as the encoder heads and
-# earlier releases name them): renamed on load, and back on save. The head's renamings run first, to the bare
-# model's names under `model.`, then the bare model's (scoped to `model.` there), which also take an encoder's own
-# checkpoint (`FastformerModel`'s, without a prefix) as the encoder
+# checkpoints name the encoder `fastformer.`, as the encoder heads do: renamed on load and save
 register_checkpoint_conversion_mapping(
     "FastformerForConditionalGeneration",
-    [WeightRenaming(r"^fastformer\.", "model.fastformer."), WeightRenaming(r"^decoder\.", "model.decoder.")],
+    [WeightRenaming(rf"^{name}\.", f"model.{name}.") for name in ("fastformer", "decoder")],
     overwrite=True,
 )
 register_checkpoint_conversion_mapping(
