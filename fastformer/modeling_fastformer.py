@@ -393,8 +393,7 @@ class FastformerLayer(GradientCheckpointingLayer):
     `attention_mode` (`set_additive_attention_mode`) picks how the attention sub-layer is computed,
     the same function up to rounding: "plain", the paper's steps; "collapsed", the Linear layers
     folded into one matrix per sequence (`collapsed_attention`); "auto" (default), collapsed where
-    it applies and repays (`uses_collapsed_attention`).
-    """
+    it applies and repays (`uses_collapsed_attention`)."""
 
     # "auto" folds only batches of this many tokens per hidden unit, below which launches dominate
     collapse_min_tokens_per_unit = 16
@@ -478,8 +477,7 @@ class FastformerLayer(GradientCheckpointingLayer):
             dense(r_i + q_i) = W_o (W_r (k * (W_v x_i + b_v)) + b_r + W_q x_i + b_q) + b_o
                              = M x_i + m,  M = W_o W_r diag(k) W_v + W_o W_q,
                                            m = W_o (W_r (k * b_v) + b_r + b_q) + b_o
-        one (N x C) by (C x C) product per sequence instead of five.
-        """
+        one (N x C) by (C x C) product per sequence instead of five."""
         attention, dense = self.attention, self.attention_output.dense
         batch, _, hidden_size = hidden_states.shape
         query, key, transform = attention.query, attention.key, attention.transform
@@ -1435,7 +1433,12 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
             encoder_attentions=outputs.encoder_attentions,
         )
 
-    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True) -> nn.Embedding:
+    def resize_token_embeddings(
+        self,
+        new_num_tokens=None,
+        pad_to_multiple_of=None,
+        mean_resizing=True,
+    ) -> nn.Embedding:
         """As transformers', and the decoder's word embeddings too where they are its own."""
         resize = super().resize_token_embeddings
         embeddings = resize(new_num_tokens, pad_to_multiple_of, mean_resizing)
@@ -1541,7 +1544,10 @@ register_checkpoint_conversion_mapping(
 )
 register_checkpoint_conversion_mapping(
     "FastformerSeq2SeqModel",
-    [WeightRenaming(r"^(embeddings|layers)\.", r"encoder.\1."), WeightRenaming(r"^fastformer\.", "encoder.")],
+    [
+        WeightRenaming(r"^(embeddings|layers)\.", r"encoder.\1."),
+        WeightRenaming(r"^fastformer\.", "encoder."),
+    ],
     overwrite=True,
 )
 
