@@ -101,9 +101,9 @@ def split_heads(heads: int, x: torch.Tensor) -> torch.Tensor:
 
 
 class FastformerEmbeddings(nn.Module):
-    """Token + position + token type embeddings, LayerNorm, dropout, projection to `hidden_size`
-    (as ELECTRA's). Without `token_type_ids`, type 0 is looked up where gradients flow, so that the
-    table takes part in every backward (DDP, FSDP). BART's decoder has no table (`token_types`)."""
+    """Token + position + token type embeddings (none with `token_types=False`, as BART's decoder),
+    LayerNorm, dropout, projection to `hidden_size` (as ELECTRA's). Without `token_type_ids`, type 0
+    is looked up where gradients flow, so that every backward reaches the table (DDP, FSDP)."""
 
     def __init__(self, config: FastformerConfig, token_types: bool = True):
         super().__init__()
@@ -395,7 +395,7 @@ class FastformerLayer(GradientCheckpointingLayer):
     folded into one matrix per sequence (`collapsed_attention`); "auto" (default), collapsed where
     it applies and repays (`uses_collapsed_attention`)."""
 
-    # "auto" folds only batches of this many tokens per hidden unit, below which launches dominate
+    # "auto" folds only batches of this many tokens per hidden unit: below, kernel launches dominate
     collapse_min_tokens_per_unit = 16
 
     def __init__(self, config: FastformerConfig):
@@ -416,8 +416,9 @@ class FastformerLayer(GradientCheckpointingLayer):
         return plain and not any(p.is_meta for p in parameters)
 
     def uses_collapsed_attention(self, hidden_states) -> bool:
-        """Whether this call folds. "auto": the (C x C) matrix costs 2 C^3 multiply-adds and saves
-        6 N C^2, so it repays from N = C / 2 (with gradients N = C); under torch.export, always."""
+        """Whether this call folds. "auto" folds where it repays: for N tokens of hidden size C, the
+        (C x C) matrix costs 2 C^3 multiply-adds and saves 6 N C^2, so from N = C / 2 (with
+        gradients N = C); under torch.export (symbolic shapes), wherever it applies."""
         mode = self.attention_mode
         if mode == "auto":
             if self.config.interaction != "product":
@@ -604,7 +605,7 @@ class FastformerPreTrainedModel(PreTrainedModel):
     _input_embed_layer = "word_embeddings"  # where get/set_input_embeddings find them
     supports_gradient_checkpointing = True
     _supports_sdpa = True  # the softmax cross-attention's; flash and flex are untested here
-    # only classes this model has (accelerate's FSDP refuses others), no embeddings (FSDP2's own)
+    # only classes this model has (accelerate's FSDP refuses others); no embeddings (FSDP2 shards)
     _no_split_modules = ["FastformerLayer"]
     _can_compile_fullgraph = True
     # every layer application's output, and the encoder layers' pooling distributions (B, H, 2, N)
@@ -1475,7 +1476,7 @@ class FastformerForCausalLM(FastformerGenerativeModel):
 
     def __init__(self, config: FastformerConfig):
         if config.is_encoder_decoder:
-            # whose embeddings are stored under the encoder and would be left random here
+            # a seq2seq checkpoint's embeddings are under the encoder: they would be left random
             raise ValueError(
                 "This config is an encoder-decoder's (is_encoder_decoder=True): load the "
                 "checkpoint with FastformerForConditionalGeneration / AutoModelForSeq2SeqLM, not "
