@@ -1,15 +1,8 @@
-"""Fastformer models for transformers: the encoder, its task heads, and the generation models.
+"""Fastformer models for transformers: the encoder, its task heads, and the generative models.
 
-Class chain: FastformerAttention -> FastformerLayer -> FastformerPreTrainedModel -> FastformerModel
--> FastformerFor<Task>. The layer is BERT-style post-LN, as in the authors' code: additive attention
-(with the output transform W_r and, unless `config.query_residual` is False, the query residual) ->
-dense -> dropout -> add & LayerNorm -> feed-forward -> add & LayerNorm. The decoder
-(FastformerForConditionalGeneration over FastformerSeq2SeqModel, FastformerForCausalLM) uses the
-causal version of the attention, whose constant-size state a FastformerCacheLayer per layer
-application (a transformers linear-attention cache layer) carries during generation; an
-encoder-decoder keeps its cross-attention keys and values in an EncoderDecoderCache beside it, as
-BART does. This file imports the package only relatively, so a saved checkpoint carries it as Hub
-code.
+The encoder layer is BERT-style post-LN, as in the authors' code; the decoder's causal attention
+carries a constant-size state (`FastformerCacheLayer`) through generation. This file imports the
+package only relatively, so that a saved checkpoint carries it as Hub code.
 """
 
 import math
@@ -46,7 +39,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, slice_logits_to_keep
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, logging
+from transformers.utils import TransformersKwargs, auto_docstring, logging
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.import_utils import is_torchdynamo_compiling, is_tracing
@@ -94,10 +87,8 @@ def compute_dtype(hidden_states: torch.Tensor) -> torch.dtype:
 
 
 class FastformerTokenTypeEmbeddings(nn.Embedding):
-    """BERT's token type (segment) embeddings: two rows (`TYPE_VOCAB_SIZE`) of
-    `config.embedding_width`. They start at zero, drawing no random numbers (a seeded model draws
-    the weights it would without them, and a checkpoint saved without them gives its outputs for any
-    `token_type_ids`), and are learned; row 0 stays zero (no gradient)."""
+    """BERT's token type embeddings, two rows (`TYPE_VOCAB_SIZE`). They start at zero without
+    drawing random numbers (a seeded model draws what it would without them); row 0 stays zero."""
 
     def __init__(self, config: FastformerConfig):
         size = (TYPE_VOCAB_SIZE, config.embedding_width)
@@ -110,37 +101,31 @@ def split_heads(heads: int, x: torch.Tensor) -> torch.Tensor:
 
 
 class FastformerEmbeddings(nn.Module):
-    """Token + learned position + token type (segment) embeddings, LayerNorm, dropout; then a
-    projection to `hidden_size` where `config.embedding_size` differs (as ELECTRA's
-    `embeddings_project`).
-
-    Token type 0's embedding is zero, so no `token_type_ids` reads as all zeros: without gradients
-    nothing is looked up for them; with gradients type 0 is looked up all the same, so that the
-    table takes part in every backward, as DDP (without `find_unused_parameters`) and FSDP expect of
-    every parameter. With `token_types=False` (the encoder-decoder's decoder, as BART's) there is no
-    table."""
+    """Token + position + token type embeddings (none with `token_types=False`, as BART's decoder),
+    LayerNorm, dropout, projection to `hidden_size` (as ELECTRA's). Without `token_type_ids`, type 0
+    is looked up where gradients flow, so that every backward reaches the table (DDP, FSDP)."""
 
     def __init__(self, config: FastformerConfig, token_types: bool = True):
         super().__init__()
-        size = config.embedding_width
-        self.word_embeddings = nn.Embedding(config.vocab_size, size, padding_idx=config.pad_token_id)
+        size, hidden_size = config.embedding_width, config.hidden_size
+        self.word_embeddings = nn.Embedding(config.vocab_size, size, config.pad_token_id)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, size)
         self.token_type_embeddings = None
         if token_types:
             self.token_type_embeddings = FastformerTokenTypeEmbeddings(config)
-            # type 0, what no `token_type_ids` read as, expanded to every token (as BERT's
-            # `token_type_ids` buffer)
-            self.register_buffer("token_type_zero", torch.zeros(1, 1, dtype=torch.long), persistent=False)
+            zero = torch.zeros(1, 1, dtype=torch.long)
+            self.register_buffer("token_type_zero", zero, persistent=False)
         self.layer_norm = nn.LayerNorm(size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
-        self.projection = nn.Linear(size, config.hidden_size) if size != config.hidden_size else None
+        self.projection = nn.Linear(size, hidden_size) if size != hidden_size else None
 
-    def forward(self, input_ids=None, position_ids=None, inputs_embeds=None, token_type_ids=None) -> torch.Tensor:
+    def forward(self, input_ids=None, position_ids=None, inputs_embeds=None, token_type_ids=None):
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)
         embeddings = inputs_embeds + self.position_embeddings(position_ids)
         table = self.token_type_embeddings
-        if token_type_ids is None and table is not None and table.weight.requires_grad and torch.is_grad_enabled():
+        learned = table is not None and table.weight.requires_grad and torch.is_grad_enabled()
+        if token_type_ids is None and learned:
             token_type_ids = self.token_type_zero.expand(embeddings.shape[:2])
         if token_type_ids is not None:
             embeddings = embeddings + table(token_type_ids)
@@ -157,28 +142,26 @@ class FastformerAttention(nn.Module):
         hidden_size = config.hidden_size
         if hidden_size % config.num_attention_heads:
             raise ValueError(
-                f"The hidden size ({hidden_size}) is not a multiple of the "
-                "number of attention heads "
-                f"({config.num_attention_heads})"
+                f"The hidden size ({hidden_size}) is not a multiple of the number of attention "
+                f"heads ({config.num_attention_heads})"
             )
         self.num_heads = config.num_attention_heads
         self.head_dim = hidden_size // self.num_heads
         self.interaction = config.interaction
         self.query_residual = config.query_residual
-
         self.query = nn.Linear(hidden_size, hidden_size)
         self.key = nn.Linear(hidden_size, hidden_size)
         # query-value sharing: v_i = q_i, so there is no W_v at all
         self.value = None if config.share_query_value else nn.Linear(hidden_size, hidden_size)
         self.transform = nn.Linear(hidden_size, hidden_size)  # W_r
-
-        # w_q and w_k are Fastformer's only per-head parameters; head-wise sharing keeps one of each
+        # w_q and w_k are the only per-head parameters; head-wise sharing keeps one of each
         heads = 1 if config.share_heads else self.num_heads
         self.query_weight = nn.Parameter(torch.empty(heads, self.head_dim))
         self.key_weight = nn.Parameter(torch.empty(heads, self.head_dim))
         if config.interaction == "concat":
-            self.query_key_projection = nn.Parameter(torch.empty(heads, 2 * self.head_dim, self.head_dim))
-            self.key_value_projection = nn.Parameter(torch.empty(heads, 2 * self.head_dim, self.head_dim))
+            shape = (heads, 2 * self.head_dim, self.head_dim)
+            self.query_key_projection = nn.Parameter(torch.empty(shape))
+            self.key_value_projection = nn.Parameter(torch.empty(shape))
         else:
             self.query_key_projection = self.key_value_projection = None
 
@@ -190,9 +173,9 @@ class FastformerAttention(nn.Module):
     def _project(self, hidden_states):
         """The query (kept whole for the residual) and the per-head queries, keys and values."""
         query = self.query(hidden_states)  # (B, N, H*D)
-        q, k = split_heads(self.num_heads, query), split_heads(self.num_heads, self.key(hidden_states))
-        # query-value sharing
-        v = q if self.value is None else split_heads(self.num_heads, self.value(hidden_states))
+        heads = partial(split_heads, self.num_heads)
+        q, k = heads(query), heads(self.key(hidden_states))
+        v = q if self.value is None else heads(self.value(hidden_states))  # query-value sharing
         return query, q, k, v
 
     def _attention_arguments(self):
@@ -210,30 +193,21 @@ class FastformerAttention(nn.Module):
         return self.transform(u) + query if self.query_residual else self.transform(u)
 
     def forward(self, hidden_states, attention_mask=None, segment_ids=None, output_attentions=False):
-        """The attention's output and, with `output_attentions`, its two pooling distributions
-        (B, H, 2, N), else None. attention_mask: (B, N), or its `functional.PoolingMask` (made once
-        per forward by the model). With `segment_ids` (B, N), the rows are packed: each sequence of
-        a row attends to itself alone (`functional.packed_additive_attention`)."""
+        """The output and the pooling distributions (B, H, 2, N) or None. attention_mask: (B, N) or
+        a `PoolingMask`; `segment_ids` (B, N): packed rows, each sequence attending to itself."""
         query, q, k, v = self._project(hidden_states)
         vectors, settings = self._attention_arguments()
+        options = dict(return_weights=output_attentions, **settings)
         if segment_ids is None:
-            u, weights = additive_attention(
-                q, k, v, *vectors, attention_mask, return_weights=output_attentions, **settings
-            )
+            u, weights = additive_attention(q, k, v, *vectors, attention_mask, **options)
         else:
-            u, weights = packed_additive_attention(
-                q, k, v, *vectors, segment_ids, return_weights=output_attentions, **settings
-            )
+            u, weights = packed_additive_attention(q, k, v, *vectors, segment_ids, **options)
         return self._output(u, query), weights
 
 
 class FastformerShortConvolution(nn.Module):
-    """The decoder attention's input with its recent past (`FastformerCopyConfig.decoder_conv_kernel`): every
-    token plus a learned depthwise convolution of it and the K - 1 tokens before it
-    (`functional.causal_convolution`; `weight` (D, 1, K) as a depthwise `nn.Conv1d`'s), initialized
-    as the other weights. With a cache it continues from the layer application's last K - 1 tokens,
-    and packed rows convolve each sequence alone. Padding is skipped wherever it is: a sequence gets
-    what its tokens have alone."""
+    """The input plus a learned depthwise causal convolution of it, continuing from a cache; packed
+    rows convolve each sequence alone, and padding is skipped."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -251,19 +225,9 @@ class FastformerShortConvolution(nn.Module):
 
 
 class FastformerCausalAttention(FastformerAttention):
-    """The decoder's attention: every position pools its prefix only. With `cache_layer`
-    (a `FastformerCacheLayer`), the state of this layer application continues a sequence and is
-    updated. With `packed` (`PackedRows`), the rows hold several sequences each, and every one pools
-    its own prefix only.
-
-    Returns the output and, with `output_attentions`, the two poolings' weights (B, H, 2, N, N) (row
-    t: the weights of tokens 1..t; `functional.causal_pooling_weights`), else None. They need the
-    whole sequence in one call: a cache that holds earlier tokens keeps their pooled state, not the
-    tokens.
-
-    With a short convolution (`config.convolution_kernel`), the queries, keys and values come from
-    `FastformerShortConvolution`'s output; `token_mask` (B, T): 1 for tokens, 0 for padding, in the
-    hidden states' dtype (None: no padding)."""
+    """The decoder's attention: every position pools its prefix only, continuing `cache_layer`'s
+    state. Returns the output and the pooling weights (B, H, 2, T, T) (row t weighs tokens 1..t) or
+    None; they need the whole sequence in one call."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__(config)
@@ -283,17 +247,14 @@ class FastformerCausalAttention(FastformerAttention):
             # refused before the convolution moves its state on: the cache stays as it was
             raise ValueError(
                 "`output_attentions=True` needs the decoder's whole sequence in one forward pass, "
-                "but the cache holds "
-                "earlier tokens as a pooled state, without their weights: run without a cache "
-                "(use_cache=False, as "
-                "in generate(..., use_cache=False))"
+                "but the cache holds earlier tokens as a pooled state, without their weights: run "
+                "without a cache (use_cache=False, as in generate(..., use_cache=False))"
             )
         if self.convolution is not None:
             hidden_states = self.convolution(hidden_states, token_mask, cache_layer, packed)
         query, q, k, v = self._project(hidden_states)
         vectors, settings = self._attention_arguments()
-        # a sequence a row (S, H, L, D), the rows' mask; back to packed rows after
-        if packed is not None:
+        if packed is not None:  # a sequence a row (S, H, L, D); back to packed rows after
             q, k, v = (unpack(x, packed) for x in (q, k, v))
             attention_mask = packed.mask
         u, state, weights = causal_additive_attention(
@@ -316,9 +277,7 @@ def eager_attention_forward(
     dropout: float = 0.0,
     **kwargs: Unpack[TransformersKwargs],
 ):
-    """Softmax attention written out, as transformers' models write it:
-    `attn_implementation="eager"`. query (B, H, T, D), key and value (B, H, M, D), attention_mask an
-    additive (B, 1, T, M) float mask; returns the output (B, T, H, D) and the weights (B, H, T, M)."""
+    """Softmax attention written out (`attn_implementation="eager"`), as BART's."""
     weights = torch.matmul(query, key.transpose(2, 3)) * scaling
     if attention_mask is not None:
         weights = weights + attention_mask
@@ -328,23 +287,15 @@ def eager_attention_forward(
 
 
 class FastformerCrossAttention(nn.Module):
-    """Decoder tokens read the encoder output (`config.cross_attention_type`).
-
-    "softmax": multi-head scaled dot-product attention over the encoder's keys and values, through
-    transformers' attention functions (`config._attn_implementation`: "sdpa" by default, or "eager",
-    as BART's). "additive": c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j per head, pooled from the
-    encoder once; token t gets c * q_t. `encode` computes what depends on the encoder only, as a
-    (key, value) pair that an `EncoderDecoderCache` keeps: the keys and values of the source, or for
-    "additive" the pooled context c as a one-position pair (key and value alike; only the value is
-    read).
-    """
+    """Decoder tokens read the encoder output: "softmax" attention, as BART's, or "additive": token
+    t gets c * q_t, c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j per head. `encode` makes the (key,
+    value) pair an `EncoderDecoderCache` keeps: the source's, or c as a one-position pair."""
 
     is_causal = False  # read by transformers' attention functions
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
-        # the attention function is looked up at every call, as in transformers' models
-        self.config = config
+        self.config = config  # the attention function is looked up at every call
         self.num_heads = config.num_attention_heads
         self.head_dim = config.hidden_size // self.num_heads
         self.scaling = self.head_dim**-0.5
@@ -357,28 +308,25 @@ class FastformerCrossAttention(nn.Module):
         else:
             self.context_weight = nn.Parameter(torch.empty(self.num_heads, self.head_dim))  # w_c
 
-    def encode(self, encoder_hidden_states, encoder_attention_mask=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def encode(self, encoder_hidden_states, encoder_attention_mask=None):
         value = split_heads(self.num_heads, self.value(encoder_hidden_states))  # (B, H, M, D)
         if self.cross_attention_type == "additive":
-            context, _ = additive_pooling(value, self.context_weight, encoder_attention_mask, return_weights=False)
+            mask = encoder_attention_mask
+            context, _ = additive_pooling(value, self.context_weight, mask, return_weights=False)
             context = context.unsqueeze(-2)  # (B, H, D) -> (B, H, 1, D)
             return context, context
         return split_heads(self.num_heads, self.key(encoder_hidden_states)), value
 
-    def forward(self, hidden_states, key, value, source_mask=None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-        """`source_mask`: what transformers' `create_bidirectional_mask` makes for the attention
-        function. Returns the output and the attention weights (B, H, T, M) where the attention
-        function gives them ("eager"; with `output_attentions` "sdpa" warns that it gives None, as
-        for transformers' models)."""
+    def forward(self, hidden_states, key, value, source_mask=None, **kwargs):
+        """Returns the output and the weights (B, H, T, M) where the attention function gives
+        them ("eager")."""
         query = split_heads(self.num_heads, self.query(hidden_states))  # (B, H, T, D)
         if self.cross_attention_type == "additive":
             if kwargs.get("output_attentions"):
                 raise ValueError(
-                    'cross_attention_type="additive" pools the source once, before any '
-                    "decoder token: it has no "
-                    "cross-attention weights per token to return "
-                    "(`output_attentions=True`); the softmax "
-                    "cross-attention has them"
+                    'cross_attention_type="additive" pools the source once, before any decoder '
+                    "token: it has no cross-attention weights per token to return "
+                    "(`output_attentions=True`); the softmax cross-attention has them"
                 )
             # value: the pooled context c, (B, H, 1, D)
             out, weights = (value * query).transpose(1, 2), None
@@ -386,41 +334,32 @@ class FastformerCrossAttention(nn.Module):
             attention: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
                 self.config._attn_implementation, eager_attention_forward
             )
-            dropout = self.dropout if self.training else 0.0
-            out, weights = attention(
-                self, query, key, value, source_mask, scaling=self.scaling, dropout=dropout, **kwargs
-            )
+            options = dict(scaling=self.scaling, dropout=self.dropout if self.training else 0.0)
+            out, weights = attention(self, query, key, value, source_mask, **options, **kwargs)
         return out.reshape(hidden_states.shape), weights  # (B, T, H, D) -> (B, T, H*D)
 
 
 class FastformerSublayerOutput(nn.Module):
-    """dense -> dropout -> add the sub-layer's input -> LayerNorm (post-LN, as BERT and the authors'
-    code)."""
+    """dense -> dropout -> add the sub-layer's input -> LayerNorm (post-LN)."""
 
     def __init__(self, config: FastformerConfig, input_size: int):
         super().__init__()
         self.dense = nn.Linear(input_size, config.hidden_size)
-        # functional, as BART: one module call less per sub-layer
-        self.dropout = config.hidden_dropout_prob
+        self.dropout = config.hidden_dropout_prob  # functional, as BART's
         self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, hidden_states, residual) -> torch.Tensor:
         return self.add_and_norm(self.dense(hidden_states), residual)
 
     def add_and_norm(self, projected, residual) -> torch.Tensor:
-        """The sub-layer after `dense`, for a caller that applied `dense` itself
-        (`FastformerLayer`)."""
+        """The sub-layer after `dense`, for a caller that applied `dense` itself."""
         projected = nn.functional.dropout(projected, p=self.dropout, training=self.training)
         return self.layer_norm(residual + projected)
 
 
 class FastformerFeedForward(nn.Module):
-    """intermediate -> activation -> dense -> add & LayerNorm, token by token. A batch of more than
-    `config.chunk_size_feed_forward` tokens (read at every call; 0, the default: never) runs in
-    chunks of that many tokens, rows flattened (so any length takes any chunk size, unlike
-    transformers' `apply_chunking_to_forward`, which checkpoints saved with a chunk size of 256
-    would refuse most lengths with), with and without gradients: without, the (tokens x
-    intermediate_size) activations are never held for all tokens at once."""
+    """intermediate -> activation -> dense -> add & LayerNorm, in chunks of
+    `config.chunk_size_feed_forward` tokens (0: none), rows flattened (any length, any size)."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -432,12 +371,12 @@ class FastformerFeedForward(nn.Module):
     def forward(self, hidden_states) -> torch.Tensor:
         chunk = self.config.chunk_size_feed_forward
         tokens = hidden_states.shape[0] * hidden_states.shape[1]
-        # traced (compile, export): a symbolic length, which the comparison with the chunk would
-        # pin; no chunks
+        # traced (compile, export): no chunks, whose comparison would pin a symbolic length
         traced = torch.compiler.is_compiling() or torch.compiler.is_exporting()
         if chunk and not traced and tokens > chunk:
             flat = hidden_states.reshape(tokens, hidden_states.shape[-1])
-            return torch.cat([self.chunk_forward(part) for part in flat.split(chunk)]).view_as(hidden_states)
+            parts = [self.chunk_forward(part) for part in flat.split(chunk)]
+            return torch.cat(parts).view_as(hidden_states)
         return self.chunk_forward(hidden_states)
 
     def chunk_forward(self, hidden_states) -> torch.Tensor:
@@ -451,56 +390,35 @@ ADDITIVE_ATTENTION_MODES = ("auto", "plain", "collapsed")
 class FastformerLayer(GradientCheckpointingLayer):
     """Additive attention -> dense -> add & LayerNorm -> feed-forward -> add & LayerNorm.
 
-    The attention sub-layer (attention up to the output dense) is computed one of two exact ways
-    (the same function up to rounding), chosen by the layer's `attention_mode` (read at every call;
-    set on every encoder layer of a model by
-    `FastformerPreTrainedModel.set_additive_attention_mode`; not saved with the model, which loads
-    as "auto"):
-    - "plain": the paper's steps (`FastformerAttention`, then `attention_output.dense`);
-    - "collapsed": the same function with the Linear layers folded into one matrix per sequence
-      (`collapsed_attention`; "product" interaction only, plain `nn.Linear` layers only);
-    - "auto" (default): "collapsed" where it applies and repays building its matrix, "plain"
-      otherwise (`uses_collapsed_attention`); while torch.export traces (a length of any value),
-      "collapsed" where it applies.
-    The layer owns the choice because the folding reads weights of both `attention` and
-    `attention_output`.
-    """
+    `attention_mode` (`set_additive_attention_mode`) picks how the attention sub-layer is computed,
+    the same function up to rounding: "plain", the paper's steps; "collapsed", the Linear layers
+    folded into one matrix per sequence (`collapsed_attention`); "auto" (default), collapsed where
+    it applies and repays (`uses_collapsed_attention`)."""
 
-    # "auto" folds only batches of at least this many tokens per hidden unit: below, a GPU's time
-    # goes to launching kernels (the plain path launches fewer) more than to the GEMMs that folding
-    # saves
+    # "auto" folds only batches of this many tokens per hidden unit: below, kernel launches dominate
     collapse_min_tokens_per_unit = 16
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
         self.config = config
-        self.attention_mode = "auto"  # "auto", "plain" or "collapsed" (the class docstring)
+        self.attention_mode = "auto"  # one of ADDITIVE_ATTENTION_MODES
         self.attention = FastformerAttention(config)
         self.attention_output = FastformerSublayerOutput(config, config.hidden_size)
         self.feed_forward = FastformerFeedForward(config)
 
     def folds_plain_linears(self) -> bool:
-        """Whether the maps "collapsed" folds are plain `nn.Linear`s with their weights at hand: its
-        folding reads their weights (and the attention's w_q, w_k) outside their forward, which a
-        wrapped layer (a PEFT adapter, a quantized layer) does not apply alone, and which an
-        offloaded layer holds on "meta" (a device map's offload: accelerate loads the weights around
-        the module's own forward only)."""
+        """Whether the maps "collapsed" folds are plain `nn.Linear`s with their weights at hand, not
+        wrapped (PEFT, quantization) nor offloaded (on "meta" outside their forward)."""
         attention, dense = self.attention, self.attention_output.dense
         maps = (attention.query, attention.key, attention.value, attention.transform, dense)
         plain = all(type(linear) is nn.Linear for linear in maps if linear is not None)
-        parameters = (parameter for module in (attention, dense) for parameter in module.parameters())
-        return plain and not any(parameter.is_meta for parameter in parameters)
+        parameters = (p for module in (attention, dense) for p in module.parameters())
+        return plain and not any(p.is_meta for p in parameters)
 
     def uses_collapsed_attention(self, hidden_states) -> bool:
-        """ "auto": the collapsed path where it applies ("product" interaction, plain Linear layers)
-        and repays what it costs. Per sequence of N tokens (hidden size C) it builds a (C x C)
-        matrix, 2 C^3 multiply-adds, and saves three of the plain path's four (N x C) by (C x C)
-        products, 6 N C^2: it repays from N = C / 2 on, and with gradients, whose backward builds
-        the matrix's gradient as well, from N = C. And only for batches of at least
-        `collapse_min_tokens_per_unit` * C tokens, where the GEMMs, not the kernel launches, set the
-        time. While torch.export traces, the batch and the length may be symbolic, and a rule on
-        them would hold the graph to one side of it: "auto" then takes the collapsed path wherever
-        it applies, as `fastformer.export` does."""
+        """Whether this call folds. "auto" folds where it repays: for N tokens of hidden size C, the
+        (C x C) matrix costs 2 C^3 multiply-adds and saves 6 N C^2, so from N = C / 2 (with
+        gradients N = C); under torch.export (symbolic shapes), wherever it applies."""
         mode = self.attention_mode
         if mode == "auto":
             if self.config.interaction != "product":
@@ -537,57 +455,45 @@ class FastformerLayer(GradientCheckpointingLayer):
         return True
 
     def forward(self, hidden_states, attention_mask=None, segment_ids=None, output_attentions=False):
-        """Returns the new hidden states and, with `output_attentions`, the attention's two pooling
-        distributions (B, H, 2, N), else None (what `capture_outputs` records as `attentions`).
-        attention_mask: (B, N) or its `functional.PoolingMask`; `segment_ids`: packed rows'
-        sequences (`FastformerAttention`)."""
-        hidden_states, weights = self.attention_sublayer(hidden_states, attention_mask, segment_ids, output_attentions)
+        """The new hidden states and the pooling distributions, as `FastformerAttention`'s."""
+        arguments = (attention_mask, segment_ids, output_attentions)
+        hidden_states, weights = self.attention_sublayer(hidden_states, *arguments)
         return self.feed_forward(hidden_states), weights
 
     def attention_sublayer(self, hidden_states, attention_mask=None, segment_ids=None, output_attentions=False):
-        """The first half of the layer: attention -> dense -> dropout -> add & LayerNorm (what a
-        BERT layer's `attention` module computes; `fastformer.distillation` matches the two).
-        Returns it and the weights (None unless `output_attentions`). Packed rows take the plain
-        path: the collapsed one folds the maps into one matrix per row."""
-        if segment_ids is None and self.uses_collapsed_attention(hidden_states):
-            projected, weights = self.collapsed_attention(hidden_states, attention_mask, output_attentions)
+        """attention -> dense -> dropout -> add & LayerNorm (a BERT layer's `attention` module) and
+        the weights. Packed rows take the plain path."""
+        states, mask = hidden_states, attention_mask
+        if segment_ids is None and self.uses_collapsed_attention(states):
+            projected, weights = self.collapsed_attention(states, mask, output_attentions)
         else:
-            attention, weights = self.attention(hidden_states, attention_mask, segment_ids, output_attentions)
+            attention, weights = self.attention(states, mask, segment_ids, output_attentions)
             projected = self.attention_output.dense(attention)
-        return self.attention_output.add_and_norm(projected, hidden_states), weights
+        return self.attention_output.add_and_norm(projected, states), weights
 
     def collapsed_attention(self, hidden_states, attention_mask=None, output_attentions=False):
-        """`attention_output.dense(attention(...))` for the "product" interaction, with the Linear
-        layers folded.
-
-        The global query and key come from `pool_projections` (so q_i, k_i and p_i are never
-        formed), and then everything left is linear in x_i given the global key k:
-            dense(r_i + q_i) = W_o (W_r (k * (W_v x_i + b_v)) + b_r + W_q x_i + b_q) + b_o = M
-            x_i + m M = (W_o W_r) diag(k) W_v + W_o W_q,    m = W_o (W_r
-            (k * b_v) + b_r + b_q) + b_o
-        (without the query residual, `config.query_residual=False`, the W_q x_i + b_q terms drop
-        out) so the sub-layer costs one (N x C) by (C x C) product per sequence instead of five, and
-        stores no (N x C) activation besides x. M depends on the sequence (through k): a (C x C)
-        product per sequence. Returns it and, with `output_attentions`, the pooling weights
-        (B, H, 2, N), else None.
-        """
+        """`attention_output.dense(attention(...))` for the "product" interaction, Linear layers
+        folded: given the global key k (`pool_projections`), the rest is linear in x_i (the W_q
+        terms only with the query residual):
+            dense(r_i + q_i) = W_o (W_r (k * (W_v x_i + b_v)) + b_r + W_q x_i + b_q) + b_o
+                             = M x_i + m,  M = W_o W_r diag(k) W_v + W_o W_q,
+                                           m = W_o (W_r (k * b_v) + b_r + b_q) + b_o
+        one (N x C) by (C x C) product per sequence instead of five."""
         attention, dense = self.attention, self.attention_output.dense
         batch, _, hidden_size = hidden_states.shape
-        query, key = attention.query, attention.key
+        query, key, transform = attention.query, attention.key, attention.transform
         value = query if attention.value is None else attention.value
         (query_weight, key_weight), _ = attention._attention_arguments()
-        pooled = partial(
-            pool_projections, hidden_states, attention_mask=attention_mask, return_weights=output_attentions
-        )
+        options = dict(attention_mask=attention_mask, return_weights=output_attentions)
+        pooled = partial(pool_projections, hidden_states, **options)
         global_query, alpha = pooled(query.weight, query.bias, query_weight)
         key_weight = key_weight * global_query  # w_k . (q * k_i) = (w_k * q) . k_i
         pooled_key, beta = pooled(key.weight, key.bias, key_weight)
         # sum_i beta_i (q * k_i)
         global_key = (global_query * pooled_key).reshape(batch, 1, hidden_size)
-
-        out_transform = dense.weight @ attention.transform.weight  # W_o W_r
+        out_transform = dense.weight @ transform.weight  # W_o W_r
         matrix = (out_transform * global_key) @ value.weight  # (B, C, C)
-        inner_bias = (global_key * value.bias) @ attention.transform.weight.T + attention.transform.bias
+        inner_bias = (global_key * value.bias) @ transform.weight.T + transform.bias
         if attention.query_residual:
             matrix = matrix + dense.weight @ query.weight
             inner_bias = inner_bias + query.bias
@@ -597,15 +503,8 @@ class FastformerLayer(GradientCheckpointingLayer):
 
 
 class FastformerDecoderLayer(GradientCheckpointingLayer):
-    """Causal Fastformer attention, then (in an encoder-decoder) cross-attention, then the
-    feed-forward block.
-
-    `cross_key`, `cross_value`: `cross_attention.encode(...)` of the encoder output, computed once
-    per distinct layer by the caller (positional, so that reentrant gradient checkpointing sends
-    their gradients back once); `cache_layer`: the generation state of this layer application
-    (`FastformerCacheLayer`); `token_mask`: the attention mask as the short convolution reads it
-    (`FastformerCausalAttention`).
-    """
+    """Causal attention, cross-attention (in an encoder-decoder), feed-forward. `cross_key` and
+    `cross_value` are positional: reentrant checkpointing then sends their gradients back once."""
 
     def __init__(self, config: FastformerConfig, cross_attention: bool):
         super().__init__()
@@ -630,40 +529,35 @@ class FastformerDecoderLayer(GradientCheckpointingLayer):
         packed: PackedRows | None = None,
         token_mask=None,
     ):
-        attention, _ = self.attention(hidden_states, attention_mask, cache_layer, output_attentions, packed, token_mask)
+        arguments = (cache_layer, output_attentions, packed, token_mask)
+        attention, _ = self.attention(hidden_states, attention_mask, *arguments)
         hidden_states = self.attention_output(attention, hidden_states)
         if self.cross_attention is not None:
-            cross, _ = self.cross_attention(
-                hidden_states, cross_key, cross_value, source_mask, output_attentions=output_attentions
-            )
+            inputs = (hidden_states, cross_key, cross_value, source_mask)
+            cross, _ = self.cross_attention(*inputs, output_attentions=output_attentions)
             hidden_states = self.cross_attention_output(cross, hidden_states)
         return self.feed_forward(hidden_states)
 
 
 class FastformerScoreVector(nn.Module):
-    """The additive pooler's score vector s, `weight` (1, hidden_size) as a one-output Linear
-    layer's (no bias: a softmax ignores a shift, so its gradient is 0 and Adam would only move it by
-    rounding noise). Its forward hands it out as the pooling's query: read inside the module's own
-    forward, as a device map that offloads it needs (accelerate loads an offloaded weight around the
-    forward), and left as it is by quantization, which swaps nn.Linear layers."""
+    """The additive pooler's score vector s (no bias: a softmax ignores a shift), read in its own
+    forward as offloading needs, and not an nn.Linear, which quantization would swap."""
 
     def __init__(self, hidden_size: int):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(1, hidden_size))
-        # drawn as nn.Linear(hidden_size, 1) draws its weight, so that a seeded model draws the same
-        # numbers as with such a Linear layer (`_init_weights` then draws it from the config)
+        # drawn as nn.Linear(hidden_size, 1) draws its weight: a seeded model draws the same numbers
         nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
 
     def forward(self, keys) -> torch.Tensor:
         """The query of each row of `keys` (B, 1, N, C): (B, 1, 1, C)."""
-        # a copy of the score vector, at an aligned address: the CPU kernel sums in an order that
-        # follows the query's alignment, which a loaded (memory-mapped) weight does not have, so a
-        # reloaded model would differ
+        # a copy at an aligned address: the CPU kernel's summation order follows the query's
+        # alignment, which a loaded (memory-mapped) weight lacks, so a reloaded model would differ
         return self.weight.clone().view(1, 1, 1, -1).expand(keys.shape[0], 1, 1, -1)
 
 
 class FastformerPooler(nn.Module):
-    """Pools the last layer into one vector per sequence, ignoring padding (`config.pooler_type`)."""
+    """Pools the last layer into a vector per sequence (`config.pooler_type`), ignoring padding."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -678,52 +572,43 @@ class FastformerPooler(nn.Module):
             self.dense = nn.Linear(config.hidden_size, config.hidden_size)
             self.activation = ACT2FN[self.pooler_type.removeprefix("cls_")]
 
-    def forward(self, hidden_states, attention_mask=None, mask: PoolingMask | None = None) -> torch.Tensor:
-        """attention_mask: (B, N), True for tokens; `mask`: its `functional.PoolingMask` where the
-        caller has made one (the additive pooler takes it, else makes it). A row without tokens
-        pools to zeros."""
+    def forward(self, hidden_states, attention_mask=None, mask: PoolingMask | None = None):
+        """`mask`: the `PoolingMask` of attention_mask (B, N), where the caller has made one."""
         if self.pooler_type == "additive":
-            # softmax_i(s . tanh(dense(h_i))) weighted sum of the h_i: attention with the score
-            # vector s as the one query, one fused kernel
-            mask = as_pooling_mask(attention_mask, compute_dtype(hidden_states)) if mask is None else mask
+            # sum_i softmax_i(s . tanh(dense(h_i))) h_i: attention with s as the query, one kernel
+            if mask is None:
+                mask = as_pooling_mask(attention_mask, compute_dtype(hidden_states))
             keys = torch.tanh(self.dense(hidden_states)).unsqueeze(1)  # (B, 1, N, C)
             query = self.score(keys)  # (B, 1, 1, C)
+            bias = None if mask is None else mask.bias
             pooled = nn.functional.scaled_dot_product_attention(
-                query, keys, hidden_states.unsqueeze(1), attn_mask=None if mask is None else mask.bias, scale=1.0
+                query, keys, hidden_states.unsqueeze(1), attn_mask=bias, scale=1.0
             ).view(keys.shape[0], -1)
             return pooled if mask is None else pooled * mask.has_tokens.view(-1, 1)
         if attention_mask is None:
-            attention_mask = torch.ones(hidden_states.shape[:2], dtype=torch.bool, device=hidden_states.device)
+            attention_mask = hidden_states.new_ones(hidden_states.shape[:2], dtype=torch.bool)
         attention_mask = attention_mask.to(torch.bool)
         if self.pooler_type.startswith("cls"):
             # left padding puts the first token later
             first_token = attention_mask.int().argmax(dim=-1)
-            pooled = hidden_states[torch.arange(hidden_states.shape[0], device=hidden_states.device), first_token]
+            rows = torch.arange(hidden_states.shape[0], device=hidden_states.device)
+            pooled = hidden_states[rows, first_token]
             return self.activation(self.dense(pooled)) if self.pooler_type != "cls" else pooled
         weights = attention_mask / attention_mask.sum(dim=-1, keepdim=True).clamp(min=1)  # "mean"
-        # (B, hidden)
-        return (weights.to(hidden_states.dtype).unsqueeze(1) @ hidden_states).squeeze(1)
+        return (weights.to(hidden_states.dtype).unsqueeze(1) @ hidden_states).squeeze(1)  # (B, C)
 
 
+@auto_docstring
 class FastformerPreTrainedModel(PreTrainedModel):
     config: FastformerConfig
     base_model_prefix = "fastformer"
-    _input_embed_layer = "word_embeddings"  # where transformers' get/set_input_embeddings find them
+    _input_embed_layer = "word_embeddings"  # where get/set_input_embeddings find them
     supports_gradient_checkpointing = True
-    # the softmax cross-attention goes through transformers' attention functions ("eager" always
-    # works); flash and flex attention are left undeclared: untested here (flex fails on CPU)
-    _supports_sdpa = True
-    # the layers that device maps and FSDP keep whole: only classes a model of this class has
-    # (accelerate's FSDP refuses a name it cannot find), and no embeddings (its FSDP2 shards the
-    # input embeddings itself, a second time if they were named); the generative heads name theirs
+    _supports_sdpa = True  # the softmax cross-attention's; flash and flex are untested here
+    # only classes this model has (accelerate's FSDP refuses others); no embeddings (FSDP2 shards)
     _no_split_modules = ["FastformerLayer"]
-    # every forward (training, inference, a cached decoding step) compiles as one graph
-    # (tests/test_compile.py); with a static cache, generate() on a GPU then compiles the decoding
-    # steps itself, whose state stays at its addresses
     _can_compile_fullgraph = True
-    # what `output_hidden_states` / `output_attentions` collect (transformers' `capture_outputs`
-    # hooks): every layer application's output, and the encoder layers' pooling distributions
-    # (B, H, 2, N)
+    # every layer application's output, and the encoder layers' pooling distributions (B, H, 2, N)
     _can_record_outputs = {
         "hidden_states": FastformerLayer,
         "attentions": OutputRecorder(FastformerLayer, index=1),
@@ -736,32 +621,21 @@ class FastformerPreTrainedModel(PreTrainedModel):
         if isinstance(module, FastformerEmbeddings) and module.token_type_embeddings is not None:
             init.zeros_(module.token_type_zero)
         super()._init_weights(module)
-        if isinstance(module, FastformerCrossAttention) and module.cross_attention_type == "additive":
-            init.normal_(module.context_weight, mean=0.0, std=self.config.initializer_range)
+        normal = partial(init.normal_, mean=0.0, std=self.config.initializer_range)
+        if isinstance(module, FastformerCrossAttention):
+            if module.cross_attention_type == "additive":
+                normal(module.context_weight)
         if isinstance(module, (FastformerShortConvolution, FastformerScoreVector)):
-            init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
+            normal(module.weight)
         if isinstance(module, FastformerAttention):
-            for parameter in (
-                module.query_weight,
-                module.key_weight,
-                module.query_key_projection,
-                module.key_value_projection,
-            ):
+            vectors = (module.query_weight, module.key_weight)
+            for parameter in vectors + (module.query_key_projection, module.key_value_projection):
                 if parameter is not None:
-                    init.normal_(parameter, mean=0.0, std=self.config.initializer_range)
+                    normal(parameter)
 
     def set_additive_attention_mode(self, mode: str) -> None:
-        """How every encoder layer (`FastformerLayer`) of the model computes its attention
-        sub-layer, the same function either way (up to rounding), as `set_attn_implementation` sets
-        transformers' attention function: `mode` is "plain" (the paper's steps), "collapsed" (the
-        Linear layers folded into one matrix per sequence; needs `config.interaction="product"`)
-        or "auto" (collapsed where it repays, what a model is built and loaded with); details in
-        `FastformerLayer`. Sets the layers' `attention_mode`, read at every call; not saved with
-        the model. The causal decoder's layers have their own computation and are left as they are
-        (a `FastformerForCausalLM` has no encoder layer to set). Returns None.
-
-        A "collapsed" model whose Linear layers are wrapped (a PEFT adapter, quantization) or
-        offloaded raises a ValueError when it runs, as the folding cannot read their weights."""
+        """Sets how the encoder layers compute their attention (`FastformerLayer`), as
+        `set_attn_implementation` does: "plain", "collapsed" or "auto". Not saved with the model."""
         if mode not in ADDITIVE_ATTENTION_MODES:
             raise ValueError(
                 f"set_additive_attention_mode: `mode` must be one of {ADDITIVE_ATTENTION_MODES} "
@@ -779,14 +653,9 @@ class FastformerPreTrainedModel(PreTrainedModel):
 
 
 class FastformerStack(FastformerPreTrainedModel):
-    """Embeddings, then `num_layers` applications of `layers` (with `config.share_layers` one layer,
-    applied every time): what the encoder (`FastformerModel`) and the decoder (`FastformerDecoder`)
-    have in common.
-
-    An attention mask marks tokens with any non-zero value, padding with 0 (as BERT's). Without
-    `position_ids`, positions count real tokens only, so left padding does not shift them: in
-    generation, those of a mask over the cached and the new columns (as generate() passes it); a mask
-    over the new columns alone continues after the cached columns, padding included (as GPT-2's)."""
+    """Embeddings, then `num_layers` applications of `layers` (one with `config.share_layers`).
+    Positions count the real tokens of the attention mask, so that left padding does not shift them;
+    a mask over the new columns alone continues after the cached ones (as GPT-2's)."""
 
     input_name = "input_ids"  # for error messages
 
@@ -801,80 +670,72 @@ class FastformerStack(FastformerPreTrainedModel):
 
     @staticmethod
     def packed_sequences(position_ids, attention_mask, batch_size) -> torch.Tensor | None:
-        """The sequence of every token (B, N) where the rows are packed, else None: read from
-        `position_ids` that restart without an attention mask (one look at their values), as
-        transformers' masks read them. Not while a graph is traced (torch.compile, export), where
-        the look would be a graph break: there, pass a mask."""
+        """The sequence of every token (B, N) where `position_ids` restart without an attention
+        mask (packed rows), else None. Not while a graph is traced (reading values breaks it)."""
         if position_ids is None or attention_mask is not None or is_tracing(position_ids):
             return None
         return find_packed_sequence_indices(position_ids.expand(batch_size, -1))
 
     def embed(self, input_ids, attention_mask, position_ids, inputs_embeds, past_tokens=0, token_type_ids=None):
-        """The checked inputs' embeddings (B, N, hidden_size) and their attention mask as booleans;
-        `past_tokens`: the columns before these (in generation), which the mask may cover too, as
-        generate() passes it; `token_type_ids`: these columns' only, as generate() passes them.
-        Without `position_ids`, positions count the real tokens of a mask over all the columns, else
-        continue after `past_tokens`."""
+        """The checked inputs' embeddings (B, N, hidden_size) and boolean attention mask, which may
+        also cover the `past_tokens` columns before these (in generation)."""
         batch_size, length = check_inputs(input_ids, inputs_embeds, self.config, self.input_name)
         if token_type_ids is not None:
             if self.embeddings.token_type_embeddings is None:
                 raise ValueError(
-                    "The encoder-decoder's decoder has no token types (as BART's), but was "
-                    "given `token_type_ids`: "
-                    "they are the encoder's "
+                    "The encoder-decoder's decoder has no token types (as BART's), but was given "
+                    "`token_type_ids`: they are the encoder's "
                     "(`FastformerForConditionalGeneration`'s `token_type_ids`)"
                 )
             check_token_type_ids(token_type_ids, (batch_size, length), TYPE_VOCAB_SIZE)
         whole_mask = None
-        if past_tokens and attention_mask is not None and attention_mask.shape[-1] == past_tokens + length:
+        width = None if attention_mask is None else attention_mask.shape[-1]
+        if past_tokens and width == past_tokens + length:
             whole_mask, attention_mask = attention_mask.bool(), attention_mask[:, past_tokens:]
         if attention_mask is not None and tuple(attention_mask.shape) != (batch_size, length):
+            also = " (it may also cover the cached tokens)" if past_tokens else ""
             raise ValueError(
                 f"`attention_mask` must have shape (batch, seq_len) = {(batch_size, length)}, got "
-                f"{tuple(attention_mask.shape)}{' (it may also cover the cached tokens)' if past_tokens else ''}"
+                f"{tuple(attention_mask.shape)}{also}"
             )
         if attention_mask is not None:
             attention_mask = attention_mask.bool()
         max_positions = self.config.max_position_embeddings
         if position_ids is not None:
             check_position_ids(position_ids, (batch_size, length), max_positions)
-            return self.embeddings(input_ids, position_ids, inputs_embeds, token_type_ids), attention_mask
-        if whole_mask is not None:  # a bool mask's cumsum counts in int64
+        elif past_tokens + length > max_positions:
+            given = "input_ids" if inputs_embeds is None else "inputs_embeds"
+            raise ValueError(
+                f"The `{self.input_name.replace('input_ids', given)}` sequence reaches more than "
+                f"{max_positions} positions (`max_position_embeddings`): truncate it, generate "
+                "fewer tokens or use a config with more positions"
+            )
+        elif whole_mask is not None:  # a bool mask's cumsum counts in int64
             position_ids = (whole_mask.cumsum(dim=-1) - 1).clamp(min=0)[:, past_tokens:]
         elif attention_mask is None:
             device = (input_ids if input_ids is not None else inputs_embeds).device
-            position_ids = torch.arange(past_tokens, past_tokens + length, device=device).expand(batch_size, -1)
+            positions = torch.arange(past_tokens, past_tokens + length, device=device)
+            position_ids = positions.expand(batch_size, -1)
         else:
             position_ids = (attention_mask.cumsum(dim=-1) - 1).clamp(min=0)
             position_ids = position_ids + past_tokens if past_tokens else position_ids
-        # every column counts against the table, padding too: whether a row's real tokens fit would
-        # take its values
-        if past_tokens + length > max_positions:
-            name = self.input_name if inputs_embeds is None else self.input_name.replace("input_ids", "inputs_embeds")
-            raise ValueError(
-                f"The `{name}` sequence reaches more than {max_positions} positions "
-                "(`max_position_embeddings`): "
-                "truncate it, generate fewer tokens or use a config with more positions"
-            )
-        return self.embeddings(input_ids, position_ids, inputs_embeds, token_type_ids), attention_mask
+        embeddings = self.embeddings(input_ids, position_ids, inputs_embeds, token_type_ids)
+        return embeddings, attention_mask
 
 
-class FastformerModel(FastformerStack):
-    """The bare Fastformer encoder.
-
-    `attentions` (with `output_attentions=True`) holds, per applied layer, the two
-    additive-attention pooling distributions as a tensor of shape (batch, num_heads, 2, seq_len):
-    [:, :, 0] is alpha (the weights that pool the global query), [:, :, 1] is beta (the weights that
-    pool the global key). Padding gets 0. Without `position_ids`, positions count real tokens only,
-    so left padding does not shift them.
-
-    Packed rows (`DataCollatorWithFlattening`: no attention mask, `position_ids` that restart at
-    each sequence, as transformers' `find_packed_sequence_indices` reads them) give every sequence
-    the hidden states it has alone; `pooler_output` is then None (one vector per row would mix the
-    sequences).
+@auto_docstring(
+    custom_intro="""
+    The bare Fastformer encoder. Its `attentions` are per layer the two pooling distributions
+    (batch, num_heads, 2, seq_len), alpha and beta. Positions count real tokens only. Packed rows
+    (`DataCollatorWithFlattening`) give every sequence its own hidden states, and no pooler output.
     """
-
+)
+class FastformerModel(FastformerStack):
     def __init__(self, config: FastformerConfig, add_pooling_layer: bool = True):
+        r"""
+        add_pooling_layer (`bool`, *optional*, defaults to `True`):
+            Whether to add the pooler (`config.pooler_type`) that gives `pooler_output`.
+        """
         super().__init__(config)
         self.embeddings = FastformerEmbeddings(config)
         self.layers = self._layers(FastformerLayer, config.num_hidden_layers)
@@ -882,6 +743,7 @@ class FastformerModel(FastformerStack):
         self.post_init()
 
     @capture_outputs
+    @auto_docstring
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @deprecate_kwarg("cache_params", "5.40.0", new_name="cache")
     def forward(
@@ -893,21 +755,15 @@ class FastformerModel(FastformerStack):
         inputs_embeds: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPooling:
-        r"""
-        token_type_ids: the token types (segments) (B, N), as BERT's: 0 for the first text of a
-            pair, 1 for the second; none given reads as all zeros.
-        kwargs: transformers' keywords (`output_attentions`, ...); the ones of BERT as a decoder
-            (`encoder_hidden_states`, a cache) are refused (`checks.check_keywords`), `use_cache` has
-            no effect, as for BERT's encoder.
-        """
         check_keywords(kwargs, type(self).__name__, causal=False)
         hidden_states, attention_mask = self.embed(
             input_ids, attention_mask, position_ids, inputs_embeds, token_type_ids=token_type_ids
         )
         segment_ids = self.packed_sequences(position_ids, attention_mask, hidden_states.shape[0])
         output_attentions = kwargs.get("output_attentions", self.config.output_attentions)
-        # the mask as the poolings take it, made once for every layer
-        mask = None if attention_mask is None else pooling_mask(attention_mask, compute_dtype(hidden_states))
+        mask = None  # the mask as the poolings take it, made once for every layer
+        if attention_mask is not None:
+            mask = pooling_mask(attention_mask, compute_dtype(hidden_states))
         for _, layer in self.applied_layers():
             hidden_states, _ = layer(hidden_states, mask, segment_ids, output_attentions)
         pooled = None
@@ -916,17 +772,9 @@ class FastformerModel(FastformerStack):
         return BaseModelOutputWithPooling(last_hidden_state=hidden_states, pooler_output=pooled)
 
 
+@auto_docstring(custom_intro="Fastformer with a linear classifier on its pooled output.")
 class FastformerForSequenceClassification(FastformerPreTrainedModel):
-    """Fastformer with a linear classifier on the pooled output (`config.pooler_type`).
-
-    `config.problem_type` selects the loss as in transformers: "regression" (MSE),
-    "single_label_classification" (cross-entropy) or "multi_label_classification" (BCE with logits);
-    inferred from the labels when unset.
-    """
-
-    # the loss is the batch's mean, not a sum over `num_items_in_batch`: the Trainer must scale it
-    # itself (it would infer the opposite from `**kwargs`, and under DDP scale the gradients by the
-    # number of processes)
+    # the loss is a batch mean; from `**kwargs` the Trainer would infer a sum (wrong under DDP)
     accepts_loss_kwargs = False
 
     def __init__(self, config: FastformerConfig):
@@ -938,6 +786,7 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -948,21 +797,13 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
         labels: torch.Tensor | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> SequenceClassifierOutput:
-        outputs = self.fastformer(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            return_dict=True,
-            **kwargs,
-        )
+        args = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        outputs = self.fastformer(*args, return_dict=True, **kwargs)
         if outputs.pooler_output is None:
             raise ValueError(
                 f"{type(self).__name__} gives one prediction per row, but the rows are packed "
-                "(`position_ids` restart "
-                "without an attention mask): pad the sequences to a batch instead of "
-                "DataCollatorWithFlattening"
+                "(`position_ids` restart without an attention mask): pad the sequences to a batch "
+                "instead of DataCollatorWithFlattening"
             )
         logits = self.classifier(self.dropout(outputs.pooler_output))
         loss = None
@@ -975,9 +816,8 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
 
 
 class FastformerLMHead(nn.Module):
-    """dense -> activation -> LayerNorm -> vocabulary projection (tied to the input embeddings by
-    default); the dense layer maps to the width of the embedding matrix (`config.embedding_width`,
-    as ELECTRA's generator)."""
+    """dense (to `config.embedding_width`, as ELECTRA's generator) -> activation -> LayerNorm ->
+    vocabulary projection (tied to the input embeddings by default)."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -990,13 +830,10 @@ class FastformerLMHead(nn.Module):
         return self.decoder(self.layer_norm(self.activation(self.dense(hidden_states))))
 
 
+@auto_docstring(custom_intro="Fastformer with a masked-language-modeling head, for pretraining.")
 class FastformerForMaskedLM(FastformerPreTrainedModel):
-    """Fastformer with a masked-language-modeling head, for pretraining; labels are -100 where not
-    masked."""
-
     _tied_weights_keys = {"lm_head.decoder.weight": "fastformer.embeddings.word_embeddings.weight"}
-    # the Trainer passes num_items_in_batch, so the loss stays exact under gradient accumulation
-    accepts_loss_kwargs = True
+    accepts_loss_kwargs = True  # `num_items_in_batch` keeps the loss exact under accumulation
 
     def __init__(self, config: FastformerConfig):
         super().__init__(config)
@@ -1011,6 +848,7 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
         self.lm_head.decoder = new_embeddings
 
     @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -1022,42 +860,29 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
         num_items_in_batch: torch.Tensor | int | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> MaskedLMOutput:
-        outputs = self.fastformer(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            return_dict=True,
-            **kwargs,
-        )
+        r"""
+        num_items_in_batch (`int` or `torch.Tensor`, *optional*):
+            The labelled tokens of a whole gradient accumulation step, which the loss is divided by.
+        """
+        args = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        outputs = self.fastformer(*args, return_dict=True, **kwargs)
         logits = self.lm_head(outputs.last_hidden_state)
         loss = None
         if labels is not None:
             labels = checked_token_labels(labels, self.config, shape=logits.shape[:2])
-            loss = self.loss_function(
-                logits, labels, vocab_size=self.config.vocab_size, num_items_in_batch=num_items_in_batch
-            )
+            options = dict(vocab_size=self.config.vocab_size, num_items_in_batch=num_items_in_batch)
+            loss = self.loss_function(logits, labels, **options)
         return MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
 
 
 class FastformerCacheLayer(LinearAttentionLayer):
-    """The cache of one decoder layer application, registered as the layer type "fastformer"
-    (`config.layer_types`), so that `DynamicCache(config=config)` and generate() build it. In a
-    self-attention cache it holds the causal attention's `CausalAttentionState` in four
-    recurrent-state slots (the query's pooling, then the key's: a (B, H) log normalizer and a
-    (B, H, D) pooled vector each), with `config.convolution_kernel` K the short convolution's last
-    K - 1 inputs (B, D, K - 1) in the first convolution slot, and the number of columns read
-    (`get_seq_length`). In the cross-attention cache of an `EncoderDecoderCache` it holds the
-    source's keys and values (`update`), written once, on the first step.
-
-    A state is copied into the layer's tensors, whose addresses then stay (CUDA graphs, a compiled
-    decoding step), as transformers' linear-attention layers do. A state with gradients is kept as
-    it is instead (a later step writing into it would change what the backward pass reads), and so
-    is one that replaces an inference tensor outside `torch.inference_mode()`. `reset` zeroes the
-    tensors. A pooled state cannot be rolled back: no `crop`."""
+    """The cache of one decoder layer application (layer type "fastformer"): the causal attention's
+    `CausalAttentionState` in four recurrent-state slots, the short convolution's last inputs
+    (B, D, K - 1) and the columns read; or the source's keys and values (`update`). States are
+    copied into the held tensors, whose addresses stay (CUDA graphs), but for those with gradients
+    (a later write would change what the backward reads) or that replace an inference tensor."""
 
     _layer_type = "fastformer"
     is_croppable = False
@@ -1082,19 +907,21 @@ class FastformerCacheLayer(LinearAttentionLayer):
         if not self.has_previous_state[0]:
             return None
         states = self.recurrent_states
-        return CausalAttentionState(PoolingState(states[0], states[1]), PoolingState(states[2], states[3]))
+        query = PoolingState(states[0], states[1])
+        return CausalAttentionState(query, PoolingState(states[2], states[3]))
 
     def conv_state(self) -> torch.Tensor | None:
         """The short convolution's last inputs (B, D, K - 1), None before the first token."""
-        return self.conv_states[0] if self.has_previous_state[0] and self.is_conv_states_initialized[0] else None
+        initialized = self.has_previous_state[0] and self.is_conv_states_initialized[0]
+        return self.conv_states[0] if initialized else None
 
     def update_attention_state(self, state: CausalAttentionState, tokens: int):
-        """Keeps the state after `tokens` more columns: its four tensors copied in place by one
-        multi-tensor copy (one kernel on a GPU), or kept as they are where they cannot be."""
+        """Keeps the state after `tokens` more columns, in place where it can be."""
         new = [tensor for pooling in state for tensor in pooling]
         held = [self.recurrent_states[index] for index in range(len(new))]
-        # the four come from one computation, as those held: the first pair speaks for the rest, but for the shape
-        if self._in_place(held[0], new[0]) and held[1] is not None and held[1].shape == new[1].shape:
+        # the four come from one computation: the first speaks for the rest, but for the shape
+        same_shape = held[1] is not None and held[1].shape == new[1].shape
+        if self._in_place(held[0], new[0]) and same_shape:
             if torch.compiler.is_exporting():  # ONNX has no multi-tensor copy
                 for old, tensor in zip(held, new):
                     old.copy_(tensor)
@@ -1107,7 +934,7 @@ class FastformerCacheLayer(LinearAttentionLayer):
             self.is_recurrent_states_initialized[index] = self.has_previous_state[index] = True
         self.tokens += tokens
 
-    def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, **kwargs) -> torch.Tensor:
+    def update_conv_state(self, conv_states: torch.Tensor, state_idx: int = 0, **kwargs):
         """Keeps the short convolution's last inputs (`functional.causal_convolution`'s state)."""
         held = self.conv_states[state_idx]
         if self._in_place(held, conv_states):
@@ -1119,19 +946,13 @@ class FastformerCacheLayer(LinearAttentionLayer):
         return self.conv_states[state_idx]
 
     def _in_place(self, held: torch.Tensor | None, new: torch.Tensor) -> bool:
-        """Whether `new` can be copied into `held`: one of its shape, dtype and device, no gradient
-        through `new`, and `held` not an inference tensor outside inference mode."""
-        return (
-            held is not None
-            and held.shape == new.shape
-            and held.dtype == new.dtype
-            and held.device == new.device
-            and not new.requires_grad
-            and self._writable(held)
-        )
+        """Whether `new` can be copied into `held`."""
+        if held is None or held.shape != new.shape or held.dtype != new.dtype:
+            return False
+        return held.device == new.device and not new.requires_grad and self._writable(held)
 
     def _own(self, new: torch.Tensor) -> torch.Tensor:
-        """`new` kept at a static address of its own (a slice would keep the tensor it was cut from)."""
+        """`new` at a static address of its own (a slice would keep what it was cut from)."""
         self.device, self.dtype = new.device, new.dtype
         new = new.contiguous()
         if not is_torchdynamo_compiling():
@@ -1140,12 +961,12 @@ class FastformerCacheLayer(LinearAttentionLayer):
 
     @staticmethod
     def _writable(held: torch.Tensor) -> bool:
-        """Whether `held` can be written in place: not an inference tensor outside inference mode."""
-        return is_torchdynamo_compiling() or torch.is_inference_mode_enabled() or not held.is_inference()
+        """Whether `held` is writable: not an inference tensor outside inference mode."""
+        inference = is_torchdynamo_compiling() or torch.is_inference_mode_enabled()
+        return inference or not held.is_inference()
 
     def reset(self) -> None:
-        """Zeroes the states in place (new zeros for those made under `torch.inference_mode()`, where this
-        runs outside it), as transformers' linear-attention layers; drops the keys and values."""
+        """Zeroes the states (in place where writable) and drops the keys and values."""
         for states in (self.recurrent_states, self.conv_states):
             for index, held in states.items():
                 if held is not None:
@@ -1156,7 +977,9 @@ class FastformerCacheLayer(LinearAttentionLayer):
         self.is_initialized = False
 
     def crop(self, tokens_to_remove: int) -> None:
-        raise ValueError("A Fastformer cache holds a pooled state, which cannot be rolled back (cropped)")
+        raise ValueError(
+            "A Fastformer cache holds a pooled state, which cannot be rolled back (cropped)",
+        )
 
     def _map_rows(self, rows):
         if self.is_initialized:  # the cross-attention's keys and values
@@ -1180,25 +1003,17 @@ class FastformerCacheLayer(LinearAttentionLayer):
         self._map_rows(lambda tensor: tensor.repeat_interleave(repeats, dim=0))
 
 
-# transformers registers a layer class by its `_layer_type` where it subclasses `CacheLayerMixin`
-# (attention caches); a linear-attention layer is registered here, for both kinds of cache, as
-# cache_utils registers its own: a `StaticCache` (`generate(cache_implementation="static")`) is the
-# one generate() compiles its decoding steps for
+# transformers registers only attention cache layers by `_layer_type`: linear-attention ones are
+# registered as cache_utils registers its own (a `StaticCache` is what generate() compiles for)
 DYNAMIC_LAYER_TYPE_MAPPING[FastformerCacheLayer._layer_type] = FastformerCacheLayer
 STATIC_LAYER_TYPE_MAPPING[FastformerCacheLayer._layer_type] = FastformerCacheLayer
 
 
 class FastformerDecoder(FastformerStack):
-    """Token and position embeddings, then `config.num_decoder_layers` causal Fastformer layers
-    (with cross-attention to an encoder output when `cross_attention`). Positions as
-    `FastformerStack` says: generate()'s `position_ids`, else counted from the mask.
+    """Embeddings, then `config.num_decoder_layers` causal layers, with cross-attention when
+    `cross_attention` (then the cache is an `EncoderDecoderCache`, as BART's)."""
 
-    `cache`: a `DynamicCache` of `FastformerCacheLayer`s (`DynamicCache(config=config)`), or for
-    cross-attention an `EncoderDecoderCache` of two, the second holding the source's keys and values
-    from the first step on, as BART's. With `use_cache` and no cache, the decoder makes one."""
-
-    # `output_attentions`: per layer application, the causal attention's pooling weights
-    # (B, H, 2, T, T) and the softmax cross-attention's weights (B, H, T, M)
+    # attentions: the causal pooling weights (B, H, 2, T, T); cross_attentions (B, H, T, M)
     _can_record_outputs = {
         "hidden_states": FastformerDecoderLayer,
         "attentions": OutputRecorder(FastformerCausalAttention, index=1),
@@ -1210,16 +1025,16 @@ class FastformerDecoder(FastformerStack):
         super().__init__(config)
         self.input_name = "decoder_input_ids" if cross_attention else "input_ids"
         self.embeddings = FastformerEmbeddings(config, token_types=not cross_attention)
-        self.layers = self._layers(FastformerDecoderLayer, config.num_decoder_layers, cross_attention)
+        num_layers = config.num_decoder_layers
+        self.layers = self._layers(FastformerDecoderLayer, num_layers, cross_attention)
         self.post_init()
 
     def cross_attention_inputs(self, encoder_hidden_states, encoder_attention_mask, cache):
-        """Per distinct layer, the (key, value) its cross-attention reads: from the cross-attention
-        cache after the first step, else computed (once per distinct layer, with or without a
-        cache)."""
+        """Per distinct layer, the (key, value) its cross-attention reads, cached after a step."""
         if self.layers[0].cross_attention is None:
             return [(None, None)] * len(self.layers)
-        cross_cache = cache.cross_attention_cache if isinstance(cache, EncoderDecoderCache) else None
+        encoder_decoder = isinstance(cache, EncoderDecoderCache)
+        cross_cache = cache.cross_attention_cache if encoder_decoder else None
         inputs = []
         for index, layer in enumerate(self.layers):
             if cross_cache is not None and cache.is_updated.get(index):
@@ -1235,20 +1050,17 @@ class FastformerDecoder(FastformerStack):
         return inputs
 
     def source_mask(self, hidden_states, encoder_hidden_states, encoder_attention_mask):
-        """The softmax cross-attention's mask over the source, as transformers'
-        `create_bidirectional_mask` makes it for the attention function in use (None without
-        cross-attention or padding)."""
-        softmax = self.layers[0].cross_attention is not None and self.config.cross_attention_type == "softmax"
+        """The softmax cross-attention's mask over the source, for the attention function in use."""
+        cross = self.layers[0].cross_attention
+        softmax = cross is not None and self.config.cross_attention_type == "softmax"
         if not softmax or encoder_attention_mask is None:
             return None
         mask = encoder_attention_mask.to(torch.bool)
-        # a source that is all padding attends to all of it: finite numbers instead of a softmax
-        # over nothing
+        # a source that is all padding attends to all of it (no softmax over nothing)
         mask = mask | ~mask.any(dim=-1, keepdim=True)
         if encoder_hidden_states is None:  # a later decoding step: only the source's shape is read
             encoder_hidden_states = hidden_states.new_empty(*mask.shape, 0)
-        # no skip of a mask without padding: telling would read the mask's values, a GPU
-        # synchronization per step
+        # no skip of a mask without padding: telling would read its values, a GPU synchronization
         return create_bidirectional_mask(
             config=self.config,
             inputs_embeds=hidden_states,
@@ -1258,42 +1070,33 @@ class FastformerDecoder(FastformerStack):
         )
 
     def packed(self, position_ids, attention_mask, batch_size, states, kwargs) -> PackedRows | None:
-        """The `PackedRows` of packed rows (`packed_sequences`), looked for where transformers'
-        masks look: without a cache (with one, the rows continue as they are). They train and score:
-        cross-attention and attention weights would follow a row, not its sequences, and are
-        refused."""
+        """The `PackedRows` of packed rows, without a cache only. Cross-attention and attention
+        weights would follow a row, not its sequences, and are refused."""
         if states is not None:
             return None
         segment_ids = self.packed_sequences(position_ids, attention_mask, batch_size)
         if segment_ids is None:
             return None
-        refused = {
-            "cross-attention": self.layers[0].cross_attention is not None,
-            "output_attentions": kwargs.get("output_attentions", self.config.output_attentions),
-        }
+        cross = self.layers[0].cross_attention is not None
+        attentions = kwargs.get("output_attentions", self.config.output_attentions)
+        refused = {"cross-attention": cross, "output_attentions": attentions}
         if any(refused.values()):
+            names = ", ".join(name for name, given in refused.items() if given)
             raise ValueError(
-                "The rows are packed (`position_ids` restart without an attention mask), "
-                "which the decoder takes "
-                f"apart without {', '.join(name for name, given in refused.items() if given)}"
+                "The rows are packed (`position_ids` restart without an attention mask), which the "
+                f"decoder takes apart without {names}"
             )
         return packed_rows(segment_ids)
 
-    def checked_cache(self, cache: Cache | None, use_cache: bool | None, batch_size: int | None) -> Cache | None:
-        """The cache this forward reads and updates: the one given (whatever `use_cache` says, as
-        transformers' models read it), else with `use_cache` a new one. Its self-attention part is
-        made of `FastformerCacheLayer`s: an empty transformers cache (`DynamicCache()`) gets them,
-        and a cache of `batch_size / k` rows (a returned cache that generate() continues with k
-        beams or samples per row) is repeated per row. Refused: a cache of keys and values
-        (PEFT's prefix tuning), and a cache with the layers checkpointed (gradient checkpointing
-        recomputes the layers, and the state cannot be read twice)."""
+    def checked_cache(self, cache: Cache | None, use_cache: bool | None, batch_size: int | None):
+        """The cache given, else with `use_cache` a new one. An empty one gets
+        `FastformerCacheLayer`s, and one of `batch_size / k` rows is repeated k times per row."""
         if self.training and torch.is_grad_enabled() and self.is_activation_checkpointing:
             if cache is not None and cache.get_seq_length() > 0:
                 raise ValueError(
                     "The decoder continues from a cache, which gradient checkpointing cannot "
-                    "recompute from: call "
-                    "model.gradient_checkpointing_disable(), or train on the whole "
-                    "sequence without a cache"
+                    "recompute from: call model.gradient_checkpointing_disable(), or train on the "
+                    "whole sequence without a cache"
                 )
             if use_cache or cache is not None:
                 logger.warning_once(
@@ -1314,14 +1117,12 @@ class FastformerDecoder(FastformerStack):
             )
         states = cache.self_attention_cache if cross else cache
         layers = getattr(states, "layers", None)
-        if layers is not None and not all(isinstance(layer, FastformerCacheLayer) for layer in layers):
+        if layers is not None and not all(isinstance(x, FastformerCacheLayer) for x in layers):
             if states.get_seq_length() > 0:
                 raise ValueError(
                     f"The cache holds keys and values ({type(states).__name__}), as PEFT's prefix "
-                    "tuning passes them, "
-                    "but Fastformer's decoder continues from a recurrent state: prefix tuning is "
-                    "not supported (prompt "
-                    "tuning and LoRA are)"
+                    "tuning passes them, but Fastformer's decoder continues from a recurrent "
+                    "state: prefix tuning is not supported (prompt tuning and LoRA are)"
                 )
             layers.clear()
         if layers is not None and not layers:
@@ -1330,7 +1131,9 @@ class FastformerDecoder(FastformerStack):
         rows = first.recurrent_states[1].shape[0] if first.has_previous_state[0] else None
         if rows is not None and batch_size is not None and rows != batch_size:
             if batch_size % rows:
-                raise ValueError(f"The cache holds {rows} rows, which a batch of {batch_size} cannot continue")
+                raise ValueError(
+                    f"The cache holds {rows} rows, which a batch of {batch_size} cannot continue",
+                )
             cache.batch_repeat_interleave(batch_size // rows)
         return cache
 
@@ -1354,57 +1157,44 @@ class FastformerDecoder(FastformerStack):
         states = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         past_tokens = 0 if states is None else states.get_seq_length()
         hidden_states, attention_mask = self.embed(
-            input_ids, attention_mask, position_ids, inputs_embeds, past_tokens, token_type_ids=token_type_ids
+            input_ids, attention_mask, position_ids, inputs_embeds, past_tokens, token_type_ids
         )
         packed = self.packed(position_ids, attention_mask, hidden_states.shape[0], states, kwargs)
-        cross_inputs = self.cross_attention_inputs(encoder_hidden_states, encoder_attention_mask, cache)
+        cross = self.cross_attention_inputs(encoder_hidden_states, encoder_attention_mask, cache)
         source_mask = self.source_mask(hidden_states, encoder_hidden_states, encoder_attention_mask)
         output_attentions = kwargs.get("output_attentions", self.config.output_attentions)
         # the mask as the causal poolings add it to their logits, made once for every layer
         logits_mask = token_mask = None
         if attention_mask is not None:
-            logits_mask = causal_mask(attention_mask, accumulation_dtype(compute_dtype(hidden_states)))
+            dtype = accumulation_dtype(compute_dtype(hidden_states))
+            logits_mask = causal_mask(attention_mask, dtype)
             if self.config.convolution_kernel:
                 token_mask = attention_mask.to(hidden_states.dtype)
+        options = dict(output_attentions=output_attentions, packed=packed, token_mask=token_mask)
         for index, layer in self.applied_layers():
-            key, value = cross_inputs[index % len(self.layers)]
-            hidden_states = layer(
-                hidden_states,
-                logits_mask,
-                key,
-                value,
-                source_mask,
-                cache_layer=None if states is None else states.layers[index],
-                output_attentions=output_attentions,
-                packed=packed,
-                token_mask=token_mask,
-            )
+            options["cache_layer"] = None if states is None else states.layers[index]
+            key, value = cross[index % len(self.layers)]
+            hidden_states = layer(hidden_states, logits_mask, key, value, source_mask, **options)
         return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, cache=cache)
 
 
 class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
-    """What the generative heads (`FastformerForConditionalGeneration`, `FastformerForCausalLM`)
-    share: a decoder whose cache is a recurrent state, which generate() builds from
-    `config.layer_types` as it builds any cache."""
+    """What the generative heads share: a decoder whose cache is a recurrent state."""
 
     _supported_generation_modes = ("greedy_search", "sample", "beam_search", "beam_sample")
 
     def __init__(self, config: FastformerConfig):
         if config.embedding_width != config.hidden_size:
             raise ValueError(
-                f"{type(self).__name__} needs embedding_size == hidden_size (its LM head "
-                "is the word embedding "
-                f"matrix), got embedding_size={config.embedding_size}, "
+                f"{type(self).__name__} needs embedding_size == hidden_size (its LM head is the "
+                f"word embedding matrix), got embedding_size={config.embedding_size}, "
                 f"hidden_size={config.hidden_size}"
             )
         super().__init__(config)
 
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def prepare_inputs_for_generation(self, input_ids, cache=None, is_first_iteration=False, **kwargs):
-        """As transformers', where generation continues from a returned cache: a seq2seq decoder
-        input without a mask is taken to be the whole sequence so far, of which the cached tokens
-        are left out (generate() leaves them out where a mask tells it so), and forms that cannot
-        continue are refused."""
+        """As transformers', continuing from a returned cache as `tokens_to_continue` says."""
         if is_first_iteration and cache is not None and cache.get_seq_length() > 0:
             new_tokens = self.tokens_to_continue(cache, input_ids, kwargs)
             if new_tokens is not None:
@@ -1412,63 +1202,49 @@ class FastformerGenerativeModel(FastformerPreTrainedModel, GenerationMixin):
         inputs = super().prepare_inputs_for_generation(
             input_ids, cache=cache, is_first_iteration=is_first_iteration, **kwargs
         )
-        # the causal LM's mask as generate() widens it at every step, cut to the new tokens' columns
-        # (the positions come from generate() too): every decoding step then has the same shapes (a
-        # compiled step, CUDA graphs)
+        # the causal LM's mask cut to the new tokens: every step has the same shapes (CUDA graphs)
         mask, seen = inputs.get("attention_mask"), 0 if cache is None else cache.get_seq_length()
-        if not self.config.is_encoder_decoder and seen and mask is not None and "position_ids" in inputs:
+        causal = not self.config.is_encoder_decoder
+        if causal and seen and mask is not None and "position_ids" in inputs:
             inputs["attention_mask"] = mask[:, seen:]
         return inputs
 
     def tokens_to_continue(self, cache, input_ids, kwargs) -> int | None:
-        """How many of the input tokens generation that continues from `cache` runs, None to leave
-        it to generate(): a seq2seq decoder input without a mask, longer than the cached tokens, is
-        the whole sequence so far. Refused: a cache of beam search (its rows are the last step's
-        beams, not the returned sequences), and a mask that is neither as wide as the input (and
-        longer than the cached tokens) nor as wide as the cached and the input tokens."""
+        """The input tokens to run when continuing from `cache` (None: as generate() decides)."""
         seq2seq = self.config.is_encoder_decoder
         name = "decoder_input_ids" if seq2seq else "input_ids"
         seen, length = cache.get_seq_length(), input_ids.shape[1]
         states = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         if any(getattr(layer, "holds_beams", False) for layer in states.layers):
             raise ValueError(
-                "This cache comes from beam search: it holds the state of every beam at the "
-                "last step, not of the "
-                "returned sequences. Continue from a cache of greedy search or "
+                "This cache comes from beam search: it holds the state of every beam at the last "
+                "step, not of the returned sequences. Continue from a cache of greedy search or "
                 "sampling, or without a cache"
             )
         mask = kwargs.get("decoder_attention_mask" if seq2seq else "attention_mask")
         if mask is None and seq2seq and length > seen:
             return length - seen
-        # generate() leaves out as many tokens as the cache has read where the input is as wide as
-        # its mask (it may have dropped a mask of ones, after making position ids from it), and
-        # nothing where it is not
+        # generate() leaves out the cached tokens where the input is as wide as its mask
         new_tokens = kwargs.get("next_sequence_length")
         width = (mask if mask is not None else kwargs.get("position_ids", input_ids)).shape[-1]
-        # generate() puts `decoder_start_token_id` before decoder inputs that do not start with it,
-        # and widens their mask, so that new tokens alone would continue after a second start token
-        prepended = seq2seq and length > 1 and bool((input_ids[:, 0] == self.config.decoder_start_token_id).all())
+        # generate() prepends `decoder_start_token_id` where it lacks (and widens the mask)
+        start = self.config.decoder_start_token_id
+        prepended = seq2seq and length > 1 and bool((input_ids[:, 0] == start).all())
         whole = width == length and length > seen
         cached_and_new = mask is not None and width == seen + length and not prepended
         if (new_tokens is None or new_tokens > 0) and (mask is None or whole or cached_and_new):
             return new_tokens
-        also = "" if seq2seq else ", or only the new tokens with a mask of the cached and new tokens"
+        also = ", or only the new tokens with a mask of the cached and new tokens"
         raise ValueError(
-            f"Generation continues from a cache that has read {seen} tokens, but `{name}` "
-            f"has {length} and its "
-            f"attention mask {width}: pass the whole sequence so far (the `sequences` "
-            "generate() returned, then the "
-            f"new tokens) with a mask as wide or none{also}"
+            f"Generation continues from a cache that has read {seen} tokens, but `{name}` has "
+            f"{length} and its attention mask {width}: pass the whole sequence so far (the "
+            "`sequences` generate() returned, then the new tokens) with a mask as wide or "
+            f"none{'' if seq2seq else also}"
         )
 
 
+@auto_docstring(custom_intro="The bare Fastformer encoder-decoder, as BART's `BartModel`.")
 class FastformerSeq2SeqModel(FastformerPreTrainedModel):
-    """The bare encoder-decoder, as BART's `BartModel`: a Fastformer encoder (`FastformerModel`
-    without its pooler) and a causal Fastformer decoder with cross-attention. The decoder's word
-    embeddings are the encoder's (its own with `config.tie_encoder_embeddings=False`).
-    `decoder_input_ids` are the decoder's inputs as they are: the head
-    (`FastformerForConditionalGeneration`) makes them from `labels`."""
-
     base_model_prefix = "model"
     _no_split_modules = ["FastformerLayer", "FastformerDecoderLayer"]
 
@@ -1482,16 +1258,17 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
     def _tied_weights_keys(self) -> dict[str, str]:
         if not self.config.tie_encoder_embeddings:
             return {}
-        return {"decoder.embeddings.word_embeddings.weight": "encoder.embeddings.word_embeddings.weight"}
+        embeddings = "embeddings.word_embeddings.weight"
+        return {f"decoder.{embeddings}": f"encoder.{embeddings}"}
 
     def get_input_embeddings(self):
         return self.encoder.get_input_embeddings()
 
     def set_input_embeddings(self, value):
-        # the decoder's are tied to them (`tie_weights`) where they share
-        self.encoder.set_input_embeddings(value)
+        self.encoder.set_input_embeddings(value)  # the decoder's are tied to them where shared
 
     @can_return_tuple
+    @auto_docstring
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @deprecate_kwarg("cache_params", "5.40.0", new_name="cache")
     def forward(
@@ -1511,33 +1288,26 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         r"""
-        cache: the generation state to continue, an `EncoderDecoderCache` (`past_key_values` and
-            `cache_params` are its former names): read whenever given, returned with `use_cache`.
-        token_type_ids, position_ids: the encoder's (`FastformerModel`), read where it runs
-        (no `encoder_outputs`).
+        decoder_position_ids (`torch.LongTensor`, *optional*):
+            The decoder tokens' positions; by default counted over `decoder_attention_mask`.
+        cache (`EncoderDecoderCache`, *optional*):
+            The generation state to continue: a constant-size pooled state, not keys and values.
         """
         use_cache = use_cache if use_cache is not None else self.config.use_cache
         # a given cache checked before the encoder runs (the decoder takes it as it is then)
-        decoder_inputs = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
-        if cache is not None and encoder_outputs is None and decoder_inputs is not None:
-            cache = self.decoder.checked_cache(cache, use_cache, decoder_inputs.shape[0])
+        target = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
+        if cache is not None and encoder_outputs is None and target is not None:
+            cache = self.decoder.checked_cache(cache, use_cache, target.shape[0])
         if encoder_outputs is None:
             rows = None if position_ids is None else position_ids.shape[0]
             if self.encoder.packed_sequences(position_ids, attention_mask, rows) is not None:
                 raise ValueError(
-                    "The source rows are packed (`position_ids` restart without an "
-                    "attention mask), which the "
-                    "encoder-decoder does not take apart: pad the sequences to a batch"
+                    "The source rows are packed (`position_ids` restart without an attention "
+                    "mask), which the encoder-decoder does not take apart: pad the sequences to a "
+                    "batch"
                 )
-            encoder_outputs = self.encoder(
-                input_ids,
-                attention_mask=attention_mask,
-                token_type_ids=token_type_ids,
-                position_ids=position_ids,
-                inputs_embeds=inputs_embeds,
-                return_dict=True,
-                **kwargs,
-            )
+            args = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+            encoder_outputs = self.encoder(*args, return_dict=True, **kwargs)
         elif isinstance(encoder_outputs, (tuple, list)):  # from return_dict=False
             encoder_outputs = BaseModelOutput(*encoder_outputs)
         decoder_outputs = self.decoder(
@@ -1564,27 +1334,14 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
         )
 
 
-class FastformerForConditionalGeneration(FastformerGenerativeModel):
-    """`FastformerSeq2SeqModel` with a language-modeling head, for summarization and other
-    sequence-to-sequence tasks, as BART's `BartForConditionalGeneration`. One decoding step costs
-    the same at any output length, and the generation state (`FastformerCacheLayer`s in an
-    `EncoderDecoderCache`) does not grow.
-
-    The LM head is the decoder's word embedding matrix (`config.tie_word_embeddings`). `labels` are
-    the target ids (-100 where ignored); `decoder_input_ids` default to them shifted right after
-    `decoder_start_token_id`. Checkpoints are saved with the encoder under `fastformer.` and the
-    decoder under `decoder.`, the names of `FastformerModel` and of earlier releases, and load from
-    them (`transformers.conversion_mapping`): a seq2seq checkpoint's encoder loads into
-    `FastformerModel` and `FastformerForSequenceClassification`.
-
-    `output_attentions=True` returns, per layer application, `encoder_attentions` as
-    `FastformerModel`'s (B, H, 2, M), `decoder_attentions` the causal attention's pooling weights
-    (B, H, 2, T, T) (index 0 alpha, 1 beta; row t weighs tokens 1..t) and `cross_attentions` the
-    softmax cross-attention's weights (B, H, T, M) (with `attn_implementation="eager"`; "sdpa" gives
-    none, as for BART). The decoder's weights need its whole input in one pass: a forward that
-    continues a cache refuses `output_attentions=True`.
+@auto_docstring(
+    custom_intro="""
+    `FastformerSeq2SeqModel` with a language-modeling head, as BART's: a decoding step costs the
+    same at any output length. Its `decoder_attentions` are the causal pooling weights
+    (B, H, 2, T, T), which need the whole input in one pass (no cache).
     """
-
+)
+class FastformerForConditionalGeneration(FastformerGenerativeModel):
     base_model_prefix = "model"
     _no_split_modules = ["FastformerLayer", "FastformerDecoderLayer"]
     accepts_loss_kwargs = True
@@ -1608,6 +1365,7 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
 
     @merge_with_config_defaults
     @can_return_tuple
+    @auto_docstring
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @deprecate_kwarg("cache_params", "5.40.0", new_name="cache")
     def forward(
@@ -1630,14 +1388,12 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         r"""
-        cache: the generation state to continue, an `EncoderDecoderCache` (`past_key_values` and
-            `cache_params` are its former names): read whenever given, returned with `use_cache`
-            (off with `labels`, as BART's).
-        logits_to_keep: the last `logits_to_keep` positions (0: all) or the positions given, whose
-            logits are computed (`transformers.modeling_utils.slice_logits_to_keep`); generate()
-            asks for the last one only.
-        token_type_ids, position_ids: the encoder's (`FastformerModel`), read where it runs
-        (no `encoder_outputs`).
+        decoder_position_ids (`torch.LongTensor`, *optional*):
+            The decoder tokens' positions; by default counted over `decoder_attention_mask`.
+        cache (`EncoderDecoderCache`, *optional*):
+            The generation state to continue (a pooled state), not returned with `labels`.
+        num_items_in_batch (`int` or `torch.Tensor`, *optional*):
+            The labelled tokens of a whole gradient accumulation step, which the loss is divided by.
         """
         if labels is not None:
             use_cache = False
@@ -1663,10 +1419,9 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
         )
         logits = self.lm_head(slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep))
         loss = None
-        if labels is not None:
-            # the labels are aligned with the logits already (no shift): the masked-LM loss is
-            # exactly that
-            loss = ForMaskedLMLoss(logits, labels, self.config.vocab_size, num_items_in_batch=num_items_in_batch)
+        if labels is not None:  # aligned with the logits already (no shift): the masked-LM loss
+            items = num_items_in_batch
+            loss = ForMaskedLMLoss(logits, labels, self.config.vocab_size, num_items_in_batch=items)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
@@ -1679,21 +1434,24 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
             encoder_attentions=outputs.encoder_attentions,
         )
 
-    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True) -> nn.Embedding:
-        """As transformers', and the decoder's word embeddings where they are not the encoder's
-        (with `config.tie_encoder_embeddings=False`, or with `tie_word_embeddings=False`,
-        where nothing is tied) are resized as well."""
-        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        decoder = self.get_decoder()
+    def resize_token_embeddings(
+        self,
+        new_num_tokens=None,
+        pad_to_multiple_of=None,
+        mean_resizing=True,
+    ) -> nn.Embedding:
+        """As transformers', and the decoder's word embeddings too where they are its own."""
+        resize = super().resize_token_embeddings
+        embeddings = resize(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        decoder, size = self.get_decoder(), embeddings.num_embeddings
         old = decoder.get_input_embeddings()
-        if old.num_embeddings != embeddings.num_embeddings:  # not tied to the encoder's
-            new = self._get_resized_embeddings(old, embeddings.num_embeddings, mean_resizing=mean_resizing)
+        if old.num_embeddings != size:  # not tied to the encoder's
+            new = self._get_resized_embeddings(old, size, mean_resizing=mean_resizing)
             decoder.set_input_embeddings(new)
         return embeddings
 
     def shift_labels_right(self, labels: torch.Tensor) -> torch.Tensor:
-        """Decoder inputs for teacher forcing: `decoder_start_token_id`, then the labels without the
-        last one."""
+        """Teacher forcing's inputs: `decoder_start_token_id`, then the labels but the last."""
         if self.config.decoder_start_token_id is None or self.config.pad_token_id is None:
             raise ValueError("Set `decoder_start_token_id` and `pad_token_id` in the config to train from `labels`")
         shifted = labels.new_full(labels.shape, self.config.decoder_start_token_id)
@@ -1704,14 +1462,13 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
         return self.shift_labels_right(labels)
 
 
+@auto_docstring(
+    custom_intro="""
+    A decoder-only Fastformer language model: `FastformerForConditionalGeneration`'s decoder without
+    cross-attention (whose keywords are refused), generating with the same constant-size state.
+    """
+)
 class FastformerForCausalLM(FastformerGenerativeModel):
-    """A decoder-only Fastformer language model: the causal layers of
-    `FastformerForConditionalGeneration` without cross-attention, generating with the same
-    constant-size state. `labels` are usually the input ids; the loss shifts them (position t
-    predicts token t + 1). `output_attentions=True` returns the causal attention's pooling weights
-    (B, H, 2, T, T) per layer application, as `FastformerForConditionalGeneration`'s
-    `decoder_attentions`."""
-
     base_model_prefix = "decoder"
     _tied_weights_keys = {"lm_head.weight": "decoder.embeddings.word_embeddings.weight"}
     _no_split_modules = ["FastformerDecoderLayer"]
@@ -1719,12 +1476,10 @@ class FastformerForCausalLM(FastformerGenerativeModel):
 
     def __init__(self, config: FastformerConfig):
         if config.is_encoder_decoder:
-            # e.g. a text-generation pipeline on a seq2seq checkpoint: its embeddings are stored
-            # under the encoder and would be left random here
+            # a seq2seq checkpoint's embeddings are under the encoder: they would be left random
             raise ValueError(
-                "This config is an encoder-decoder's (is_encoder_decoder=True): load "
-                "the checkpoint with "
-                "FastformerForConditionalGeneration / AutoModelForSeq2SeqLM, not "
+                "This config is an encoder-decoder's (is_encoder_decoder=True): load the "
+                "checkpoint with FastformerForConditionalGeneration / AutoModelForSeq2SeqLM, not "
                 "FastformerForCausalLM"
             )
         super().__init__(config)
@@ -1734,6 +1489,7 @@ class FastformerForCausalLM(FastformerGenerativeModel):
 
     @merge_with_config_defaults
     @can_return_tuple
+    @auto_docstring
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     @deprecate_kwarg("cache_params", "5.40.0", new_name="cache")
     def forward(
@@ -1751,38 +1507,27 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         r"""
-        token_type_ids: the token types (segments) (B, T), as the encoder's (`FastformerModel`), of
-            these tokens only (generate() passes them so); none given reads as all zeros.
-        cache: the generation state to continue, a `DynamicCache` of `FastformerCacheLayer`s
-            (`past_key_values` and `cache_params` are its former names): read whenever given,
-            returned with `use_cache` (off with `labels`).
-        kwargs: transformers' keywords; GPT-2's with cross-attention (`encoder_hidden_states`) are
-            refused, as by GPT-2 without it (`checks.check_keywords`).
-        logits_to_keep: the last `logits_to_keep` positions (0: all) or the positions given, whose
-            logits are computed (`transformers.modeling_utils.slice_logits_to_keep`); generate()
-            asks for the last one only.
+        token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            The token types of these tokens only (not the cached ones); none reads as all zeros.
+        cache (`DynamicCache`, *optional*):
+            The generation state to continue (a pooled state), not returned with `labels`.
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Usually the input ids, -100 where ignored; the loss shifts them (t predicts t + 1).
+        num_items_in_batch (`int` or `torch.Tensor`, *optional*):
+            The labelled tokens of a whole gradient accumulation step, which the loss is divided by.
         """
         check_keywords(kwargs, type(self).__name__, causal=True)
         if labels is not None:
             use_cache = False
-            labels = checked_token_labels(labels, self.config, None if input_ids is None else input_ids.shape)
-        outputs = self.decoder(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            cache=cache,
-            use_cache=use_cache,
-            return_dict=True,
-            **kwargs,
-        )
+            shape = None if input_ids is None else input_ids.shape
+            labels = checked_token_labels(labels, self.config, shape)
+        args = (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        outputs = self.decoder(*args, cache=cache, use_cache=use_cache, return_dict=True, **kwargs)
         logits = self.lm_head(slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep))
         loss = None
         if labels is not None:
-            loss = self.loss_function(
-                logits, labels, vocab_size=self.config.vocab_size, num_items_in_batch=num_items_in_batch
-            )
+            options = dict(vocab_size=self.config.vocab_size, num_items_in_batch=num_items_in_batch)
+            loss = self.loss_function(logits, labels, **options)
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
@@ -1792,18 +1537,18 @@ class FastformerForCausalLM(FastformerGenerativeModel):
         )
 
 
-# checkpoints name the encoder-decoder's encoder `fastformer.` and its decoder `decoder.` (as the encoder heads and
-# earlier releases name them): renamed on load, and back on save. The head's renamings run first, to the bare
-# model's names under `model.`, then the bare model's (scoped to `model.` there), which also take an encoder's own
-# checkpoint (`FastformerModel`'s, without a prefix) as the encoder
+# checkpoints name the encoder `fastformer.`, as the encoder heads do: renamed on load and save
 register_checkpoint_conversion_mapping(
     "FastformerForConditionalGeneration",
-    [WeightRenaming(r"^fastformer\.", "model.fastformer."), WeightRenaming(r"^decoder\.", "model.decoder.")],
+    [WeightRenaming(rf"^{name}\.", f"model.{name}.") for name in ("fastformer", "decoder")],
     overwrite=True,
 )
 register_checkpoint_conversion_mapping(
     "FastformerSeq2SeqModel",
-    [WeightRenaming(r"^(embeddings|layers)\.", r"encoder.\1."), WeightRenaming(r"^fastformer\.", "encoder.")],
+    [
+        WeightRenaming(r"^(embeddings|layers)\.", r"encoder.\1."),
+        WeightRenaming(r"^fastformer\.", "encoder."),
+    ],
     overwrite=True,
 )
 
