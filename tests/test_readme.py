@@ -92,7 +92,7 @@ def test_conversion_recipe_runs(repo_root, tmp_path, tokenizer, monkeypatch):
     override the same flags of the command), each script run in this process."""
     from transformers import BertConfig, BertModel
 
-    convert, finetune = conversion_commands(repo_root)
+    convert, finetune, *_ = conversion_commands(repo_root)
     bert = tmp_path / "tiny-bert"
     BertModel(
         BertConfig(
@@ -149,3 +149,41 @@ def test_conversion_recipe_runs(repo_root, tmp_path, tokenizer, monkeypatch):
         "2",
     )
     assert "eval_accuracy" in json.loads((output / "eval_results.json").read_text())
+
+
+@pytest.mark.slow
+def test_classifier_conversion_recipe_runs(repo_root, tmp_path, tokenizer, monkeypatch):
+    """The README's commands for a fine-tuned classifier as written, on a tiny BERT and cut short: its fine-tuning
+    (the teacher), then its conversion with the head, distilled from its logits; each script run in this process."""
+    from transformers import BertConfig, BertModel
+
+    *_, teach, convert = conversion_commands(repo_root)
+    bert = tmp_path / "tiny-bert"
+    sizes = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+    BertModel(BertConfig(vocab_size=len(tokenizer), max_position_embeddings=64, **sizes)).save_pretrained(bert)
+    tokenizer.save_pretrained(bert)
+    monkeypatch.chdir(repo_root)
+
+    def run(command, *overrides):
+        words = shlex.split(command)
+        assert words[0] == "python" and words[1].startswith("scripts/")
+        process = run_in_process([*words, *overrides])
+        assert process.returncode == 0, process.stderr[-3000:]
+
+    teacher, converted = tmp_path / "teacher", tmp_path / "converted"
+    short = ["--max_train_samples", "32", "--max_eval_samples", "16", "--max_steps", "2", "--max_seq_length", "16"]
+    run(teach, "--model_name_or_path", str(bert), "--output_dir", str(teacher), *short)
+    steps = ["--max_steps", "2", "--end_to_end_steps", "1", "--max_seq_length", "16", "--max_eval_samples", "4"]
+    run(
+        convert,
+        "--model_name_or_path",
+        str(teacher),
+        "--output_dir",
+        str(converted),
+        "--max_position_embeddings",
+        "64",
+        *steps,
+    )
+    saved = json.loads((converted / "config.json").read_text())
+    assert saved["architectures"] == ["FastformerForSequenceClassification"] and len(saved["id2label"]) == 20
+    assert json.loads((converted / "conversion.json").read_text())["distill_file"] == "data/20newsgroups/train.jsonl"
