@@ -63,6 +63,7 @@ CLASSIFIER = "--base_model sentence-transformers/all-MiniLM-L6-v2 --max_position
 CLASSIFIER_LEVERS = {
     "default": "",
     "short": "--max_steps 200 --end_to_end_steps 300 --max_seq_length 128",
+    "e2e900": "--max_steps 200 --end_to_end_steps 900 --max_seq_length 128",
 }
 CONVERTED, TEACHER = "converted Fastformer", "teacher (BERT, positions extended)"  # the long and memory parts' models
 # the memory part: the feed-forward blocks whole (0) and in chunks of this many tokens (FastformerConfig's default;
