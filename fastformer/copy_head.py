@@ -133,6 +133,18 @@ class CopyHeadMixin:
         check_inputs(source_ids, None, self.config.get_text_config(decoder=True), name="source_ids")
         return source_ids
 
+    def copy_logits(self, outputs, hidden_states, source_ids, attention_mask, decoder_input_ids, labels, **loss_kwargs):
+        """The copy head over the LM head's `outputs.logits`, from the decoder's `hidden_states` and the encoder's
+        output: (the mixture's log-probabilities, its copy weight, the loss on `labels` or None)."""
+        encoder_states = outputs.encoder_last_hidden_state
+        source_ids = self.checked_source_ids(source_ids, encoder_states)
+        logits, copy_probability = self.copy_head(
+            hidden_states, outputs.logits, encoder_states, attention_mask, source_ids, decoder_input_ids
+        )
+        vocab_size = self.config.get_text_config(decoder=True).vocab_size
+        loss = None if labels is None else ForMaskedLMLoss(logits, labels, vocab_size, **loss_kwargs)
+        return logits, copy_probability, loss
+
     def generate(self, inputs=None, generation_config=None, **kwargs):
         """As transformers', and the source's token ids (`inputs` or `input_ids`) also go to every decoding step as
         `source_ids`, which generate() expands with the beams. Beside `encoder_outputs` without ids, pass
@@ -221,17 +233,19 @@ class FastformerCopyForConditionalGeneration(CopyHeadMixin, FastformerForConditi
             output_hidden_states=True,
             **kwargs,
         )
-        encoder_states = outputs.encoder_last_hidden_state
-        source_ids = self.checked_source_ids(source_ids if source_ids is not None else input_ids, encoder_states)
         hidden_states = slice_logits_to_keep(outputs.decoder_hidden_states[-1], logits_to_keep)
         if decoder_input_ids is not None:
             decoder_input_ids = slice_logits_to_keep(decoder_input_ids[..., None], logits_to_keep)[..., 0]
-        logits, copy_probability = self.copy_head(
-            hidden_states, outputs.logits, encoder_states, attention_mask, source_ids, decoder_input_ids
+        source_ids = source_ids if source_ids is not None else input_ids
+        logits, copy_probability, loss = self.copy_logits(
+            outputs,
+            hidden_states,
+            source_ids,
+            attention_mask,
+            decoder_input_ids,
+            labels,
+            num_items_in_batch=num_items_in_batch,
         )
-        loss = None
-        if labels is not None:
-            loss = ForMaskedLMLoss(logits, labels, self.config.vocab_size, num_items_in_batch=num_items_in_batch)
         if not hidden_states_asked:
             outputs.decoder_hidden_states = outputs.encoder_hidden_states = None
         return CopyGenerationOutput(

@@ -5,7 +5,6 @@ both families. Importing this module registers the latter with transformers' Aut
 
 import torch
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, EncoderDecoderConfig, EncoderDecoderModel
-from transformers.loss.loss_utils import ForMaskedLMLoss
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 from transformers.models.encoder_decoder.modeling_encoder_decoder import shift_tokens_right
 
@@ -76,17 +75,17 @@ class CopyEncoderDecoderModel(CopyHeadMixin, EncoderDecoderModel):
             **({"output_hidden_states": True} if hidden_states_asked else {}),
             **kwargs,
         )
-        encoder_states = outputs.encoder_last_hidden_state
-        if source_ids is None:
-            source_ids = input_ids
-        source_ids = self.checked_source_ids(source_ids, encoder_states)
-        hidden_states = outputs.decoder_hidden_states[-1]
-        outputs.logits, _ = self.copy_head(
-            hidden_states, outputs.logits, encoder_states, attention_mask, source_ids, decoder_input_ids
+        source_ids = source_ids if source_ids is not None else input_ids
+        outputs.logits, _, loss = self.copy_logits(
+            outputs,
+            outputs.decoder_hidden_states[-1],
+            source_ids,
+            attention_mask,
+            decoder_input_ids,
+            labels,
+            num_items_in_batch=num_items_in_batch,
         )
-        if labels is not None:
-            vocab_size = self.config.decoder.vocab_size
-            outputs.loss = ForMaskedLMLoss(outputs.logits, labels, vocab_size, num_items_in_batch=num_items_in_batch)
+        outputs.loss = loss
         if not hidden_states_asked:
             outputs.decoder_hidden_states = None
         return outputs
