@@ -141,8 +141,7 @@ class CopyHeadMixin:
         logits, copy_probability = self.copy_head(
             hidden_states, outputs.logits, encoder_states, attention_mask, source_ids, decoder_input_ids
         )
-        vocab_size = self.config.get_text_config(decoder=True).vocab_size
-        loss = None if labels is None else ForMaskedLMLoss(logits, labels, vocab_size, **loss_kwargs)
+        loss = None if labels is None else ForMaskedLMLoss(logits, labels, logits.shape[-1], **loss_kwargs)
         return logits, copy_probability, loss
 
     def generate(self, inputs=None, generation_config=None, **kwargs):
