@@ -19,6 +19,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from benchmarks import harness
 from benchmarks.harness import DOCS, REPO
 from fastformer import FastformerConfig, FastformerForConditionalGeneration, FastformerModel, export
+from scripts.export_seq2seq_onnx import export_seq2seq_onnx, initial_state, onnx_greedy_generate, onnx_sessions
 
 MINILM_SIZE = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
 MINILM_SIZE.update(share_layers=False, share_query_value=False, hidden_dropout_prob=0.0)
@@ -94,18 +95,18 @@ def decoding(args) -> list[dict]:
     special = dict(pad_token_id=0, decoder_start_token_id=101, bos_token_id=101, eos_token_id=None)
     config = FastformerConfig(**args.size, **special, max_position_embeddings=max(args.source_lengths))
     model = FastformerForConditionalGeneration(config).eval()
-    state_bytes = sum(tensor.numel() * tensor.element_size() for tensor in export.initial_state(config, 1))
+    state_bytes = sum(tensor.numel() * tensor.element_size() for tensor in initial_state(config, 1))
     rows, greedy = [], dict(do_sample=False, num_beams=1, max_new_tokens=args.new_tokens)
     with tempfile.TemporaryDirectory() as folder:
-        export.export_seq2seq_onnx(model, folder)
-        sessions = export.onnx_sessions(folder, args.threads)  # built once, outside the timing
+        export_seq2seq_onnx(model, folder)
+        sessions = onnx_sessions(folder, args.threads)  # built once, outside the timing
         for length in args.source_lengths:
             ids = np.random.default_rng(0).integers(1000, config.vocab_size, size=(1, length))
             mask = np.ones_like(ids)
             pytorch = dict(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask), **greedy)
             calls = {
                 "PyTorch generate": lambda: model.generate(**pytorch).numpy(),
-                "ONNX Runtime loop": lambda: export.onnx_greedy_generate(sessions, config, ids, mask, args.new_tokens),
+                "ONNX Runtime loop": lambda: onnx_greedy_generate(sessions, config, ids, mask, args.new_tokens),
             }
             tokens = [call() for call in calls.values()]
             same = bool((tokens[0] == tokens[1]).all())

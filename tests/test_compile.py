@@ -20,7 +20,7 @@ from fastformer import (
     FastformerForSequenceClassification,
     FastformerModel,
 )
-from fastformer.export import state_tensors
+from export_seq2seq_onnx import state_tensors
 from tests.conftest import empty_cache
 
 

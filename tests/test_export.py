@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
+from export_seq2seq_onnx import export_seq2seq_onnx, initial_state, onnx_greedy_generate, onnx_sessions
 from fastformer import (
     FastformerCopyForConditionalGeneration,
     FastformerForConditionalGeneration,
@@ -20,17 +21,7 @@ from fastformer import (
     FastformerModel,
 )
 from fastformer.cli import export_onnx
-from fastformer.export import (
-    EXAMPLE_SHAPE,
-    OUTPUT_NAMES,
-    export_program,
-    export_seq2seq_onnx,
-    exported_attention_mode,
-    initial_state,
-    onnx_greedy_generate,
-    onnx_sessions,
-    using_attention_mode,
-)
+from fastformer.export import EXAMPLE_SHAPE, OUTPUT_NAMES, export_program, exported_attention_mode, using_attention_mode
 from fastformer.export import export_onnx as export_onnx_file
 from tests.in_process import run_in_process
 
@@ -181,7 +172,7 @@ def test_torch_export_of_the_default_mode_runs_at_every_length_as_berts(build, h
 
 
 def test_export_refuses_what_it_cannot_export(build):
-    with pytest.raises(ValueError, match="export the encoder-decoder with export_seq2seq_onnx"):
+    with pytest.raises(ValueError, match="export the encoder-decoder with scripts/export_seq2seq_onnx.py"):
         export_program(build(FastformerForConditionalGeneration))
     with pytest.raises(ValueError, match="export_seq2seq_onnx exports a FastformerForConditionalGeneration"):
         export_seq2seq_onnx(build(FastformerModel), "unused")

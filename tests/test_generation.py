@@ -14,7 +14,7 @@ from fastformer import (
     FastformerForCausalLM,
     FastformerForConditionalGeneration,
 )
-from fastformer.export import state_tensors
+from export_seq2seq_onnx import state_tensors
 from fastformer.modeling_fastformer import FastformerCrossAttention
 from tests.conftest import empty_cache
 
