@@ -43,11 +43,8 @@ GROUPED = ["--no_pad_to_max_length", "--train_sampling_strategy", "group_by_leng
 README = "--base_model sentence-transformers/all-MiniLM-L6-v2 --max_position_embeddings 8192 --distill_file {}"
 LEVERS = {
     "no-transfer": "--max_steps 0 --end_to_end_steps 0",
-    "least-squares": "--least_squares_start true --max_steps 0 --end_to_end_steps 0",
     "layerwise": "--end_to_end_steps 0",
-    "ls-layerwise": "--least_squares_start true --end_to_end_steps 0",
     "e2e-all": "--end_to_end_matched all",
-    "ls200": "--least_squares_start true --max_steps 200 --end_to_end_steps 500 --end_to_end_matched all",
     "e2e-lr1e-3": "--end_to_end_learning_rate 1e-3 --end_to_end_matched all",
     "e2e700": "--end_to_end_steps 700 --end_to_end_matched all",
     "e2e-last": "--end_to_end_matched last",
@@ -107,7 +104,7 @@ def conversion(args) -> None:
     texts after each step of the conversion, and the step's minutes."""
     settings = read_json(args.converted / "conversion.json")
     distillation = settings["distillation"]
-    steps = {"least-squares start": distillation.get("least_squares_start"), **distillation["stages"]}
+    steps = distillation["stages"]
     rows = [{"after": "conversion alone", "minutes": 0.0, **distillation["before"]}]
     rows += [{"after": name, "minutes": step["seconds"] / 60, **step["after"]} for name, step in steps.items() if step]
     print(harness.rows_table(rows), flush=True)
@@ -272,7 +269,7 @@ def finetune(args) -> list[dict]:
 def conversion_result(settings: dict) -> dict:
     """A conversion's seconds (of the distillation, and in all) and its errors after its last step."""
     distillation = settings["distillation"]
-    steps = [*filter(None, [distillation.get("least_squares_start")]), *distillation["stages"].values()]
+    steps = list(distillation["stages"].values())
     seconds = sum(step["seconds"] for step in steps)
     after = steps[-1]["after"] if steps else distillation["before"]
     return {"distill_seconds": seconds, "conversion_seconds": settings["seconds"], "after": after}

@@ -68,57 +68,6 @@ def problem_type(config) -> str:
     return config.problem_type or ("regression" if config.num_labels == 1 else "single_label_classification")
 
 
-@torch.no_grad()
-def least_squares_start(student: FastformerModel, teacher: PreTrainedModel, batches, ridge: float = 1e-3) -> list:
-    """Fit every layer's W_r and bias (`attention.transform`) in closed form: least squares (float64, ridge `ridge`
-    x the Gram matrix's mean diagonal, the bias free) over the real tokens of `batches`, so that W_r u_i + b_r (u_i:
-    the additive attention of the teacher's input of the layer, less any query residual) gives the teacher's
-    self-attention context. The other weights stay. Returns per layer the unexplained variance left."""
-    student = student.base_model  # a classifier's encoder
-    layers = student.layers
-    size, sums = student.config.hidden_size, dict(dtype=torch.float64, device=student.device)
-    gram = torch.zeros(len(layers), size + 1, size + 1, **sums)
-    cross = torch.zeros(len(layers), size + 1, size, **sums)
-    squares = torch.zeros(len(layers), **sums)  # sum ||c_i||^2
-    target_sums = torch.zeros(len(layers), size, **sums)  # sum c_i
-    counts = torch.zeros(len(layers), **sums)
-    with (
-        _recorded([layer.attention.self for layer in teacher.encoder.layer]) as contexts,
-        _recorded([layer.attention.transform for layer in layers], read_input=True) as inputs,
-    ):
-        for batch in batches:
-            input_ids, mask = batch["input_ids"].to(student.device), batch["attention_mask"].to(student.device)
-            contexts.clear()
-            hidden_states, _ = teacher_targets(teacher, input_ids, mask)
-            real = mask.to(torch.bool)
-            for index, layer in enumerate(layers):
-                inputs.clear()
-                layer.attention(hidden_states[index], mask)
-                features = inputs[0][real].double()
-                target = contexts[index][real].double()
-                if layer.attention.query_residual:
-                    target = target - layer.attention.query(hidden_states[index])[real].double()
-                features = torch.cat([features, torch.ones_like(features[:, :1])], dim=1)
-                gram[index] += features.T @ features
-                cross[index] += features.T @ target
-                squares[index] += target.square().sum()
-                target_sums[index] += target.sum(dim=0)
-                counts[index] += len(target)
-    errors = []
-    for index, layer in enumerate(layers):
-        penalty = torch.zeros(size + 1, **sums)
-        penalty[:size] = ridge * gram[index].diagonal()[:size].mean()
-        solution = torch.linalg.solve(gram[index] + torch.diag(penalty), cross[index])  # (size + 1, size)
-        transform = layer.attention.transform
-        transform.weight.copy_(solution[:size].T.to(transform.weight.dtype))
-        transform.bias.copy_(solution[size].to(transform.bias.dtype))
-        # sum ||W f_i - c_i||^2 = sum ||c_i||^2 - 2 tr(W^T F^T C) + tr(W^T F^T F W), F^T F and F^T C summed above
-        residual = squares[index] - 2 * (solution * cross[index]).sum() + (solution.T @ gram[index] @ solution).trace()
-        total = squares[index] - target_sums[index].square().sum() / counts[index]
-        errors.append((residual / total).item())
-    return errors
-
-
 def teacher_targets(teacher: PreTrainedModel, input_ids, attention_mask) -> tuple[tuple[torch.Tensor, ...], list]:
     """The teacher's hidden states (embeddings, then after every layer) and every layer's attention sub-layer
     output, without gradients."""
@@ -129,13 +78,12 @@ def teacher_targets(teacher: PreTrainedModel, input_ids, attention_mask) -> tupl
 
 
 @contextlib.contextmanager
-def _recorded(modules, read_input: bool = False):
-    """A list of every call's output (its first element), or with `read_input` its first input, of `modules` while
-    the context lasts."""
+def _recorded(modules):
+    """A list of every call's output (its first element) of `modules` while the context lasts."""
     found = []
 
     def record(module, args, output):
-        found.append(args[0] if read_input else output[0])
+        found.append(output[0])
 
     hooks = [module.register_forward_hook(record) for module in modules]
     try:
@@ -359,7 +307,6 @@ __all__ = [
     "AttentionTransfer",
     "TransferOutput",
     "embedding_cosine",
-    "least_squares_start",
     "logit_distillation_loss",
     "prediction_agreement",
     "problem_type",

@@ -177,8 +177,6 @@ def write_conversion_card(
     stages = []
     if distillation:
         after = [("conversion alone", distillation["before"])]
-        if "least_squares_start" in distillation:
-            after.append(("least-squares start", distillation["least_squares_start"]["after"]))
         after += [(name, stage["after"]) for name, stage in distillation["stages"].items()]
         for name, errors in after:
             row = {key: ", ".join(f"{error:.3f}" for error in errors[key]) for key in ("attention", "hidden")}

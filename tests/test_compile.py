@@ -14,13 +14,13 @@ import pytest
 import torch
 from transformers import CompileConfig
 
+from export_seq2seq_onnx import state_tensors
 from fastformer import (
     FastformerForCausalLM,
     FastformerForConditionalGeneration,
     FastformerForSequenceClassification,
     FastformerModel,
 )
-from export_seq2seq_onnx import state_tensors
 from tests.conftest import empty_cache
 
 

@@ -48,7 +48,6 @@ from fastformer.conversion import (
 from fastformer.distillation import (
     AttentionTransfer,
     embedding_cosine,
-    least_squares_start,
     logit_distillation_loss,
     teacher_targets,
     transfer_attention,
@@ -450,44 +449,6 @@ def test_end_to_end_stage_can_match_the_pooled_embedding(bert, tokenizer, tmp_pa
     assert "learns the teacher's last hidden state end to end" in str(card)
 
 
-@pytest.mark.parametrize("query_residual", [False, True])
-def test_least_squares_start_fits_w_r_to_the_teachers_contexts(bert, tokenizer, query_residual):
-    """W_r and its bias solve the least-squares problem (the gradient of its loss vanishes there), the reported
-    error is that loss's unexplained variance, and the attention sub-layers start closer to the teacher's."""
-    student = convert_bert(bert, query_residual=query_residual)
-    batches = [tokenizer(text, return_tensors="pt") for text in TEXTS[:6]]  # unpadded: the check runs without a mask
-    before = transfer_errors(student, bert, held_out(tokenizer))["attention"]
-    errors = least_squares_start(student, bert, batches, ridge=0.0)
-    padded = convert_bert(bert, query_residual=query_residual)  # padding does not change the fit
-    least_squares_start(padded, bert, [tokenizer(TEXTS[:6], padding=True, return_tensors="pt")], ridge=0.0)
-    for layer, other in zip(student.layers, padded.layers, strict=True):
-        torch.testing.assert_close(
-            other.attention.transform.weight, layer.attention.transform.weight, rtol=1e-4, atol=1e-5
-        )
-    after = transfer_errors(student, bert, held_out(tokenizer))["attention"]
-    assert all(error_after < error_before for error_before, error_after in zip(before, after, strict=True))
-    for index, layer in enumerate(student.layers):
-        features, targets = [], []
-        hook = layer.attention.transform.register_forward_hook(lambda module, args, output: features.append(args[0]))
-        for batch in batches:
-            real = batch["attention_mask"].bool()
-            hidden_states, _ = teacher_targets(bert, batch["input_ids"], batch["attention_mask"])
-            context = bert.encoder.layer[index].attention.self(hidden_states[index])[0]
-            if query_residual:
-                context = context - layer.attention.query(hidden_states[index])
-            features.clear()
-            with torch.no_grad():
-                layer.attention(hidden_states[index], batch["attention_mask"])
-            targets.append((features[0][real].detach(), context[real].detach()))
-        hook.remove()
-        transform = layer.attention.transform
-        loss = sum((transform(u) - c).square().sum() for u, c in targets)
-        gradients = torch.autograd.grad(loss, [transform.weight, transform.bias])
-        assert max(gradient.abs().max() for gradient in gradients) < 1e-3 * loss
-        total = sum((c - torch.cat([c for _, c in targets]).mean(0)).square().sum() for _, c in targets)
-        assert errors[index] == pytest.approx((loss / total).item(), rel=1e-3)
-
-
 def test_transfer_stage_refuses_unknown_stages_and_shared_layers(bert, build):
     with pytest.raises(ValueError, match="`stage` must be one of"):
         AttentionTransfer(convert_bert(bert), bert, "attention")
@@ -774,7 +735,7 @@ def test_sentence_transformers_modules_a_fastformer_cannot_carry_are_refused(ber
 @pytest.mark.parametrize("model_type", ["roberta", "electra"])
 def test_script_converts_other_sources_with_the_attention_transfer(model_type, tokenizer, tmp_path):
     """A RoBERTa (positions after padding_idx) and an ELECTRA (narrower embeddings) through the whole script, with
-    the least-squares start: it and the transfer lower the error against the teacher, and the folder loads with
+    the attention transfer: it lowers the error against the teacher, and the folder loads with
     the Auto classes of an encoder."""
     source = tmp_path / model_type
     noisy(SOURCES[model_type](len(tokenizer))).save_pretrained(source)
@@ -807,19 +768,14 @@ def test_script_converts_other_sources_with_the_attention_transfer(model_type, t
             "true",
             "--save_strategy",
             "no",
-            "--least_squares_start",
-            "--least_squares_batches",
-            "2",
         ]
     )
     report = json.loads((output / "conversion.json").read_text())
     assert report["source_max_position_embeddings"] == POSITIONS
     distillation = report["distillation"]
     before = distillation["before"]["attention"]
-    for after in (distillation["least_squares_start"]["after"], distillation["stages"]["layerwise"]["after"]):
-        assert all(error < start for start, error in zip(before, after["attention"], strict=True))
-    assert distillation["least_squares_start"]["batches"] == 2
-    assert "| least-squares start |" in (output / "README.md").read_text()
+    after = distillation["stages"]["layerwise"]["after"]
+    assert all(error < start for start, error in zip(before, after["attention"], strict=True))
     encoder = AutoModel.from_pretrained(output)
     assert isinstance(encoder, FastformerModel) and encoder.config.max_position_embeddings == POSITIONS
     masked_lm = AutoModelForMaskedLM.from_pretrained(output)  # its head maps back to the embeddings' width

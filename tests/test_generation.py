@@ -8,13 +8,13 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from benchmarks.decoding import cache_nbytes
+from export_seq2seq_onnx import state_tensors
 from fastformer import (
     FastformerCacheLayer,
     FastformerCopyConfig,
     FastformerForCausalLM,
     FastformerForConditionalGeneration,
 )
-from export_seq2seq_onnx import state_tensors
 from fastformer.modeling_fastformer import FastformerCrossAttention
 from tests.conftest import empty_cache
 

@@ -53,7 +53,6 @@ from fastformer.distillation import (
     MATCHED,
     STAGES,
     embedding_cosine,
-    least_squares_start,
     prediction_agreement,
     problem_type,
     transfer_attention,
@@ -125,11 +124,6 @@ class DistillationArguments:
         default=2, metadata={"help": "Held-out share of --distill_file on which the per-layer errors are reported."}
     )
     max_eval_samples: int | None = field(default=128, metadata={"help": "Keep at most N held-out texts."})
-    least_squares_start: bool = field(
-        default=False,
-        metadata={"help": "Before the layerwise stage, fit every layer's W_r to the teacher by least squares."},
-    )
-    least_squares_batches: int = field(default=8, metadata={"help": "Batches of the --least_squares_start fit."})
     end_to_end_steps: int = field(default=350, metadata={"help": "Steps of the end-to-end stage (0: skip it)."})
     end_to_end_learning_rate: float = field(
         default=3e-4, metadata={"help": "Learning rate of the end-to-end stage (--learning_rate: the layerwise one)."}
@@ -295,18 +289,6 @@ def distill(student, teacher, tokenizer, distill_args, training_args, output_dir
     report = {"train_texts": len(train), "held_out_texts": len(held_out), "stages": {}}
     report["before"] = measure(student, teacher, evaluation, head)
     print_errors("before the transfer", report["before"])
-    if distill_args.least_squares_start:
-        started = time.perf_counter()
-        size = training_args.per_device_train_batch_size
-        fit = batches(train.select(range(min(len(train), size * distill_args.least_squares_batches))), tokenizer, size)
-        context_errors = least_squares_start(student, teacher, fit)
-        report["least_squares_start"] = {
-            "batches": len(fit),
-            "context_errors": context_errors,
-            "seconds": round(time.perf_counter() - started, 1),
-            "after": measure(student, teacher, evaluation, head),
-        }
-        print_errors("after the least-squares start", report["least_squares_start"]["after"])
     settings = {
         "layerwise": dict(max_steps=training_args.max_steps, learning_rate=training_args.learning_rate),
         "end_to_end": dict(
@@ -424,7 +406,6 @@ def main(args: list[str] | None = None):
             text_column=distill_args.text_column,
             max_seq_length=distill_args.max_seq_length,
             seed=training_args.seed,
-            least_squares_start=distill_args.least_squares_start,
             label_column=distill_args.label_column,
             **{name: value for name, value in losses.items() if name != "teacher_head"},
         )
