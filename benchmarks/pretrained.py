@@ -61,6 +61,8 @@ CLASSIFIER_LEVERS = {
     "default": "",
     "short": "--max_steps 200 --end_to_end_steps 300 --max_seq_length 128",
     "e2e900": "--max_steps 200 --end_to_end_steps 900 --max_seq_length 128",
+    # 20 Newsgroups' whole training split (11,293 texts, --shared-data), the bundled 2,400 among them
+    "all-train900": "--max_steps 200 --end_to_end_steps 900 --max_seq_length 128 --distill_file {shared}",
 }
 CONVERTED, TEACHER = "converted Fastformer", "teacher (BERT, positions extended)"  # the long and memory parts' models
 # the memory part: the feed-forward blocks whole (0) and in chunks of this many tokens (FastformerConfig's default;
@@ -440,7 +442,8 @@ def classifier(args) -> list[dict]:
     )
     for lever in args.classifier_levers:
         folder = args.work / "classifier" / lever
-        flags = f"{CLASSIFIER.format(SPLITS['newsgroups'])} {CLASSIFIER_LEVERS[lever]}"
+        lever_flags = CLASSIFIER_LEVERS[lever].format(shared=args.shared_data / "20newsgroups" / "train.jsonl")
+        flags = f"{CLASSIFIER.format(SPLITS['newsgroups'])} {lever_flags}"
         found = convert(
             str(teacher_folder), folder, flags, lambda done: conversion_result(read_json(done / "conversion.json"))
         )
