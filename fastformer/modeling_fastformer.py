@@ -1294,7 +1294,8 @@ class FastformerSeq2SeqModel(FastformerPreTrainedModel):
             The generation state to continue: a constant-size pooled state, not keys and values.
         """
         use_cache = use_cache if use_cache is not None else self.config.use_cache
-        # a given cache checked before the encoder runs (the decoder takes it as it is then)
+        # a given cache checked before the encoder runs: PEFT's prefix tuning passes keys and values with a
+        # mask widened for them, which the encoder would refuse with a message about the mask
         target = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
         if cache is not None and encoder_outputs is None and target is not None:
             cache = self.decoder.checked_cache(cache, use_cache, target.shape[0])
