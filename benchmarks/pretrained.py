@@ -91,8 +91,9 @@ def parse_args(argv=None):
     parser.add_argument("--levers", nargs="+", choices=LEVERS, default=list(LEVERS), help="the levers part's")
     parser.add_argument("--classifier-levers", nargs="+", choices=CLASSIFIER_LEVERS, default=["default"])
     args = parser.parse_args(argv)
-    if args.converted is None and not set(args.parts) <= {"residual", "levers", "memory", "classifier"}:
-        parser.error("--converted is required but for the parts residual, levers, memory and classifier alone")
+    alone = {"residual", "levers", "memory", "classifier", "classifier-speed"}
+    if args.converted is None and not set(args.parts) <= alone:
+        parser.error(f"--converted is required but for the parts {', '.join(sorted(alone))} alone")
     args.teacher = args.teacher or harness.minilm()
     return args
 
@@ -306,13 +307,17 @@ def levers(args) -> list[dict]:
     return rows
 
 
-def extended_teacher(teacher: str, length: int, **config_overrides) -> BertModel:
-    """The teacher with its positions extended to `length` as the conversion extends them."""
-    bert = BertModel.from_pretrained(teacher, add_pooling_layer=False)
+def extended_teacher(teacher: str, length: int, model_class=BertModel, **config_overrides) -> BertModel:
+    """The teacher (`model_class`, by default the bare encoder) with its positions extended to `length` as the
+    conversion extends them."""
+    options = {"add_pooling_layer": False} if model_class is BertModel else {}
+    bert = model_class.from_pretrained(teacher, **options)
     config = BertConfig(**{**bert.config.to_dict(), "max_position_embeddings": length, **config_overrides})
-    extended = BertModel(config, add_pooling_layer=False)
-    positions = extend_positions(bert.embeddings.position_embeddings.weight.detach(), length)
-    extended.load_state_dict({**bert.state_dict(), "embeddings.position_embeddings.weight": positions})
+    extended = model_class(config, **options)
+    state = bert.state_dict()
+    name = next(key for key in state if key.endswith("embeddings.position_embeddings.weight"))
+    state[name] = extend_positions(state[name], length)
+    extended.load_state_dict(state)
     return extended.eval()
 
 
@@ -465,6 +470,30 @@ def classifier(args) -> list[dict]:
 PARTS = {"conversion": conversion, "residual": residual, "agreement": agreement, "finetune": finetune}
 PARTS.update({"levers": levers, "long": long_inputs, "documents": documents, "memory": memory})
 PARTS["classifier"] = classifier
+
+
+def classifier_model(converted: Path, teacher: Path, name: str, length: int):
+    """The converted classifier, or the fine-tuned teacher with its positions extended to `length`."""
+    if name == CONVERTED:
+        return transformers.AutoModelForSequenceClassification.from_pretrained(converted).eval()
+    return extended_teacher(str(teacher), length, transformers.BertForSequenceClassification)
+
+
+def classifier_speed(args) -> list[dict]:
+    """The classifier part's first --classifier-levers conversion and its teacher at each of --lengths: the median of
+    3 forwards, the peak past a 16-token one."""
+    teacher = row_dir(args, "newsgroups", "teacher") / f"seed{args.seeds[0]}"
+    converted = args.work / "classifier" / args.classifier_levers[0]
+    rows = []
+    for length in args.lengths:
+        for name in (CONVERTED, TEACHER):
+            build_args = (converted, teacher, name, max(args.lengths))
+            rows.append({"model": name, "tokens": length, **forward(args, classifier_model, build_args, length, 16, 3)})
+    print(harness.rows_table(rows), flush=True)
+    return rows, {"converted": str(converted)}
+
+
+PARTS["classifier-speed"] = classifier_speed
 
 
 def main(argv=None):

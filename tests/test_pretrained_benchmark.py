@@ -212,3 +212,11 @@ def test_classifier_part_converts_the_fine_tuned_teacher_with_its_head(benchmark
     assert len(benchmark.runs) == 2  # the teacher's fine-tuning, its conversion
     config = json.loads((benchmark.records.parent / "work" / "classifier" / "toy" / "config.json").read_text())
     assert config["architectures"] == ["FastformerForSequenceClassification"] and len(config["id2label"]) == 3
+
+    monkeypatch.setattr(harness, "peak_megabytes", lambda prepare, *args, **options: prepare(*args)() and 1.5)
+    benchmark("--parts", "classifier-speed", "--classifier-levers", "toy", "--seeds", "0", "--lengths", "64", "512")
+    speed = record(benchmark.records, "classifier-speed")["rows"]
+    names = [(row["model"], row["tokens"]) for row in speed]
+    assert names == [(name, length) for length in (64, 512) for name in (pretrained.CONVERTED, pretrained.TEACHER)]
+    assert all(row["forward_ms"] > 0 and row["peak_mb"] == 1.5 for row in speed)
+    assert len(benchmark.runs) == 2  # nothing trained again
