@@ -548,3 +548,6 @@ def test_compared_records_are_read_by_their_keys(tmp_path):
     path.write_text(json.dumps(record))
     row = summarization.compared(f"{path}#rows.fastformer")
     assert row == {"label": "record#rows.fastformer", "test": {"rouge1": 26.0}, "predictions": ["a b", "c"]}
+    edited = {"test": {"rouge1": 27.0}, "predictions": ["A b", "C"]}
+    path.write_text(json.dumps({**record["rows"]["fastformer"], "edited": edited}))
+    assert summarization.compared(str(path))["edited"] == edited

@@ -372,14 +372,16 @@ def main(argv=None):
 
 
 def compared(spec: str) -> dict:
-    """A record given as FILE#KEY.KEY, as a row of the tables: its test scores and predictions, labelled by `spec`."""
+    """A record given as FILE#KEY.KEY, as a row of the tables: its test scores and predictions (and its post-edited
+    ones, "edited", where it has them), labelled by `spec`."""
     path, _, keys = spec.partition("#")
     found = read_json(REPO / path)
     for key in filter(None, keys.split(".")):
         found = found[key]
     test = found.get("test_rouge", found.get("test", {}))
     label = Path(path).stem + (f"#{keys}" if keys else "")
-    return {"label": label, "test": test, "predictions": found["predictions"]}
+    edited = {"edited": found["edited"]} if "edited" in found else {}  # tabulated as a row of its own after it
+    return {"label": label, "test": test, "predictions": found["predictions"], **edited}
 
 
 if __name__ == "__main__":
