@@ -1,10 +1,6 @@
-"""What the models check before they compute: a ValueError naming the argument, the expected and the given value.
-
-Shapes and dtypes are always checked (known on the host, free). Values (ids outside the vocabulary, class ids >=
-num_labels, token types >= type_vocab_size) only inside `value_checks()`: reading them makes the host wait for the
-device, so by default they are not read (as in transformers' models; a bad id then fails inside torch: rerun the
-step inside `value_checks()` for the message). They are skipped while torch.compile traces.
-"""
+"""Input checks of the models: a ValueError naming the argument, the expected and the given value. Shapes and dtypes
+are always checked; values (ids, labels, token types) only inside `value_checks()`, as reading them waits for the
+device."""
 
 import contextlib
 import contextvars
@@ -20,7 +16,7 @@ _VALUE_CHECKS = contextvars.ContextVar("fastformer_value_checks", default=False)
 
 @contextlib.contextmanager
 def value_checks(enabled: bool = True):
-    """`with value_checks():` the models read their inputs' values and name a bad one, on any device."""
+    """`with value_checks():` the models read their inputs' values and name a bad one (else it fails inside torch)."""
     token = _VALUE_CHECKS.set(bool(enabled))
     try:
         yield

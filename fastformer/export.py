@@ -1,10 +1,5 @@
-"""Fastformer as graphs for deployment: `torch.export` programs and ONNX files (`torch.onnx.export(dynamo=True)`;
-optimum does not install beside transformers 5), with dynamic batch and sequence axes.
-
-A graph holds one attention mode (`set_additive_attention_mode`). "auto", which chooses by the batch's shape, is
-exported as the mode with the least arithmetic from hidden_size / 2 tokens on: "collapsed" for the "product"
-interaction, else "plain" (as `FastformerLayer.uses_collapsed_attention` under `torch.export`).
-"""
+"""Fastformer encoder heads as `torch.export` programs and ONNX files (`torch.onnx.export(dynamo=True)`), with dynamic
+batch and sequence axes. A graph holds one attention mode (`set_additive_attention_mode`)."""
 
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,8 +19,8 @@ EXAMPLE_SHAPE = (2, 16)  # the example inputs traced; every other batch size and
 
 
 def exported_attention_mode(model) -> str:
-    """The attention mode a graph of `model` holds: its encoder layers' (`set_additive_attention_mode`), with "auto"
-    resolved as the module docstring says; layers set apart to different modes are refused."""
+    """The attention mode a graph of `model` holds: its encoder layers'; "auto" as the least arithmetic from
+    hidden_size / 2 tokens on ("collapsed" for the "product" interaction, else "plain"). Mixed modes are refused."""
     modes = {module.attention_mode for module in model.modules() if isinstance(module, FastformerLayer)}
     if len(modes) > 1:
         raise ValueError(

@@ -1,7 +1,5 @@
 """The paper's math as pure functions of tensors: Wu et al., "Fastformer: Additive Attention Can Be All You Need"
-(arXiv:2108.09084), Eqs. 3-6. No config, no modules: the layers in `modeling_fastformer.py` map a config to these
-functions, and the tests compare them with `naive`'s float64 loops. Shapes: B batch, H heads, N tokens, D head size.
-"""
+(arXiv:2108.09084), Eqs. 3-6, and the copy head's. Shapes: B batch, H heads, N tokens, D head size."""
 
 import math
 from typing import NamedTuple

@@ -1,7 +1,5 @@
-"""The model cards (README.md) written next to a trained or a converted checkpoint: `ModelCard.from_template`
-(jinja2, the [train] extra) renders the package's model_cards/fastformer.md or converted.md, with the metadata
-(license, tags, datasets, a model-index of the evaluation results) from a `ModelCardData`.
-"""
+"""The model cards (README.md) of trained and converted checkpoints, rendered from the package's model_cards/
+templates by `ModelCard.from_template` (jinja2, the [train] extra) with `ModelCardData` metadata."""
 
 from importlib.resources import files
 from pathlib import Path

@@ -1,9 +1,6 @@
-"""Fastformer models for transformers: the encoder, its task heads, and the generative models.
-
-The encoder layer is BERT-style post-LN, as in the authors' code; the decoder's causal attention
-carries a constant-size state (`FastformerCacheLayer`) through generation. This file imports the
-package only relatively, so that a saved checkpoint carries it as Hub code.
-"""
+"""Fastformer models for transformers: the encoder (post-LN, as the authors' code), its task heads
+and the generative models, whose decoder carries a constant-size state (`FastformerCacheLayer`).
+Relative imports only, so that a saved checkpoint carries this file as Hub code."""
 
 import math
 from collections.abc import Callable

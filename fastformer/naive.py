@@ -1,10 +1,6 @@
-"""The paper's equations as plain float64 loops: the reference every fast path is tested against.
-
-Wu et al., "Fastformer: Additive Attention Can Be All You Need" (arXiv:2108.09084), Eqs. 3-6, written one
-sequence, one head and one token at a time, with nothing folded, batched or streamed. Slow by design: use it
-to check `fastformer.functional` (and your own kernels) on small inputs, as tests/test_functional.py and
-benchmarks/parity.py do. Arguments and shapes as `functional.additive_attention`; results are float64.
-"""
+"""The paper's equations (Wu et al., arXiv:2108.09084, Eqs. 3-6) and the copy head's as plain float64 loops, one
+sequence, head and token at a time: the slow reference that `fastformer.functional` is checked against. Arguments and
+shapes as `functional`'s."""
 
 import math
 

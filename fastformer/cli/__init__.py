@@ -1,13 +1,7 @@
-"""The tools installed as commands (pyproject.toml's [project.scripts]); `scripts/` runs the same from a checkout.
+"""The installed commands (pyproject.toml's [project.scripts]) and helpers they share with the training scripts.
 
-- `fastformer-convert`: convert_bert_to_fastformer.py (a BERT-family checkpoint as a Fastformer; the [train] extra)
-- `fastformer-export-onnx`: export_onnx.py (an encoder checkpoint as ONNX, checked on ONNX Runtime; the [onnx] extra)
-- `fastformer-push-to-hub`: push_to_hub.py (a finished output folder to the Hub; no extra)
-
-Not imported by `import fastformer`. After a bare `pip install fastformer` each command answers `--help`, and one
-whose extra is missing stops with one line naming it (`require_extra`). The other helpers serve the training scripts
-too.
-"""
+`fastformer-convert` needs the [train] extra, `fastformer-export-onnx` the [onnx] one, `fastformer-push-to-hub` none;
+without its extra a command still answers `--help` and stops a run with one line (`require_extra`)."""
 
 import importlib.util
 import logging
