@@ -30,8 +30,7 @@ def values_checked() -> bool:
 
 
 def _values_outside(tensor, low, high, allowed=()):
-    """The first value of `tensor` outside [low, high) and not in `allowed`; None if none, or unless
-    `values_checked()`."""
+    """The first value of `tensor` outside [low, high) and not in `allowed`; None if none or not `values_checked()`."""
     if tensor.numel() == 0 or not values_checked():
         return None
     smallest, largest = torch.aminmax(tensor)
@@ -71,8 +70,8 @@ def check_position_ids(position_ids, shape, max_positions: int):
 
 
 def check_inputs(input_ids, inputs_embeds, config, name="input_ids") -> tuple[int, int]:
-    """Exactly one of token ids in the vocabulary (batch, seq_len) or embeddings (batch, seq_len, embedding_size);
-    returns (batch, seq_len). `name`: the argument's, for the messages (e.g. "decoder_input_ids")."""
+    """Exactly one of token ids (batch, seq_len) or embeddings (batch, seq_len, embedding_size), named `name` in the
+    messages; returns (batch, seq_len)."""
     embeds_name = name.replace("input_ids", "inputs_embeds")
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError(f"Pass exactly one of `{name}` and `{embeds_name}`")
@@ -98,8 +97,7 @@ def check_inputs(input_ids, inputs_embeds, config, name="input_ids") -> tuple[in
 
 
 def checked_token_labels(labels, config, shape=None) -> torch.Tensor:
-    """Per-token labels, ids in the vocabulary or -100, of shape (batch, seq_len) or `shape`; returned contiguous
-    long (transformers' losses `view` them)."""
+    """Per-token labels, ids or -100, of shape (batch, seq_len) or `shape`, as contiguous long (losses `view` them)."""
     expected = "(batch, seq_len)" if shape is None else str(tuple(shape))
     if labels.dim() != 2 or (shape is not None and tuple(labels.shape) != tuple(shape)):
         raise ValueError(f"`labels` must have shape {expected}, got {tuple(labels.shape)}")
@@ -113,8 +111,7 @@ def checked_token_labels(labels, config, shape=None) -> torch.Tensor:
 
 
 def checked_classification_labels(labels, config, batch_size) -> torch.Tensor:
-    """Labels as transformers' sequence-classification loss reads them for the problem type it will use; returned
-    contiguous."""
+    """Labels as transformers' sequence-classification loss reads them for its problem type, contiguous."""
     num_labels = config.num_labels
     problem_type = config.problem_type
     if problem_type is None:  # transformers' inference, so that the message names the type it would pick
@@ -173,8 +170,8 @@ FLASH_PACKING_KEYWORDS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max
 
 
 def check_keywords(kwargs: dict, owner: str, causal: bool):
-    """Refuses the keywords in a forward's `**kwargs` that the model (`owner`) cannot honour: cross-attention
-    inputs, a cache given to an encoder (not `causal`), another `is_causal`, flash-attention's packing keywords."""
+    """Refuses keywords of a forward's `**kwargs` that `owner` cannot honour: cross-attention inputs, a cache given to
+    an encoder (not `causal`), another `is_causal`, flash-attention's packing keywords."""
     cross = [name for name in ("encoder_hidden_states", "encoder_attention_mask") if kwargs.get(name) is not None]
     if cross:
         raise ValueError(
