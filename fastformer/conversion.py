@@ -58,8 +58,7 @@ SHARED_CONFIG_FIELDS = (
     *("hidden_dropout_prob", "layer_norm_eps", "initializer_range", "pad_token_id"),
 )
 TASKS = ("encoder", "classification", "seq2seq")
-# how an encoder-decoder's cross-attention starts: the usual random initialization, or the projections of the
-# same layer's pretrained self-attention (Rothe et al., arXiv:1907.12461: fewer random weights)
+# an encoder-decoder's cross-attention starts random, or as the same layer's self-attention (Rothe et al., 2019)
 CROSS_ATTENTION_INITS = ("random", "self_attention")
 # sentence-transformers' pooling modes (6.x names, or flags pooling_mode_<name>) -> the same Fastformer pooler
 SENTENCE_TRANSFORMERS_POOLING = {"mean": "mean", "mean_tokens": "mean", "cls": "cls", "cls_token": "cls"}

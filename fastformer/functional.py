@@ -457,14 +457,12 @@ def causal_additive_pooling(
 
 
 def causal_mask(attention_mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """An attention mask (B, N) (non-zero for tokens) as the causal poolings add it to their logits: 0 for a token,
-    -inf for padding, in `dtype` (float32 or better)."""
+    """An attention mask (B, N) as the causal poolings add it to their logits: 0 for a token, -inf for padding."""
     return attention_mask.to(torch.bool).to(dtype).log()
 
 
 def _scaled_logits(logits, dim, attention_mask, dtype):
-    """logits (B, H, N) / sqrt(dim) in `dtype`, -inf for padding (attention_mask (B, N)); one operation for an
-    additive mask."""
+    """logits (B, H, N) / sqrt(dim) in `dtype`, -inf for padding (attention_mask (B, N), maybe additive)."""
     if attention_mask is not None and attention_mask.is_floating_point():
         return torch.add(attention_mask[:, None, :].to(dtype), logits, alpha=dim**-0.5)
     logits = logits.to(dtype) / math.sqrt(dim)
