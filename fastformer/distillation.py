@@ -54,8 +54,7 @@ def problem_type(config) -> str:
 
 
 def teacher_targets(teacher: PreTrainedModel, input_ids, attention_mask) -> tuple[tuple[torch.Tensor, ...], list]:
-    """The teacher's hidden states (embeddings, then after every layer) and every layer's attention sub-layer
-    output, without gradients."""
+    """The teacher's hidden states (embeddings, then every layer's) and attention sub-layer outputs, no gradients."""
     attention = [layer.attention for layer in teacher.encoder.layer]
     with torch.no_grad(), _recorded(attention) as attention_outputs:
         hidden_states = teacher(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)

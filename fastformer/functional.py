@@ -484,8 +484,7 @@ def _step_logits(token, weight, attention_mask, dtype):
 
 
 def _pooling_step(x, weight, attention_mask, state):
-    """`causal_additive_pooling` of one token, x (B, H, 1, D), in the fewest operators (no cast): the pooling moves
-    towards the token by its share of the softmax so far, exp(logit - log_normalizer) (a lerp)."""
+    """`causal_additive_pooling` of one token x (B, H, 1, D): a lerp towards it by its softmax share so far."""
     token = x[:, :, 0]  # (B, H, D)
     logit = _step_logits(token, weight, attention_mask, state.pooled.dtype)  # (B, H)
     log_normalizer = torch.logaddexp(state.log_normalizer, logit)
