@@ -58,8 +58,7 @@ COPY_AUTO_MAP = {
     "AutoModelForSeq2SeqLM": "copy_head.FastformerCopyForConditionalGeneration",
     "AutoModelForCausalLM": "copy_head.FastformerCopyForCausalLM",
 }
-# retired fields, dropped with a warning from saved configs: the copy head's and the short convolution's (here with
-# the value that leaves them out; `FastformerCopyConfig`'s) and three that change no output
+# retired fields, dropped with a warning; COPY_FIELDS (`FastformerCopyConfig`'s) with the values that leave them out
 COPY_FIELDS = {
     "copy_mechanism": False,
     "copy_spans": False,
@@ -85,8 +84,7 @@ class FastformerConfig(PreTrainedConfig):
     The defaults are the paper's classification model: hidden size 256, 16 heads, 2 layers, dropout 0.2, product
     interaction, query-value and layer-wise sharing, additive-attention pooling. A bad value raises `@strict`'s
     `StrictDataclassFieldValidationError` (at construction or assignment); fields that do not fit together raise its
-    `StrictDataclassClassValidationError` (at construction, `validate()` and `save_pretrained`). Saved for Hub code,
-    the config names every head in `auto_map`, and an encoder-decoder's declares the summarization pipeline.
+    `StrictDataclassClassValidationError` (at construction, `validate()` and `save_pretrained`).
 
     Args:
         vocab_size (`int`, defaults to 30522): number of token ids (bert-base-uncased WordPiece).
@@ -115,18 +113,15 @@ class FastformerConfig(PreTrainedConfig):
         chunk_size_feed_forward (`int`, defaults to 0, `PreTrainedConfig`'s field): feed-forward blocks run on at most
             this many tokens at a time (0: all at once); the same result, less activation memory without gradients.
         pooler_type (`str`, defaults to `"additive"`): how `FastformerModel` pools the last layer into `pooler_output`:
-            `"additive"` (the paper's: a tanh MLP scores each token, masked softmax, weighted sum), `"cls"` (the first
-            real token), `"mean"` (mean of real tokens), or `"cls_tanh"`, `"cls_relu"`, `"cls_gelu"` (the first real
-            token through a dense layer and that activation, as BERT-family classifier heads).
+            `"additive"` (the paper's attention pooling), `"cls"` (the first real token), `"mean"` (of real tokens),
+            or `"cls_tanh"`, `"cls_relu"`, `"cls_gelu"` (the first real token through a dense layer and activation).
 
     Generation (`FastformerForConditionalGeneration`, `FastformerForCausalLM`):
-        num_decoder_layers (`int`, *optional*): decoder layers; `num_hidden_layers` if None. The decoder uses the
-            encoder's switches, with causal (prefix) additive attention.
+        num_decoder_layers (`int`, *optional*): causal layers, with the encoder's switches; `num_hidden_layers` if None.
         cross_attention_type (`str`, defaults to `"softmax"`): how decoder tokens read the encoder output: `"softmax"`
             (multi-head scaled dot-product attention, caching the encoder's keys and values) or `"additive"` (one
             context per head, c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j, then c * q_t: O(1) per generated token).
-        tie_encoder_embeddings (`bool`, defaults to True): the encoder reads the decoder's word embeddings; False
-            gives it its own (e.g. a frozen encoder stays fixed while the decoder trains).
+        tie_encoder_embeddings (`bool`, defaults to True): the encoder shares the decoder's word embeddings.
         bos_token_id, decoder_start_token_id (`int`, *optional*): special ids for generation.
         eos_token_id (`int` or `list[int]`, *optional*): the id, or ids, that end a generated sequence.
         use_cache (`bool`, defaults to True): return the decoder's generation state (`FastformerCacheLayer`s).
@@ -292,9 +287,8 @@ class FastformerCopyConfig(FastformerConfig):
 
     Args:
         copy_spans (`bool`, defaults to False): the copy attention adds a learned gate g_t = u . h_t + c to the score
-            of every source position whose previous token is the decoder's input token t, so that copying continues
-            a span in order (an induction head, which additive attention cannot form). Reads the decoder's input ids
-            (`decoder_input_ids` or `labels`).
+            of every source position whose previous token is the decoder's input token t (`decoder_input_ids` or
+            `labels`): copying continues a span in order (an induction head, which additive attention cannot form).
         copy_context_window (`int`, defaults to 0): an odd window W of at least 3 (0: none): the copy head reads each
             source position as its encoder output plus a learned depthwise convolution (starting at zero) of the W
             outputs centred on it.
