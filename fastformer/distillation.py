@@ -262,8 +262,7 @@ def embedding_cosine(student: FastformerModel, teacher: PreTrainedModel, batches
 
 @torch.no_grad()
 def prediction_agreement(student: FastformerForSequenceClassification, teacher, teacher_head, batches) -> float:
-    """The share of texts on which a classifier `student` predicts the class (or every label) that `teacher` with
-    `teacher_head` does."""
+    """The share of texts on which a classifier `student` predicts the class (or labels) `teacher_head` does."""
     was_training = student.training
     student.eval()
     agreed, texts = 0, 0
