@@ -1,6 +1,5 @@
-"""Input checks of the models: a ValueError naming the argument, the expected and the given value. Shapes and dtypes
-are always checked; values (ids, labels, token types) only inside `value_checks()`, as reading them waits for the
-device."""
+"""Input checks: a ValueError naming the argument, the expected and the given value. Shapes and dtypes are always
+checked; values (ids, labels, token types) only inside `value_checks()`, as reading them waits for the device."""
 
 import contextlib
 import contextvars

@@ -37,8 +37,7 @@ SOURCE_MODELS = {
     "electra": ElectraModel,
 }
 SUPPORTED_MODEL_TYPES = tuple(SOURCE_MODELS)
-# model_type -> its *ForSequenceClassification's head: the pooler_type of its dense layer and activation on the first
-# token (BERT's pooler, DistilBERT's pre-classifier, ...), that layer's and the classifier's modules
+# model_type -> its *ForSequenceClassification's head: the pooler_type, the dense layer's and the classifier's modules
 CLASSIFIER_HEADS = {
     "bert": ("cls_tanh", "bert.pooler.dense", "classifier"),
     "roberta": ("cls_tanh", "classifier.dense", "classifier.out_proj"),

@@ -34,8 +34,7 @@ class SpanGate(nn.Linear):
 
 
 class SourceContext(nn.Module):
-    """The copy head's source states with their neighbours (`copy_context_window`): every encoder output plus a
-    learned depthwise convolution of the window centred on it (`functional.source_context`), starting at zero."""
+    """The copy head's source states with their neighbours (`copy_context_window`, `functional.source_context`)."""
 
     def __init__(self, hidden_size: int, window: int):
         super().__init__()

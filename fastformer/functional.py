@@ -287,8 +287,7 @@ def packed_additive_attention(
     key_value_projection: torch.Tensor | None = None,
     return_weights: bool = False,
 ) -> AdditiveAttentionOutput:
-    """`additive_attention` of packed rows, each sequence attending to itself only, as if it were alone.
-    segment_ids: (B, N), as `segment_pooling` takes them; the rest as `additive_attention`."""
+    """`additive_attention` of packed rows (segment_ids (B, N) as `segment_pooling`'s), each sequence on its own."""
     global_query, alpha = segment_pooling(query, query_weight, segment_ids)  # (B, H, N, D): its sequence's q
     interactions = interact(global_query, key, interaction, query_key_projection)  # p_i
     global_key, beta = segment_pooling(interactions, key_weight, segment_ids)
@@ -577,8 +576,7 @@ def copy_attention(
     source_mask: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One head of scaled dot-product attention of decoder tokens over source tokens, for copying them (See et al.,
-    2017: the attention distribution a_t and the context vector).
+    """One head of scaled dot-product attention of decoder tokens over source tokens, to copy them (See et al., 2017).
 
     query: (B, T, D); source: (B, M, D), the encoder's output; source_mask: (B, M), True/1 for tokens; bias: added to
     the scores, broadcastable to (B, T, M). Returns the weights a (B, T, M) in float32 at least, padding exactly 0,

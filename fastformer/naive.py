@@ -1,6 +1,5 @@
-"""The paper's equations (Wu et al., arXiv:2108.09084, Eqs. 3-6) and the copy head's as plain float64 loops, one
-sequence, head and token at a time: the slow reference that `fastformer.functional` is checked against. Arguments and
-shapes as `functional`'s."""
+"""The paper's equations (Eqs. 3-6) and the copy head's as float64 loops, one sequence, head and token at a time: the
+slow reference that `fastformer.functional` is checked against, with the same arguments and shapes."""
 
 import math
 
@@ -64,8 +63,7 @@ def causal_additive_attention(*args, **kwargs) -> torch.Tensor:
 
 
 def causal_pooling_weights(x, weight, attention_mask=None) -> torch.Tensor:
-    """(B, H, N, N): row t holds the weight softmax_{i<=t}(w . x_i / sqrt(D)) of each real token i <= t, as `_pool`
-    gives it to x_i; zeros elsewhere."""
+    """(B, H, N, N): row t holds softmax_{i<=t}(w . x_i / sqrt(D)) over the real tokens i <= t, zeros elsewhere."""
     x, weight = x.double(), weight.double()
     batch, heads, length, dim = x.shape
     mask = torch.ones(batch, length, dtype=torch.bool) if attention_mask is None else attention_mask.bool()

@@ -93,8 +93,7 @@ def warn_emulated_bf16(training_args) -> None:
 
 
 def check_weights_readable(path) -> None:
-    """Stop with a message naming the file if the safetensors file `path`, or one in the folder `path`, is damaged
-    (safetensors' own error names none)."""
+    """Stop with a message naming the file if the safetensors file `path`, or one in the folder `path`, is damaged."""
     path = Path(path)
     files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path] if path.is_file() else []
     for path in files:
