@@ -150,7 +150,7 @@ def pool_interactions(
         "add":     w . (g + x_i) = w . x_i + const,         sum_i beta_i p_i = g sum_i beta_i + sum_i beta_i x_i
         "concat":  w . (g P1 + x_i P2) = (P2 w) . x_i + const, sum_i beta_i p_i = (g P1) sum_i beta_i
                                                                                  + (sum_i beta_i x_i) P2
-    (a shift leaves a softmax unchanged; sum_i beta_i is 1, or 0 for a row of padding only): as `additive_pooling`.
+    (a shift leaves a softmax unchanged; sum_i beta_i is 1, or 0 for a padding-only row). Returns as `additive_pooling`.
     """
     _check_interaction(interaction, projection)
     if not return_weights:
@@ -365,8 +365,8 @@ class CausalAttentionOutput(NamedTuple):
 def causal_pooling_weights(
     x: torch.Tensor, weight: torch.Tensor, attention_mask: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """The weights of `causal_additive_pooling`, (B, H, N, N) in float32 or better: row t holds softmax_{i<=t}(w .
-    x_i / sqrt(D)) over the real tokens i <= t, zeros elsewhere. Quadratic in N: for inspection only."""
+    """The weights of `causal_additive_pooling`, (B, H, N, N) in float32 or better: row t holds
+    softmax_{i<=t}(w . x_i / sqrt(D)) over the real tokens i <= t, zeros elsewhere (quadratic: for inspection)."""
     length, dim = x.shape[-2:]
     logits = (x @ weight.unsqueeze(-1)).squeeze(-1) / math.sqrt(dim)  # (B, H, N)
     visible = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()  # (N, N): token i <= position t
