@@ -1,15 +1,7 @@
 """Fastformer (Wu et al., 2021) for Hugging Face transformers.
 
-Importing the package registers Fastformer once, here, and nowhere else (building a model changes no global state):
-- with transformers' Auto classes: the config as model type "fastformer", each head with its Auto class (and the
-  copy head's config as "fastformer_copy"), and every class `register_for_auto_class`, so that
-  `save_pretrained` writes `auto_map` and copies the code for `trust_remote_code=True`;
-- in transformers' table of causal LMs (`MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`), the one Trainer's label smoothing reads
-  to shift a causal LM's labels (`AutoModelForCausalLM.register` leaves it alone);
-- in PEFT's tables of default target modules, where PEFT is installed (`peft_defaults`).
-A checkpoint loaded as Hub code without this package gets the Auto classes from transformers itself, but not the
-last two: pass `target_modules` to PEFT there, and Trainer's label smoothing does not shift its causal LM's labels.
-"""
+Importing the package (and only that) registers the configs and heads with the Auto classes and for Hub code
+(`auto_map`), as causal LMs for Trainer's label smoothing, and with PEFT's default target modules (`peft_defaults`)."""
 
 import transformers
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
@@ -36,5 +28,6 @@ for _config_class in (FastformerConfig, FastformerCopyConfig):
         if _model_class is not None and _model_class.config_class is _config_class:
             _model_class.register_for_auto_class(_auto_class)
             getattr(transformers, _auto_class).register(_config_class, _model_class, exist_ok=True)
+    # the table Trainer's label smoothing reads to shift a causal LM's labels (`AutoModelForCausalLM.register` does not)
     MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(_config_class.model_type, "FastformerForCausalLM")
 register_peft_defaults()

@@ -1,10 +1,5 @@
-"""What the models check before they compute: a ValueError naming the argument, the expected and the given value.
-
-Shapes and dtypes are always checked (known on the host, free). Values (ids outside the vocabulary, class ids >=
-num_labels, token types >= type_vocab_size) only inside `value_checks()`: reading them makes the host wait for the
-device, so by default they are not read (as in transformers' models; a bad id then fails inside torch: rerun the
-step inside `value_checks()` for the message). They are skipped while torch.compile traces.
-"""
+"""Input checks: a ValueError naming the argument, the expected and the given value. Shapes and dtypes are always
+checked; values (ids, labels, token types) only inside `value_checks()`, as reading them waits for the device."""
 
 import contextlib
 import contextvars
@@ -20,7 +15,7 @@ _VALUE_CHECKS = contextvars.ContextVar("fastformer_value_checks", default=False)
 
 @contextlib.contextmanager
 def value_checks(enabled: bool = True):
-    """`with value_checks():` the models read their inputs' values and name a bad one, on any device."""
+    """`with value_checks():` the models read their inputs' values and name a bad one (else it fails inside torch)."""
     token = _VALUE_CHECKS.set(bool(enabled))
     try:
         yield
@@ -34,8 +29,7 @@ def values_checked() -> bool:
 
 
 def _values_outside(tensor, low, high, allowed=()):
-    """The first value of `tensor` outside [low, high) and not in `allowed`; None if none, or unless
-    `values_checked()`."""
+    """The first value of `tensor` outside [low, high) and not in `allowed`; None if none or not `values_checked()`."""
     if tensor.numel() == 0 or not values_checked():
         return None
     smallest, largest = torch.aminmax(tensor)
@@ -75,8 +69,8 @@ def check_position_ids(position_ids, shape, max_positions: int):
 
 
 def check_inputs(input_ids, inputs_embeds, config, name="input_ids") -> tuple[int, int]:
-    """Exactly one of token ids in the vocabulary (batch, seq_len) or embeddings (batch, seq_len, embedding_size);
-    returns (batch, seq_len). `name`: the argument's, for the messages (e.g. "decoder_input_ids")."""
+    """Exactly one of token ids (batch, seq_len) or embeddings (batch, seq_len, embedding_size), named `name` in the
+    messages; returns (batch, seq_len)."""
     embeds_name = name.replace("input_ids", "inputs_embeds")
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError(f"Pass exactly one of `{name}` and `{embeds_name}`")
@@ -102,8 +96,7 @@ def check_inputs(input_ids, inputs_embeds, config, name="input_ids") -> tuple[in
 
 
 def checked_token_labels(labels, config, shape=None) -> torch.Tensor:
-    """Per-token labels, ids in the vocabulary or -100, of shape (batch, seq_len) or `shape`; returned contiguous
-    long (transformers' losses `view` them)."""
+    """Per-token labels, ids or -100, of shape (batch, seq_len) or `shape`, as contiguous long (losses `view` them)."""
     expected = "(batch, seq_len)" if shape is None else str(tuple(shape))
     if labels.dim() != 2 or (shape is not None and tuple(labels.shape) != tuple(shape)):
         raise ValueError(f"`labels` must have shape {expected}, got {tuple(labels.shape)}")
@@ -117,8 +110,7 @@ def checked_token_labels(labels, config, shape=None) -> torch.Tensor:
 
 
 def checked_classification_labels(labels, config, batch_size) -> torch.Tensor:
-    """Labels as transformers' sequence-classification loss reads them for the problem type it will use; returned
-    contiguous."""
+    """Labels as transformers' sequence-classification loss reads them for its problem type, contiguous."""
     num_labels = config.num_labels
     problem_type = config.problem_type
     if problem_type is None:  # transformers' inference, so that the message names the type it would pick
@@ -177,8 +169,8 @@ FLASH_PACKING_KEYWORDS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max
 
 
 def check_keywords(kwargs: dict, owner: str, causal: bool):
-    """Refuses the keywords in a forward's `**kwargs` that the model (`owner`) cannot honour: cross-attention
-    inputs, a cache given to an encoder (not `causal`), another `is_causal`, flash-attention's packing keywords."""
+    """Refuses keywords of a forward's `**kwargs` that `owner` cannot honour: cross-attention inputs, a cache given to
+    an encoder (not `causal`), another `is_causal`, flash-attention's packing keywords."""
     cross = [name for name in ("encoder_hidden_states", "encoder_attention_mask") if kwargs.get(name) is not None]
     if cross:
         raise ValueError(

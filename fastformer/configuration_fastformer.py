@@ -18,9 +18,8 @@ TYPE_VOCAB_SIZE = 2  # token types (segments), as BERT's: a text or a pair
 
 
 def _requires(requirement: str, holds):
-    """A field factory, used as `name: int = _positive_int(default)`. A value must pass `holds` (None is left to
-    the annotation, which allows it or not); `requirement` words the rule for the error message, which `@strict`
-    prefixes with the field's name."""
+    """A field factory (`name: int = _positive_int(default)`) whose values must pass `holds` (None is left to the
+    annotation); `requirement` words the rule in the error, which `@strict` prefixes with the field's name."""
 
     def check(value):
         if value is not None and not holds(value):
@@ -59,10 +58,7 @@ COPY_AUTO_MAP = {
     "AutoModelForSeq2SeqLM": "copy_head.FastformerCopyForConditionalGeneration",
     "AutoModelForCausalLM": "copy_head.FastformerCopyForCausalLM",
 }
-# fields of earlier releases, dropped with a warning where a saved config still has them: the copy head's and the
-# decoder's short convolution's (`FastformerCopyConfig`'s now, with the value that leaves them out), the attention's
-# mode of computation (`set_additive_attention_mode`), the classifier's dropout (`hidden_dropout_prob`) and the
-# number of token types (BERT's two, always), which change no output
+# retired fields, dropped with a warning; COPY_FIELDS (`FastformerCopyConfig`'s) with the values that leave them out
 COPY_FIELDS = {
     "copy_mechanism": False,
     "copy_spans": False,
@@ -73,8 +69,7 @@ RETIRED_FIELDS = ("additive_attention_mode", "classifier_dropout", "type_vocab_s
 
 
 def check_copy_context_window(window: int):
-    """Refuses a `copy_context_window` (`FastformerCopyConfig`'s, or a BERT2BERT decoder config's) that is no odd
-    window of at least 3 tokens centred on each one (0: none)."""
+    """Refuses a `copy_context_window` that is neither 0 nor an odd window of at least 3 tokens."""
     if window != 0 and (window < 3 or window % 2 == 0):
         raise ValueError(
             f"`copy_context_window` must be 0 (none) or an odd window of at least 3 tokens centred on each one, got "
@@ -84,26 +79,18 @@ def check_copy_context_window(window: int):
 
 @strict
 class FastformerConfig(PreTrainedConfig):
-    r"""Configuration of a Fastformer encoder (Wu et al., 2021, arXiv:2108.09084).
+    r"""Configuration of Fastformer (Wu et al., 2021, arXiv:2108.09084): the encoder and its generative models.
 
-    The defaults are the paper's final classification model: hidden size 256, 16 heads, 2 layers, dropout
-    0.2, element-wise product interaction, query-value and layer-wise parameter sharing, additive-attention
-    pooling for classification.
-
-    A bad value raises `@strict`'s `StrictDataclassFieldValidationError` (at construction and at assignment), which
-    names the field, what it must be and the value given; fields that do not fit together raise its
-    `StrictDataclassClassValidationError` (at the end of construction, and by `validate()` and `save_pretrained`),
-    which names the validator and the rule broken.
-
-    Saved while the class is registered for Hub code (`register_for_auto_class`), a config names the classes of
-    every head in `auto_map`, and an encoder-decoder's declares the summarization pipeline (`save_pretrained`).
+    The defaults are the paper's classification model: hidden size 256, 16 heads, 2 layers, dropout 0.2, product
+    interaction, query-value and layer-wise sharing, additive-attention pooling. A bad value raises `@strict`'s
+    `StrictDataclassFieldValidationError` (at construction or assignment); fields that do not fit together raise its
+    `StrictDataclassClassValidationError` (at construction, `validate()` and `save_pretrained`).
 
     Args:
         vocab_size (`int`, defaults to 30522): number of token ids (bert-base-uncased WordPiece).
         hidden_size (`int`, defaults to 256): width of the token representations.
         embedding_size (`int`, *optional*): width of the word and position embeddings, projected to `hidden_size`
-            when it differs (as ELECTRA's and ALBERT's); `hidden_size` if None (`embedding_width` reads it). A
-            generative model (whose LM head is the word embedding matrix) needs it equal to `hidden_size`.
+            where it differs (as ELECTRA's); `hidden_size` if None. Generative models need it equal to `hidden_size`.
         num_hidden_layers (`int`, defaults to 2): number of Fastformer layers applied.
         num_attention_heads (`int`, defaults to 16): heads; must divide `hidden_size`.
         intermediate_size (`int`, defaults to 1024): width of the feed-forward block.
@@ -114,41 +101,27 @@ class FastformerConfig(PreTrainedConfig):
         initializer_range (`float`, defaults to 0.02): std of the normal init of every weight matrix and of w_q, w_k.
         pad_token_id (`int`, defaults to 0): padding id (its embedding starts at zero).
         tie_word_embeddings (`bool`, defaults to True): the masked-LM output matrix is the input embedding matrix.
-        share_query_value (`bool`, defaults to True): query-value sharing (RQ3): values use the query
-            transformation (W_v = W_q), so the layer has no W_v.
-        share_layers (`bool`, defaults to True): layer-wise sharing (RQ3): one layer's parameters applied
-            `num_hidden_layers` times.
-        share_heads (`bool`, defaults to False): head-wise sharing (RQ3): all heads use one w_q and one w_k (and
-            one interaction projection with `interaction="concat"`). These are the only per-head parameters of
-            Fastformer, since W_q, W_k, W_v and W_r are full hidden-by-hidden matrices. The paper found it hurts.
+        share_query_value (`bool`, defaults to True): query-value sharing (RQ3): W_v = W_q, so the layer has no W_v.
+        share_layers (`bool`, defaults to True): layer-wise sharing (RQ3): one layer applied `num_hidden_layers` times.
+        share_heads (`bool`, defaults to False): head-wise sharing (RQ3): all heads share w_q and w_k (and the
+            `"concat"` projections), Fastformer's only per-head parameters. The paper found it hurts.
         interaction (`str`, defaults to `"product"`): how a global vector meets each token (RQ2): `"product"`
-            (p_i = q * k_i, u_i = k * v_i), `"add"` (q + k_i, k + v_i) or `"concat"` ([q; k_i] P with a learned
-            projection P of shape (2 * head_dim, head_dim) per head, one for each of the two interactions).
-        query_residual (`bool`, defaults to True): the paper's query residual, the attention output r_i + q_i (the
-            authors' code); False gives r_i alone, the attention output of a softmax Transformer, which is what
-            models converted from BERT use (`fastformer.conversion`): there the residual adds a term the teacher
-            does not have.
-        chunk_size_feed_forward (`int`, defaults to 0, `PreTrainedConfig`'s field): every feed-forward block runs
-            on at most this many tokens at a time (0, transformers' default: all at once): the same result; without
-            gradients, a long batch's (tokens x intermediate_size) activations are then never held at once
-            (docs/PRETRAINED.md, memory), at the cost of a kernel launch per chunk on a GPU.
-        pooler_type (`str`, defaults to `"additive"`): how `FastformerModel` pools the last layer into
-            `pooler_output` for classification: `"additive"` (the paper's: a tanh MLP gives one logit per token,
-            masked softmax, weighted sum), `"cls"` (the first real token), `"mean"` (mean of real tokens), or
-            `"cls_tanh"`, `"cls_relu"`, `"cls_gelu"` (the first real token through a dense layer and that activation:
-            BERT's pooler; the heads of classifiers converted by `fastformer.conversion`).
+            (p_i = q * k_i, u_i = k * v_i), `"add"` (q + k_i, k + v_i) or `"concat"` ([q; k_i] P, with a learned
+            projection P of shape (2 * head_dim, head_dim) per head and interaction).
+        query_residual (`bool`, defaults to True): the paper's query residual, attention output r_i + q_i; False
+            gives r_i alone, as a softmax Transformer (and models converted from BERT: `fastformer.conversion`).
+        chunk_size_feed_forward (`int`, defaults to 0, `PreTrainedConfig`'s field): feed-forward blocks run on at most
+            this many tokens at a time (0: all at once); the same result, less activation memory without gradients.
+        pooler_type (`str`, defaults to `"additive"`): how `FastformerModel` pools the last layer into `pooler_output`:
+            `"additive"` (the paper's attention pooling), `"cls"` (the first real token), `"mean"` (of real tokens),
+            or `"cls_tanh"`, `"cls_relu"`, `"cls_gelu"` (the first real token through a dense layer and activation).
 
     Generation (`FastformerForConditionalGeneration`, `FastformerForCausalLM`):
-        num_decoder_layers (`int`, *optional*): decoder layers; `num_hidden_layers` if None. The decoder uses the
-            same switches as the encoder (sharing, interaction), with causal (prefix) additive attention.
-        cross_attention_type (`str`, defaults to `"softmax"`): how decoder tokens read the encoder output:
-            `"softmax"` (multi-head scaled dot-product attention, O(target x source) and a cache of the
-            encoder's keys and values) or `"additive"` (one context per head pooled from the encoder values,
-            c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j, then c * q_t for each decoder token: O(source) once,
-            O(1) per generated token, and a cache of one vector per head).
-        tie_encoder_embeddings (`bool`, defaults to True): the encoder reads the decoder's word embeddings (one
-            matrix for the encoder, the decoder and the LM head); False gives the encoder its own, so that a frozen
-            encoder stays fixed while the decoder trains.
+        num_decoder_layers (`int`, *optional*): causal layers, with the encoder's switches; `num_hidden_layers` if None.
+        cross_attention_type (`str`, defaults to `"softmax"`): how decoder tokens read the encoder output: `"softmax"`
+            (multi-head scaled dot-product attention, caching the encoder's keys and values) or `"additive"` (one
+            context per head, c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j, then c * q_t: O(1) per generated token).
+        tie_encoder_embeddings (`bool`, defaults to True): the encoder shares the decoder's word embeddings.
         bos_token_id, decoder_start_token_id (`int`, *optional*): special ids for generation.
         eos_token_id (`int` or `list[int]`, *optional*): the id, or ids, that end a generated sequence.
         use_cache (`bool`, defaults to True): return the decoder's generation state (`FastformerCacheLayer`s).
@@ -184,16 +157,15 @@ class FastformerConfig(PreTrainedConfig):
     use_cache: bool = True
 
     def __post_init__(self, **kwargs):
-        kwargs.pop("model_type", None)  # the class's (a config saved before `FastformerCopyConfig` names "fastformer")
+        kwargs.pop("model_type", None)  # the class's (an older copy-head config names "fastformer")
         self.drop_retired_fields(kwargs)
         if self.num_decoder_layers is None:  # as T5: the decoder mirrors the encoder
             self.num_decoder_layers = self.num_hidden_layers
         super().__post_init__(**kwargs)
 
     def drop_retired_fields(self, kwargs: dict):
-        """Takes the fields of earlier releases out of `kwargs`, with a warning: a value that changed outputs then
-        (the copy head's and the short convolution's) is refused here, where `FastformerCopyConfig` holds it (a saved
-        config holding one loads as that: `from_dict`)."""
+        """Takes `RETIRED_FIELDS` out of `kwargs` with a warning; a copy-head value that changes outputs is refused
+        (it is `FastformerCopyConfig`'s, which `from_dict` loads such a config as)."""
         retired = {name: kwargs.pop(name) for name in RETIRED_FIELDS if name in kwargs}
         if not retired:
             return
@@ -222,8 +194,7 @@ class FastformerConfig(PreTrainedConfig):
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs) -> "FastformerConfig":
-        """As transformers', and a config saved before the copy head's fields left `FastformerConfig`, holding the
-        head or the short convolution, loads as the `FastformerCopyConfig` it is now."""
+        """As transformers'; a config that turns on a field of `COPY_FIELDS` loads as `FastformerCopyConfig`."""
         if cls is FastformerConfig and any(config_dict.get(name, off) != off for name, off in COPY_FIELDS.items()):
             cls = FastformerCopyConfig
         return super(FastformerConfig, cls).from_dict(config_dict, **kwargs)
@@ -234,9 +205,8 @@ class FastformerConfig(PreTrainedConfig):
         return getattr(self, "decoder_conv_kernel", 0)
 
     def for_encoder_decoder(self) -> "FastformerConfig":
-        """This config if `is_encoder_decoder`, else a copy that is (what generate() reads): the config of
-        `FastformerForConditionalGeneration`, which leaves the one it is given as it was (it may serve an encoder
-        too)."""
+        """This config if `is_encoder_decoder`, else a copy that is: `FastformerForConditionalGeneration`'s, which
+        leaves the given one as it was (it may serve an encoder too)."""
         if self.is_encoder_decoder:
             return self
         config = copy.deepcopy(self)
@@ -244,17 +214,13 @@ class FastformerConfig(PreTrainedConfig):
         return config
 
     def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs):
-        """As `PreTrainedConfig.save_pretrained`, which, where the class is registered for Hub code
-        (`register_for_auto_class`), copies its code beside the config and names it in `auto_map`. There `auto_map`
-        also names the class of every head, so that the checkpoint of any head loads into all of them as Hub code
-        (`trust_remote_code=True`), and an encoder-decoder's config declares the summarization pipeline
-        (`custom_pipelines`), whose file is copied beside it. Entries the config already has are kept."""
+        """As transformers'. Where the class is registered for Hub code, `auto_map` also names every head (so that
+        any head's checkpoint loads into all of them), and an encoder-decoder's config declares the summarization
+        pipeline (`custom_pipelines`) and gets its file. Entries the config already has are kept."""
         if self.is_remote_code():
             self.auto_map = {**self.hub_auto_map(), **(getattr(self, "auto_map", None) or {})}
             if self.is_encoder_decoder:
-                # here, as it imports transformers' pipelines; a relative import all the same, so that transformers
-                # ships the pipeline's file with this one as Hub code (with its relative imports): a config loaded
-                # as Hub code can save it again
+                # imported here (it imports transformers' pipelines), relatively, so that Hub code ships its file
                 from .pipeline_fastformer import SummarizationPipeline
 
                 pipelines = getattr(self, "custom_pipelines", None) or {}
@@ -270,14 +236,12 @@ class FastformerConfig(PreTrainedConfig):
 
     @property
     def layer_types(self) -> list[str]:
-        """Every layer application's cache layer type, as `DynamicCache(config=...)` and generate() read it from the
-        decoder's config (`get_text_config(decoder=True)`): "fastformer", the `FastformerCacheLayer` that the
-        modeling file registers when it is imported (with the package, or a model's Hub code)."""
+        """Every layer application's cache layer type, as `DynamicCache(config=...)` reads it from the decoder's
+        config: "fastformer", the `FastformerCacheLayer` that the modeling file registers."""
         return ["fastformer"] * self.num_hidden_layers
 
     def get_text_config(self, decoder=None, encoder=None) -> PreTrainedConfig:
-        """As transformers', and the decoder's config has `num_decoder_layers` as its `num_hidden_layers` (the number
-        of layer applications a decoder's cache holds)."""
+        """As transformers'; the decoder's config has `num_decoder_layers` as its `num_hidden_layers`."""
         config = super().get_text_config(decoder=decoder, encoder=encoder)
         if decoder and not encoder and self.num_decoder_layers != config.num_hidden_layers:
             config = copy.deepcopy(config)
@@ -285,13 +249,11 @@ class FastformerConfig(PreTrainedConfig):
         return config
 
     def validate_layer_type(self):
-        """Part of `@strict`-powered validation. transformers' own checks that `layer_types` are its types, one per
-        layer; Fastformer's are made from `num_hidden_layers` (`layer_types`), of its own type, and cannot differ."""
+        """Part of `@strict`-powered validation: none (`layer_types` follow `num_hidden_layers`)."""
 
     @property
     def embedding_width(self) -> int:
-        """The width of the word and position embeddings: `embedding_size`, or `hidden_size` where it is None (read
-        at use, so that a `hidden_size` changed after init, as by `--config_overrides`, still sizes them)."""
+        """`embedding_size`, or `hidden_size` where it is None (read at use: a changed `hidden_size` counts)."""
         return self.embedding_size or self.hidden_size
 
     def validate_architecture(self):
@@ -320,25 +282,20 @@ class FastformerConfig(PreTrainedConfig):
 
 @strict
 class FastformerCopyConfig(FastformerConfig):
-    r"""Configuration of `FastformerCopyForConditionalGeneration`, Fastformer's encoder-decoder with See et al.'s
-    pointer-generator (2017), which the headline recipe (scripts/run_summarization.py) trains: `FastformerConfig`'s
-    fields, and the switches of its copy head and of its decoder's short convolution.
-    A config saved with them before they left `FastformerConfig` loads as this (`FastformerConfig.from_dict`).
+    r"""Configuration of `FastformerCopyForConditionalGeneration` (Fastformer with See et al.'s pointer-generator,
+    2017) and `FastformerCopyForCausalLM`: `FastformerConfig`'s fields, the copy head's and the short convolution's.
 
     Args:
-        copy_spans (`bool`, defaults to False): the copy head can continue a span of the source: its attention adds
-            a learned gate g_t = u . h_t + c to the score of every source position whose previous token is the
-            decoder's input token t (the token just written), so that copying it writes the source's next token, in
-            order (an induction head, which additive attention cannot form). The decoder's input ids are read then
-            (`decoder_input_ids` or `labels`).
-        copy_context_window (`int`, defaults to 0): an odd window W of at least 3 (0: none): the copy head reads
-            every source position as its encoder output plus a learned depthwise convolution of the W outputs
-            centred on it (starting at zero), so that where a copy may start or stop is scored from its neighbours.
+        copy_spans (`bool`, defaults to False): the copy attention adds a learned gate g_t = u . h_t + c to the score
+            of every source position whose previous token is the decoder's input token t (`decoder_input_ids` or
+            `labels`): copying continues a span in order (an induction head, which additive attention cannot form).
+        copy_context_window (`int`, defaults to 0): an odd window W of at least 3 (0: none): the copy head reads each
+            source position as its encoder output plus a learned depthwise convolution (starting at zero) of the W
+            outputs centred on it.
         decoder_conv_kernel (`int`, defaults to 0): a kernel K of at least 2 (0: none): every decoder layer's causal
             attention reads each token plus a learned depthwise convolution of it and the K - 1 tokens before it
-            (`functional.causal_convolution`), the short convolution that Mamba2 and Qwen3-Next run beside their
-            linear attention: a pooled prefix holds no order. The cache keeps each layer application's last K - 1
-            tokens; padding is skipped wherever it is. `FastformerCopyForCausalLM` is the causal LM with it.
+            (`functional.causal_convolution`, the short convolution of Mamba2's linear attention: a pooled prefix
+            holds no order). Padding is skipped; the cache keeps each layer application's last K - 1 tokens.
     """
 
     model_type = "fastformer_copy"

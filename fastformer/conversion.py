@@ -1,30 +1,6 @@
-"""A pretrained BERT-family checkpoint as a Fastformer: the weights the two architectures share, mapped exactly.
-
-Sources (`SOURCE_MODELS`): BERT, RoBERTa, XLM-R, DistilBERT and ELECTRA, and sentence-transformers models built on
-any of them. A DistilBERT first becomes the equivalent `BertModel` (`bert_from_distilbert`); RoBERTa's and XLM-R's
-positions start at padding_idx + 1; an ELECTRA with narrower embeddings keeps its projection.
-
-| BERT (`BertModel`)                                   | Fastformer (`FastformerModel`)                     |
-|------------------------------------------------------|----------------------------------------------------|
-| embeddings.word_embeddings                           | embeddings.word_embeddings                         |
-| embeddings.position_embeddings + token_type row 0    | embeddings.position_embeddings (rows 0..P-1)       |
-| embeddings.token_type_embeddings - its row 0         | embeddings.token_type_embeddings                   |
-| embeddings.LayerNorm                                 | embeddings.layer_norm                              |
-| encoder.layer.i.attention.self.{query,key,value}     | layers.i.attention.{query,key,value}               |
-| encoder.layer.i.attention.output.{dense,LayerNorm}   | layers.i.attention_output.{dense,layer_norm}       |
-| encoder.layer.i.intermediate.dense                   | layers.i.feed_forward.intermediate                 |
-| encoder.layer.i.output.{dense,LayerNorm}             | layers.i.feed_forward.output.{dense,layer_norm}    |
-
-With segment 0 folded into the positions, any input embeds exactly as in BERT. What BERT lacks starts neutral: W_r
-(`attention.transform`) the identity with a zero bias, w_q and w_k zero (both poolings plain means); the attention
-itself is then learned from the source (`fastformer.distillation`). No parameter sharing, no query residual. An
-encoder's MLM head and pooler are not carried: it pools with `pooler_type` ("cls", or a sentence-transformers source's
-pooling). A fine-tuned `*ForSequenceClassification` (the checkpoint's `architectures`) becomes a
-`FastformerForSequenceClassification` with its labels and its head mapped exactly: dense + activation on the first
-token as `pooler_type` "cls_tanh" (BERT's pooler; RoBERTa's, XLM-R's head), "cls_relu" (DistilBERT's pre-classifier)
-or "cls_gelu" (ELECTRA's head), then the classifier (`out_proj`). Positions past the source's P repeat rows 0, 1, ...
-(row i gets row i mod P, as Longformer).
-"""
+"""A pretrained BERT-family checkpoint (`SOURCE_MODELS`, also as a sentence-transformers model) as a Fastformer: the
+weights the two architectures share, mapped exactly. A fine-tuned `*ForSequenceClassification` becomes a
+`FastformerForSequenceClassification` with its head and labels; `fastformer.distillation` then learns the attention."""
 
 import json
 from dataclasses import dataclass, field
@@ -61,8 +37,7 @@ SOURCE_MODELS = {
     "electra": ElectraModel,
 }
 SUPPORTED_MODEL_TYPES = tuple(SOURCE_MODELS)
-# model_type -> its *ForSequenceClassification's head as a `ClassifierHead`: the pooler_type of its dense layer and
-# activation on the first token, that layer's and the classifier's modules
+# model_type -> its *ForSequenceClassification's head: the pooler_type, the dense layer's and the classifier's modules
 CLASSIFIER_HEADS = {
     "bert": ("cls_tanh", "bert.pooler.dense", "classifier"),
     "roberta": ("cls_tanh", "classifier.dense", "classifier.out_proj"),
@@ -82,10 +57,9 @@ SHARED_CONFIG_FIELDS = (
     *("hidden_dropout_prob", "layer_norm_eps", "initializer_range", "pad_token_id"),
 )
 TASKS = ("encoder", "classification", "seq2seq")
-# how an encoder-decoder's cross-attention starts: the usual random initialization, or the projections of the
-# same layer's pretrained self-attention (Rothe et al., arXiv:1907.12461: fewer random weights)
+# an encoder-decoder's cross-attention starts random, or as the same layer's self-attention (Rothe et al., 2019)
 CROSS_ATTENTION_INITS = ("random", "self_attention")
-# sentence-transformers' pooling modes (6.x names; earlier, flags pooling_mode_<name>) -> the same Fastformer pooler
+# sentence-transformers' pooling modes (6.x names, or flags pooling_mode_<name>) -> the same Fastformer pooler
 SENTENCE_TRANSFORMERS_POOLING = {"mean": "mean", "mean_tokens": "mean", "cls": "cls", "cls_token": "cls"}
 # sentence-transformers module class (by name: its import path moved in 6.0) -> its settings file in its folder
 SENTENCE_TRANSFORMERS_SETTINGS = {
@@ -97,8 +71,7 @@ SENTENCE_TRANSFORMERS_SETTINGS = {
 
 @dataclass
 class BertSource:
-    """A BERT-family checkpoint to convert: the model (a DistilBERT as its `BertModel`), and for a
-    sentence-transformers folder its pipeline."""
+    """A BERT-family checkpoint to convert: the model (a DistilBERT as its `BertModel`) and what else it carries."""
 
     name_or_path: str
     model: PreTrainedModel
@@ -112,7 +85,7 @@ class BertSource:
 
 class ClassifierHead(nn.Module):
     """A sequence classifier's head as Fastformer computes it: `FastformerPooler` ("cls_*"), then the classifier;
-    `config` (a `FastformerConfig`) holds its pooler_type and labels. `forward`: (B, N, C) hidden states -> logits."""
+    `config` holds its pooler_type and labels. (B, N, C) hidden states -> logits."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -129,8 +102,7 @@ def _module_class(module: dict) -> str:
 
 
 def _sentence_transformers_files(name_or_path: str, **hub_kwargs) -> dict[str, str]:
-    """A sentence-transformers checkpoint's own files (path -> text: modules.json, its config, each module's
-    settings); {} for a plain transformers checkpoint."""
+    """A sentence-transformers checkpoint's own files (path -> text); {} for a plain transformers checkpoint."""
 
     def read(path):
         found = cached_file(name_or_path, path, _raise_exceptions_for_missing_entries=False, **hub_kwargs)
@@ -199,9 +171,8 @@ def bert_from_distilbert(distilbert: DistilBertModel) -> BertModel:
 
 
 def source_task(config, name_or_path: str, task: str | None = None) -> str:
-    """The task (`TASKS`) that a checkpoint converts for: `task`, or by the checkpoint's `architectures`
-    "classification" (a sequence classifier) or "encoder". A ValueError for another head, for a checkpoint with
-    labels but no `architectures`, and for "classification" of a checkpoint that is no sequence classifier."""
+    """`task`, or by the checkpoint's `architectures` "classification" (a sequence classifier) or "encoder". Refuses
+    another head, labels without `architectures`, and "classification" of no sequence classifier."""
     if task is not None and task not in TASKS:
         raise ValueError(f"`task` must be one of {TASKS}, got {task!r}")
     if task in ("encoder", "seq2seq"):
@@ -224,8 +195,7 @@ def source_task(config, name_or_path: str, task: str | None = None) -> str:
 
 @torch.no_grad()
 def classifier_head(classifier: PreTrainedModel, bert: PreTrainedModel) -> ClassifierHead:
-    """The head of a fine-tuned `*ForSequenceClassification` (`CLASSIFIER_HEADS`) whose encoder is `bert` (a
-    DistilBERT's as `bert_from_distilbert`'s), with its labels, mapped exactly."""
+    """The head and labels of a fine-tuned `*ForSequenceClassification` whose encoder is `bert`, mapped exactly."""
     source = classifier.config
     pooler_type, dense, output = CLASSIFIER_HEADS[source.model_type]
     labels = {name: getattr(source, name) for name in LABEL_FIELDS}
@@ -236,9 +206,8 @@ def classifier_head(classifier: PreTrainedModel, bert: PreTrainedModel) -> Class
 
 
 def load_bert_source(name_or_path: str, task: str | None = None, **hub_kwargs) -> BertSource:
-    """Load a BERT-family checkpoint (`SOURCE_MODELS`, or a sentence-transformers model whose first module is one),
-    a local folder or a Hub id, for `task` (`source_task`: by default the checkpoint's own, a sequence classifier's
-    with its head); anything else raises a ValueError naming what is supported."""
+    """Load a BERT-family checkpoint (or a sentence-transformers model whose first module is one), a folder or a Hub
+    id, for `task` (`source_task`); anything else raises a ValueError naming what is supported."""
     files = _sentence_transformers_files(name_or_path, **hub_kwargs)
     subfolder = ""
     if files:
@@ -296,7 +265,7 @@ def _sentence_transformers_pooler(name_or_path, files, modules) -> str:
     settings = json.loads(files.get(f"{folder}/config.json" if folder else "config.json", "{}"))
     if "pooling_mode" in settings:  # sentence-transformers 6: one mode by name
         modes = [settings["pooling_mode"]]
-    else:  # before: one flag per mode
+    else:  # one flag per mode
         flags = [flag for flag, value in settings.items() if flag.startswith("pooling_mode_") and value is True]
         modes = [flag.removeprefix("pooling_mode_") for flag in flags]
     if len(modes) != 1 or modes[0] not in SENTENCE_TRANSFORMERS_POOLING:
@@ -308,8 +277,8 @@ def _sentence_transformers_pooler(name_or_path, files, modules) -> str:
 
 
 def sentence_transformers_files(source: BertSource, max_seq_length: int) -> dict[str, str]:
-    """The converted folder's sentence-transformers files (path -> text): the source's, with the Transformer module at
-    the folder's root and its `max_seq_length` raised to `max_seq_length`."""
+    """The source's sentence-transformers files (path -> text), the Transformer module at the root and its
+    `max_seq_length` raised to `max_seq_length`."""
     modules = json.loads(source.sentence_transformers["modules.json"])
     files = {path: text for path, text in source.sentence_transformers.items() if path != "modules.json"}
     transformer_settings = f"{source.subfolder}/sentence_bert_config.json" if source.subfolder else None
@@ -356,15 +325,16 @@ def fastformer_config(
 
 
 def extend_positions(positions: torch.Tensor, length: int) -> torch.Tensor:
-    """`length` position rows from the learned (P, hidden) ones: row i is row i mod P (Longformer's copying)."""
+    """`length` position rows from the learned (P, hidden) ones: row i is row i mod P (as Longformer)."""
     index = torch.arange(length, device=positions.device) % positions.shape[0]
     return positions[index]
 
 
 @torch.no_grad()
 def copy_bert_weights(bert: PreTrainedModel, embeddings, layers) -> None:
-    """Copy a BERT-family model's shared weights (a DistilBERT as `bert_from_distilbert`'s) into Fastformer
-    `embeddings` and encoder or decoder `layers`; the Fastformer-only parameters start as the module says."""
+    """Copy a BERT-family model's shared weights into Fastformer `embeddings` and encoder or decoder `layers`. Token
+    type 0 is folded into the positions (any input embeds exactly as in BERT); what BERT lacks starts neutral: W_r
+    the identity, w_q and w_k zero (both poolings plain means)."""
     if len(layers) != len(bert.encoder.layer):
         raise ValueError(f"{len(layers)} Fastformer layers cannot take the source's {len(bert.encoder.layer)}")
     source = bert.embeddings
@@ -425,9 +395,8 @@ def convert_bert(
     **config_overrides,
 ) -> FastformerModel | FastformerForSequenceClassification | FastformerForConditionalGeneration:
     """A `FastformerModel` (`task="encoder"`), `FastformerForSequenceClassification` (`"classification"`, with the
-    source's `head` and labels: `load_bert_source`'s) or `FastformerForConditionalGeneration` (`"seq2seq"`) holding
-    `bert`'s weights (as `copy_bert_weights` takes them). An encoder-decoder starts both sides from `bert`, as
-    BERT2BERT; its cross-attention is random, or with "self_attention" the same layers' self-attention."""
+    source's `head`) or `FastformerForConditionalGeneration` (`"seq2seq"`, both sides from `bert`, as BERT2BERT)
+    holding `bert`'s weights; `cross_attention_init`: `CROSS_ATTENTION_INITS`."""
     if cross_attention_init not in CROSS_ATTENTION_INITS:
         raise ValueError(f"cross_attention_init must be one of {CROSS_ATTENTION_INITS}, got {cross_attention_init!r}")
     if task != "seq2seq" and cross_attention_init != "random":
@@ -461,8 +430,7 @@ def convert_bert(
 
 
 def copy_encoder_layers(encoder: FastformerModel, decoder_layers) -> None:
-    """The decoder's self-attention and feed-forward take the (transferred) encoder layers' weights; its
-    cross-attention and short convolution (`FastformerCopyConfig.decoder_conv_kernel`) stay as they are."""
+    """The decoder layers' self-attention and feed-forward take the encoder layers' weights; the rest stays."""
     with torch.no_grad():
         for layer, decoder_layer in zip(encoder.layers, decoder_layers):
             for name in ("attention", "attention_output", "feed_forward"):

@@ -1,6 +1,5 @@
-"""See et al.'s pointer-generator (2017) for encoder-decoders: the copy head, what a model with one needs to keep
-the source's token ids for every decoding step, and `FastformerCopyForConditionalGeneration`, Fastformer's
-encoder-decoder with it. The BERT2BERT baseline uses the same head (scripts/bert2bert.py)."""
+"""See et al.'s pointer-generator (2017): the copy head, the source ids a model with one keeps for every decoding step,
+and `FastformerCopyForConditionalGeneration`, Fastformer's encoder-decoder with it."""
 
 from dataclasses import dataclass
 
@@ -20,8 +19,8 @@ from .modeling_fastformer import FastformerForCausalLM, FastformerForConditional
 
 
 class SpanGate(nn.Linear):
-    """The copy head's span gate g_t = u . h_t + c (`FastformerCopyConfig.copy_spans`), which starts at u = 0 and
-    c = 4: a span's continuation starts e^4 (about 55) times as likely to be copied as any other source token."""
+    """The copy head's span gate g_t = u . h_t + c (`copy_spans`), starting at u = 0 and c = 4: a span's
+    continuation starts e^4 (about 55) times as likely to be copied as another source token."""
 
     initial_bias = 4.0
 
@@ -29,17 +28,13 @@ class SpanGate(nn.Linear):
         super().__init__(hidden_size, 1)
 
     def init_weights(self):
-        """The initial weights, for the model's `_init_weights` (transformers' `init`: loaded weights stay)."""
+        """The initial weights, for the model's `_init_weights`."""
         init.zeros_(self.weight)
         init.constant_(self.bias, self.initial_bias)
 
 
 class SourceContext(nn.Module):
-    """The copy head's source states with their neighbours (`FastformerCopyConfig.copy_context_window`): every
-    encoder output plus a learned depthwise convolution of the window centred on it (`functional.source_context`;
-    `weight` (D, 1, W) as a depthwise `nn.Conv1d`'s), starting at zero (the encoder's outputs, as without it). It
-    runs at every decoding step over the whole source: W x M x D multiply-adds for M source tokens, W times the copy
-    attention's scores."""
+    """The copy head's source states with their neighbours (`copy_context_window`, `functional.source_context`)."""
 
     def __init__(self, hidden_size: int, window: int):
         super().__init__()
@@ -47,7 +42,7 @@ class SourceContext(nn.Module):
         self.weight = nn.Parameter(torch.zeros(hidden_size, 1, window))
 
     def init_weights(self):
-        """The initial weights, for the model's `_init_weights` (transformers' `init`: loaded weights stay)."""
+        """The initial weights, for the model's `_init_weights`."""
         init.zeros_(self.weight)
 
     def forward(self, source, source_mask=None):  # (B, M, D), (B, M)
@@ -55,19 +50,11 @@ class SourceContext(nn.Module):
 
 
 class FastformerCopyHead(nn.Module):
-    """The pointer-generator of See et al. (2017): each decoder output h_t attends over
-    the encoder output (`functional.copy_attention`, one head of its own: query W h_t), and a gate
-    p_gen = sigmoid(w . [h_t ; context_t] + b) mixes the LM head's distribution (weight p_gen) with the attention
-    summed per source token id (1 - p_gen): `functional.pointer_generator`, log-probabilities (B, T, V), and
-    1 - p_gen (B, T).
-
-    With `config.copy_spans` the attention also scores the source positions that continue a span (those whose
-    previous token is the decoder's input token t, `functional.span_continuations`), by a learned gate
-    g_t = u . h_t + c: the pointer can copy a span in order, as an induction head does in softmax attention (additive
-    attention has no token-to-token scores to form one).
-
-    With `config.copy_context_window` the attention reads each source position through `SourceContext`: its
-    encoder output and its neighbours', so that where a span may start or stop is scored from the tokens around it."""
+    """The pointer-generator of See et al. (2017): each decoder output h_t attends over the encoder output
+    (`functional.copy_attention`, query W h_t), and a gate p_gen = sigmoid(w . [h_t ; context_t] + b) mixes the LM
+    head's distribution (weight p_gen) with the attention summed per source token id (1 - p_gen). With
+    `config.copy_spans` the attention also scores the source positions that continue a span (`SpanGate`); with
+    `config.copy_context_window` it reads each source position through `SourceContext`."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -78,8 +65,7 @@ class FastformerCopyHead(nn.Module):
         self.source_context = SourceContext(config.hidden_size, window) if window else None
 
     def check_decoder_input_ids(self, decoder_input_ids):
-        """Refuses a forward without the decoder's token ids where the span gate reads them (checked before the
-        decoder runs)."""
+        """Refuses a forward without the decoder's token ids where the span gate reads them."""
         if self.span_gate is not None and decoder_input_ids is None:
             raise ValueError(
                 "config.copy_spans reads the decoder's token ids: pass `decoder_input_ids`, or `labels` without "
@@ -89,9 +75,8 @@ class FastformerCopyHead(nn.Module):
     def forward(
         self, hidden_states, logits, encoder_hidden_states, encoder_attention_mask, source_ids, decoder_input_ids=None
     ):
-        """Returns the mixture's log-probabilities (B, T, V) and its copy weight 1 - p_gen (B, T).
-        `decoder_input_ids` (B, T): the decoder's input tokens at the positions of `hidden_states`, read with
-        `config.copy_spans` only."""
+        """The mixture's log-probabilities (B, T, V) and its copy weight 1 - p_gen (B, T). `decoder_input_ids` (B, T):
+        the decoder's input tokens at the positions of `hidden_states`, read with `config.copy_spans` only."""
         bias = None
         if self.span_gate is not None:
             self.check_decoder_input_ids(decoder_input_ids)
@@ -106,10 +91,8 @@ class FastformerCopyHead(nn.Module):
 
 
 class CopyHeadMixin:
-    """What a model with a copy head (`self.copy_head`) adds: the source's token ids it copies, checked against the
-    encoder's output and kept by generate() for every decoding step, and its modules' initial weights. For
-    `FastformerCopyForConditionalGeneration` and the BERT2BERT baseline with the same head
-    (scripts/bert2bert.py)."""
+    """What a model with a copy head (`self.copy_head`) adds: the source's token ids it copies, checked and kept by
+    generate() for every decoding step, and its modules' initial weights."""
 
     def _init_weights(self, module):
         if isinstance(module, (SpanGate, SourceContext)):
@@ -118,8 +101,8 @@ class CopyHeadMixin:
             super()._init_weights(module)
 
     def checked_source_ids(self, source_ids, encoder_hidden_states) -> torch.Tensor:
-        """The source ids the copy head reads, refused where there are none, where they do not match the encoder's
-        output in shape, or (inside `checks.value_checks()`) hold an id outside the vocabulary."""
+        """The source ids the copy head reads, refused where missing, of another shape than the encoder's output, or
+        (inside `checks.value_checks()`) outside the vocabulary."""
         if source_ids is None:
             raise ValueError(
                 "The copy head copies source tokens by their ids: pass `input_ids`, or `source_ids` (the source's "
@@ -134,8 +117,7 @@ class CopyHeadMixin:
         return source_ids
 
     def copy_logits(self, outputs, hidden_states, source_ids, attention_mask, decoder_input_ids, labels, **loss_kwargs):
-        """The copy head over the LM head's `outputs.logits`, from the decoder's `hidden_states` and the encoder's
-        output: (the mixture's log-probabilities, its copy weight, the loss on `labels` or None)."""
+        """The copy head over `outputs.logits`: (log-probabilities, copy weight, the loss on `labels` or None)."""
         encoder_states = outputs.encoder_last_hidden_state
         source_ids = self.checked_source_ids(source_ids, encoder_states)
         logits, copy_probability = self.copy_head(
@@ -145,9 +127,8 @@ class CopyHeadMixin:
         return logits, copy_probability, loss
 
     def generate(self, inputs=None, generation_config=None, **kwargs):
-        """As transformers', and the source's token ids (`inputs` or `input_ids`) also go to every decoding step as
-        `source_ids`, which generate() expands with the beams. Beside `encoder_outputs` without ids, pass
-        `source_ids`."""
+        """As transformers'; the source's token ids (`inputs` or `input_ids`) go to every step as `source_ids`, which
+        generate() expands with the beams. Beside `encoder_outputs` without ids, pass `source_ids`."""
         source = inputs if inputs is not None else kwargs.get("input_ids")
         if kwargs.get("source_ids") is None and source is not None and not source.is_floating_point():
             kwargs["source_ids"] = source
@@ -157,9 +138,7 @@ class CopyHeadMixin:
 @dataclass
 class CopyGenerationOutput(Seq2SeqLMOutput):
     r"""
-    `Seq2SeqLMOutput` with the pointer-generator's `logits`: the log-probabilities of its mixture of the LM head's
-    distribution and the copy attention's (B, T, V), scores whose softmax is that mixture, which a loss, a logits
-    processor or generate() reads as any logits.
+    `Seq2SeqLMOutput` whose `logits` are the pointer-generator's log-probabilities (B, T, V), read as any logits.
 
     lm_logits (`torch.FloatTensor` of shape `(batch_size, target_length, vocab_size)`):
         The LM head's own scores, before the mixture.
@@ -172,14 +151,10 @@ class CopyGenerationOutput(Seq2SeqLMOutput):
 
 
 class FastformerCopyForConditionalGeneration(CopyHeadMixin, FastformerForConditionalGeneration):
-    """`FastformerForConditionalGeneration` with See et al.'s pointer-generator (2017), `FastformerCopyHead`: each
-    decoder output attends over the encoder output (one softmax head of its own), and a learned gate mixes the LM
-    head's distribution over the vocabulary with that attention summed per source token id. The source's token ids
-    are read at every step (`input_ids`, or `source_ids` beside `encoder_outputs`), and with
-    `config.copy_spans` the decoder's input ids (`decoder_input_ids` or `labels`).
-
-    `logits` are the mixture's log-probabilities (`CopyGenerationOutput`): logits processors that scale scores act on
-    log-probabilities then (`repetition_penalty` multiplies their negative values and barely moves a likely token).
+    """`FastformerForConditionalGeneration` with See et al.'s pointer-generator (2017), `FastformerCopyHead`. It reads
+    the source's token ids at every step (`input_ids`, or `source_ids` beside `encoder_outputs`), and with
+    `config.copy_spans` the decoder's input ids (`decoder_input_ids` or `labels`). `logits` are log-probabilities:
+    logits processors that scale scores act on those (`repetition_penalty` barely moves a likely token).
     """
 
     config_class = FastformerCopyConfig
@@ -205,8 +180,7 @@ class FastformerCopyForConditionalGeneration(CopyHeadMixin, FastformerForConditi
     ) -> CopyGenerationOutput:
         r"""
         source_ids: the source's token ids (B, M) that the copy head copies: `input_ids` by default; needed beside
-            `encoder_outputs` or `inputs_embeds` without `input_ids` (generate() passes them at every step).
-        The other arguments are `FastformerForConditionalGeneration`'s.
+            `encoder_outputs` or `inputs_embeds`. The other arguments are `FastformerForConditionalGeneration`'s.
         """
         if isinstance(logits_to_keep, torch.Tensor) and logits_to_keep.dtype == torch.bool:
             raise ValueError(
@@ -253,14 +227,12 @@ class FastformerCopyForConditionalGeneration(CopyHeadMixin, FastformerForConditi
 
 
 class FastformerCopyForCausalLM(FastformerForCausalLM):
-    """`FastformerForCausalLM` under `FastformerCopyConfig`, whose `decoder_conv_kernel` gives its decoder the short
-    convolution (a causal LM saved with one before that field left `FastformerConfig` loads as this)."""
+    """`FastformerForCausalLM` under `FastformerCopyConfig`, whose `decoder_conv_kernel` adds the short convolution."""
 
     config_class = FastformerCopyConfig
 
 
-# checkpoints name the encoder-decoder's parts as `FastformerForConditionalGeneration`'s do (renamed on load, and
-# back on save)
+# checkpoints name the encoder-decoder's parts as `FastformerForConditionalGeneration`'s do
 register_checkpoint_conversion_mapping(
     FastformerCopyForConditionalGeneration.__name__,
     get_checkpoint_conversion_mapping(FastformerForConditionalGeneration.__name__),

@@ -1,20 +1,6 @@
-"""Attention transfer: a Fastformer converted from a BERT-family model (`fastformer.conversion`) learns its additive
-attention from that model (the teacher) on unlabeled text, in two stages (as LoLCATs, arXiv:2410.10254):
-
-1. "layerwise": every student layer's attention sub-layer (`FastformerLayer.attention_sublayer`) gets the teacher's
-   input of that layer and learns the teacher's attention sub-layer output; only those parameters train, all layers
-   from one teacher pass.
-2. "end_to_end": the whole student but its embeddings learns the teacher's hidden state after every layer
-   (`matched="all"`), after the last one (`"last"`), or after the last one and the sentence embedding the student's
-   pooler makes of it (`"pooled"`; a batch's embeddings are then the "tokens" of the error below). A classifier
-   student (`FastformerForSequenceClassification`) also learns the teacher's logits (`teacher_head`: its head on its
-   last hidden state; `logit_distillation_loss`) and, where a batch has them, its labels (cross-entropy).
-
-Both minimize the mean over layers of the unexplained variance sum ||s_i - t_i||^2 / sum ||t_i - mean t||^2 over a
-batch's real tokens (0: exact, 1: no better than the teacher's mean), without dropout. `transfer_attention` runs a
-stage on `transformers.Trainer`; `transfer_errors`, `embedding_cosine` and `prediction_agreement` measure the
-agreement on held-out text.
-"""
+"""Attention transfer (as LoLCATs, arXiv:2410.10254): a Fastformer converted from a BERT-family model (the teacher)
+learns its additive attention from it on unlabeled text. Each stage minimizes the mean unexplained variance of the
+matched outputs, sum ||s_i - t_i||^2 / sum ||t_i - mean t||^2 over a batch's real tokens (0: exact), without dropout."""
 
 import contextlib
 from dataclasses import dataclass
@@ -27,7 +13,7 @@ from transformers.modeling_outputs import ModelOutput
 from .modeling_fastformer import FastformerForSequenceClassification, FastformerModel, FastformerPooler
 
 STAGES = ("layerwise", "end_to_end")
-# the end-to-end stage's targets (module docstring)
+# the end-to-end stage's targets (`AttentionTransfer`)
 MATCHED = ("all", "last", "pooled")
 
 
@@ -49,9 +35,8 @@ def _squared_errors(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Te
 
 
 def logit_distillation_loss(student_logits, teacher_logits, temperature: float = 1.0, problem_type=None):
-    """KL(teacher || student) of the predictions softened at `temperature`, times temperature^2 (Hinton et al.,
-    arXiv:1503.02531), the mean over the batch (and labels) of (B, num_labels) logits: softmax over the classes, each
-    label's sigmoid for "multi_label_classification"; the squared error for "regression"."""
+    """KL(teacher || student) of (B, num_labels) logits softened at `temperature`, times temperature^2 (Hinton et
+    al.), the batch mean: over the classes' softmax, or each label's sigmoid; the squared error for "regression"."""
     if problem_type == "regression":
         return (student_logits.float() - teacher_logits.float()).square().mean()
     if problem_type == "multi_label_classification":  # sigmoid(x) = softmax([x, 0])[0]: a 2-class softmax per label
@@ -69,8 +54,7 @@ def problem_type(config) -> str:
 
 
 def teacher_targets(teacher: PreTrainedModel, input_ids, attention_mask) -> tuple[tuple[torch.Tensor, ...], list]:
-    """The teacher's hidden states (embeddings, then after every layer) and every layer's attention sub-layer
-    output, without gradients."""
+    """The teacher's hidden states (embeddings, then every layer's) and attention sub-layer outputs, no gradients."""
     attention = [layer.attention for layer in teacher.encoder.layer]
     with torch.no_grad(), _recorded(attention) as attention_outputs:
         hidden_states = teacher(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
@@ -96,11 +80,12 @@ def _recorded(modules):
 class AttentionTransfer(nn.Module):
     """The student and the frozen teacher of one transfer stage; `forward` returns the stage's loss.
 
-    Only the parameters the stage trains require gradients; `matched`: the end-to-end stage's hidden-state targets,
-    weighted `hidden_weight`. A classifier student's end-to-end stage adds `logit_weight` x the logit loss at
-    `temperature` against `teacher_head` (hidden states, attention mask -> the teacher's logits) and the
-    cross-entropy of the batch's `labels` (-100: none). The models stay in eval mode (no dropout) while the Trainer
-    trains this module. Its `state_dict` is the student's only.
+    "layerwise": each attention sub-layer learns the teacher's output from the teacher's input (only they train).
+    "end_to_end": all but the embeddings learn the teacher's hidden states, weighted `hidden_weight`: after every layer
+    (`matched="all"`), the last (`"last"`), or the last and its sentence embedding by the student's pooler (`"pooled"`).
+    A classifier student adds `logit_weight` x `logit_distillation_loss` at `temperature` against `teacher_head`
+    (hidden states, attention mask -> logits) and the cross-entropy of `labels` (-100: none). The models stay in eval
+    mode; `state_dict` is the student's only.
     """
 
     accepts_loss_kwargs = False  # the loss is a mean over layers, not a sum to be divided by the token count
@@ -218,9 +203,8 @@ def transfer_attention(
     matched: str = "all",
     **losses,
 ):
-    """Train `student` in place through one stage with `transformers.Trainer`; returns its `TrainOutput`.
-    Checkpoints in `args.output_dir` hold the student, optimizer and scheduler: `resume_from_checkpoint` continues
-    a stage (with the same teacher). `losses`: `AttentionTransfer`'s teacher_head and loss weights."""
+    """Train `student` in place through one stage with `transformers.Trainer` (`resume_from_checkpoint` continues
+    one); returns its `TrainOutput`. `losses`: `AttentionTransfer`'s teacher_head and loss weights."""
     models = [model for model in (student, teacher, losses.get("teacher_head")) if model is not None]
     trainable = {parameter: parameter.requires_grad for model in models for parameter in model.parameters()}
     trainer = Trainer(
@@ -261,8 +245,7 @@ def transfer_errors(student: FastformerModel, teacher: PreTrainedModel, batches)
 
 @torch.no_grad()
 def embedding_cosine(student: FastformerModel, teacher: PreTrainedModel, batches) -> float:
-    """Mean cosine similarity of the student's and the teacher's sentence embeddings over `batches`, both pooled
-    from the last layer by the student's pooler (or, without one, its config's)."""
+    """Mean cosine similarity of the student's and the teacher's sentence embeddings, both by the student's pooler."""
     student = student.base_model  # a classifier's encoder
     pooler = student.pooler if student.pooler is not None else FastformerPooler(student.config)
     was_training = student.training
@@ -279,9 +262,7 @@ def embedding_cosine(student: FastformerModel, teacher: PreTrainedModel, batches
 
 @torch.no_grad()
 def prediction_agreement(student: FastformerForSequenceClassification, teacher, teacher_head, batches) -> float:
-    """The share of the texts of `batches` on which a classifier `student` predicts what the teacher (`teacher` with
-    `teacher_head`, as `AttentionTransfer` takes them) does: the class, for multi-label classifiers every label (a
-    regression has no classes)."""
+    """The share of texts on which a classifier `student` predicts the class (or labels) `teacher_head` does."""
     was_training = student.training
     student.eval()
     agreed, texts = 0, 0

@@ -1,10 +1,5 @@
-"""Fastformer as graphs for deployment: `torch.export` programs and ONNX files (`torch.onnx.export(dynamo=True)`;
-optimum does not install beside transformers 5), with dynamic batch and sequence axes.
-
-A graph holds one attention mode (`set_additive_attention_mode`). "auto", which chooses by the batch's shape, is
-exported as the mode with the least arithmetic from hidden_size / 2 tokens on: "collapsed" for the "product"
-interaction, else "plain" (as `FastformerLayer.uses_collapsed_attention` under `torch.export`).
-"""
+"""Fastformer encoder heads as `torch.export` programs and ONNX files (`torch.onnx.export(dynamo=True)`), with dynamic
+batch and sequence axes. A graph holds one attention mode (`set_additive_attention_mode`)."""
 
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,8 +19,8 @@ EXAMPLE_SHAPE = (2, 16)  # the example inputs traced; every other batch size and
 
 
 def exported_attention_mode(model) -> str:
-    """The attention mode a graph of `model` holds: its encoder layers' (`set_additive_attention_mode`), with "auto"
-    resolved as the module docstring says; layers set apart to different modes are refused."""
+    """The attention mode a graph of `model` holds: its encoder layers'; "auto" as the least arithmetic from
+    hidden_size / 2 tokens on ("collapsed" for the "product" interaction, else "plain"). Mixed modes are refused."""
     modes = {module.attention_mode for module in model.modules() if isinstance(module, FastformerLayer)}
     if len(modes) > 1:
         raise ValueError(
@@ -50,8 +45,7 @@ def using_attention_mode(model, mode: str):
 
 
 def example_inputs(model) -> tuple[torch.Tensor, torch.Tensor]:
-    """The (input_ids, attention_mask) an export traces, of EXAMPLE_SHAPE, one row half padding; refuses a model in
-    training mode."""
+    """The (input_ids, attention_mask) an export traces, one row half padding; refuses a model in training mode."""
     if model.training:
         raise ValueError("Call model.eval() before exporting: a graph traced in training mode keeps its dropout")
     input_ids = torch.randint(model.config.vocab_size, EXAMPLE_SHAPE, generator=torch.Generator().manual_seed(0))
@@ -61,9 +55,8 @@ def example_inputs(model) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def export_program(model: FastformerPreTrainedModel, attention_mode: str | None = None) -> torch.export.ExportedProgram:
-    """`model` (an encoder head of OUTPUT_NAMES, in eval mode) as a `torch.export` program (input_ids,
-    attention_mask) -> its outputs, for any batch and length up to `max_position_embeddings`, in `attention_mode`
-    (default: `exported_attention_mode`)."""
+    """`model` (an encoder head of OUTPUT_NAMES, in eval mode) as a `torch.export` program of (input_ids,
+    attention_mask) for any batch and length, in `attention_mode` (default: `exported_attention_mode`)."""
     name = type(model).__name__
     if name not in OUTPUT_NAMES:
         seq2seq = "; export the encoder-decoder with scripts/export_seq2seq_onnx.py"
@@ -83,8 +76,7 @@ def export_program(model: FastformerPreTrainedModel, attention_mode: str | None 
 
 
 def export_onnx(model: FastformerPreTrainedModel, path: str | Path, attention_mode: str | None = None) -> Path:
-    """Writes `export_program(model)` to the ONNX file `path` and returns it: inputs input_ids and attention_mask
-    (int64, (batch, sequence)), outputs named as OUTPUT_NAMES."""
+    """Writes `export_program(model)` to the ONNX file `path` and returns it, outputs named as OUTPUT_NAMES."""
     path = Path(path)
     program = export_program(model, attention_mode)
     onnx_program = torch.onnx.export(
@@ -100,8 +92,7 @@ def export_onnx(model: FastformerPreTrainedModel, path: str | Path, attention_mo
 
 
 def quantize_int8(source: Path, destination: Path) -> Path:
-    """ONNX Runtime's dynamic quantization of `source` (signed int8 weights, activations quantized at run time),
-    written to `destination`."""
+    """ONNX Runtime's dynamic quantization of `source` (int8 weights), written to `destination`."""
     from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: PLC0415  (the [onnx] extra)
 
     quantize_dynamic(source, destination, weight_type=QuantType.QInt8)

@@ -1,7 +1,5 @@
 """The paper's math as pure functions of tensors: Wu et al., "Fastformer: Additive Attention Can Be All You Need"
-(arXiv:2108.09084), Eqs. 3-6. No config, no modules: the layers in `modeling_fastformer.py` map a config to these
-functions, and the tests compare them with `naive`'s float64 loops. Shapes: B batch, H heads, N tokens, D head size.
-"""
+(arXiv:2108.09084), Eqs. 3-6, and the copy head's. Shapes: B batch, H heads, N tokens, D head size."""
 
 import math
 from typing import NamedTuple
@@ -18,12 +16,8 @@ def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def masked_softmax(logits: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Softmax over the last axis (tokens) that gives padding exactly zero weight.
-
-    logits: (..., N), any float dtype; computed in float32, or float64 when the logits are float64.
-    attention_mask: broadcastable to logits, True/1 for tokens and False/0 for padding.
-    A row with no token at all gets all-zero weights (so it pools to zeros) instead of NaN.
-    """
+    """Softmax over the last axis in float32 (float64 for float64 logits) that gives padding (`attention_mask`
+    False/0, broadcastable to logits) exactly zero weight; a row without tokens gets zeros, not NaN."""
     logits = logits.to(accumulation_dtype(logits.dtype))
     if attention_mask is None:
         return logits.softmax(dim=-1)
@@ -42,8 +36,7 @@ class PoolingMask(NamedTuple):
 
 
 def pooling_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> PoolingMask:
-    """The `PoolingMask` of an attention mask (B, N) (non-zero for tokens, 0 for padding), in `dtype`: the dtype the
-    poolings compute in (under autocast, autocast's)."""
+    """The `PoolingMask` of an attention mask (B, N) (non-zero for tokens) in the poolings' compute `dtype`."""
     tokens = attention_mask.to(torch.bool)
     mask = tokens.to(dtype)
     bias = (mask - 1) * torch.finfo(dtype).max  # exactly 0 for a token, the dtype's lowest value for padding
@@ -65,10 +58,9 @@ def _as_bool_mask(attention_mask) -> torch.Tensor | None:
 def attention_pooling(
     x: torch.Tensor, vectors: torch.Tensor, mask: PoolingMask | None = None, scale: float | None = None
 ) -> torch.Tensor:
-    """sum_i softmax_i(v . x_i * scale) x_i per head, through `scaled_dot_product_attention` (one query per head, the
-    learned vector v): one fused kernel, the weights never stored. x: (B, H, N, E); vectors: (H, E) or (B, H, E);
-    scale: 1 / sqrt(E) by default. Returns (B, H, E); a row of padding only pools over its padding (finite; the
-    callers zero it with `mask.has_tokens`)."""
+    """sum_i softmax_i(v . x_i * scale) x_i per head, as `scaled_dot_product_attention` with the learned vector v as
+    the query: x (B, H, N, E), vectors (H, E) or (B, H, E), scale 1 / sqrt(E) by default -> (B, H, E). A row of
+    padding only pools its padding (finite; callers zero it with `mask.has_tokens`)."""
     query = vectors.unsqueeze(-2).expand(*x.shape[:2], 1, vectors.shape[-1])  # a view: one query per (B, H)
     bias = None if mask is None else mask.bias
     return nn_functional.scaled_dot_product_attention(query, x, x, attn_mask=bias, scale=scale).squeeze(-2)
@@ -79,10 +71,9 @@ def additive_pooling(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One additive-attention pooling: softmax_i(w . x_i / sqrt(D)) weighted sum of x_i (Eqs. 3-4 and 5-6).
 
-    x: (B, H, N, D); weight: (H, D), the learned vector w, or (B, H, D), one per sequence; attention_mask: (B, N), or
-    a `PoolingMask`. Returns the pooled vector (B, H, D) in x's dtype (zeros for a row without tokens) and the
-    weights (B, H, N) in float32 or better, or None without `return_weights` (then one `attention_pooling`). With the
-    weights, the products run on x as (B, N, H*D), a free view of a head split: no head transpose is copied.
+    x: (B, H, N, D); weight: (H, D) or (B, H, D), the learned w; attention_mask: (B, N) or a `PoolingMask`. Returns
+    the pooled vector (B, H, D) in x's dtype (zeros for a row without tokens) and the weights (B, H, N) in float32 or
+    better (None without `return_weights`). The products run on x as (B, N, H*D), a free view of a head split.
     """
     if not return_weights:
         mask = as_pooling_mask(attention_mask, x.dtype)
@@ -110,12 +101,10 @@ def pool_projections(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`additive_pooling` of the heads of the projections y_i = W x_i + b, without forming the y_i.
 
-    x: (B, N, C); weight: (H*D, C) and bias: (H*D,), a Linear layer's; vectors: (H, D) or (B, H, D), the w;
-    attention_mask: (B, N) or a `PoolingMask`. Per head h, with W_h the head's D rows of W:
+    x: (B, N, C); weight: (H*D, C) and bias: (H*D,), a Linear layer's; vectors: (H, D) or (B, H, D), the w. Per head h,
+    with W_h the head's D rows of W:
         w_h . y_{i,h} = (W_h^T w_h) . x_i + w_h . b_h,     sum_i a_i y_{i,h} = W_h (sum_i a_i x_i) + b_h sum_i a_i
-    so the pooling costs two (N x C) by (C x H) products instead of the (N x C) by (C x H*D) projection (small
-    GEMMs whatever `return_weights`: a fused attention kernel would read x once per head). Returns the pooled
-    (B, H, D) and the weights (B, H, N), as `additive_pooling` on the y's heads (None without `return_weights`).
+    so two (N x C) by (C x H) products replace the (N x C) by (C x H*D) projection. Returns as `additive_pooling`.
     """
     heads, dim = vectors.shape[-2:]
     per_head = weight.view(heads, dim, -1)  # (H, D, C)
@@ -131,8 +120,7 @@ def pool_projections(
 
 
 def _pooling_weights(logits: torch.Tensor, dim: int, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """softmax_i(logit_i / sqrt(dim)) over the tokens of logits (B, H, N), in float32 or better, padding
-    (attention_mask (B, N) == 0) excluded."""
+    """softmax_i(logit_i / sqrt(dim)) of logits (B, H, N) in float32 or better, padding (mask (B, N) == 0) excluded."""
     logits = logits.to(accumulation_dtype(logits.dtype)) / math.sqrt(dim)
     return masked_softmax(logits, None if attention_mask is None else attention_mask[:, None, :])
 
@@ -162,8 +150,7 @@ def pool_interactions(
         "add":     w . (g + x_i) = w . x_i + const,         sum_i beta_i p_i = g sum_i beta_i + sum_i beta_i x_i
         "concat":  w . (g P1 + x_i P2) = (P2 w) . x_i + const, sum_i beta_i p_i = (g P1) sum_i beta_i
                                                                                  + (sum_i beta_i x_i) P2
-    (a constant shift leaves a softmax unchanged; sum_i beta_i is 1, or 0 for a row of padding only).
-    Returns the pooled vector (B, H, D) and beta (B, H, N) (None without `return_weights`), as `additive_pooling`.
+    (a shift leaves a softmax unchanged; sum_i beta_i is 1, or 0 for a padding-only row). Returns as `additive_pooling`.
     """
     _check_interaction(interaction, projection)
     if not return_weights:
@@ -204,15 +191,8 @@ def interact(
     interaction: str = "product",
     projection: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Combine a global vector with every token (the paper's RQ2 variants).
-
-    global_vector: (B, H, 1, D), one for all tokens, or (B, H, N, D), one per token (the causal case);
-    tokens: (B, H, N, D).
-    - "product": g * x_i, the paper's choice (Eq. 5 and the u_i step);
-    - "add":     g + x_i;
-    - "concat":  [g ; x_i] P with P: (H, 2D, D) a learned projection, computed as g P[:D] + x_i P[D:].
-    Returns (B, H, N, D).
-    """
+    """Combine a global vector (B, H, 1, D), or one per token (B, H, N, D), with every token (B, H, N, D) (RQ2):
+    "product" g * x_i (the paper's, Eq. 5), "add" g + x_i, or "concat" [g ; x_i] P with a learned P (H, 2D, D)."""
     _check_interaction(interaction, projection)
     g = global_vector
     if interaction == "product":
@@ -246,20 +226,17 @@ def additive_attention(
 ) -> AdditiveAttentionOutput:
     """Fastformer additive attention, Eqs. 3-6, before the output transform W_r and the query residual.
 
-    query, key, value: (B, H, N, D); query_weight, key_weight: (H, D), the learned vectors w_q and w_k;
-    attention_mask: (B, N), 1 for tokens and 0 for padding, or its `PoolingMask`. Padding takes no part in either
-    pooling; a row of padding only pools to zeros.
+    query, key, value: (B, H, N, D); query_weight, key_weight: (H, D), w_q and w_k; attention_mask: (B, N), 1 for
+    tokens, or its `PoolingMask`. Padding takes no part in either pooling; a row of padding only pools to zeros.
 
         alpha = softmax(w_q . q_i / sqrt(D)),  global query q = sum_i alpha_i q_i
         p_i   = q * k_i
         beta  = softmax(w_k . p_i / sqrt(D)),  global key   k = sum_i beta_i p_i   (pools p_i, not k_i)
         u_i   = k * v_i
 
-    `interaction` swaps both "*" for another combination (`interact`; "concat" takes one projection per
-    interaction). Returns `AdditiveAttentionOutput(output=u, weights)`: u (B, H, N, D); `weights` None, or with
-    `return_weights` alpha and beta stacked as (B, H, 2, N). The p_i are never formed (`pool_interactions`); without
-    `return_weights` each pooling is one `attention_pooling`. For head splits of (B, N, H*D) projections, "product"
-    and "add" give u back as one too, so `u.transpose(1, 2).reshape(B, N, H*D)` is free.
+    `interaction` swaps both "*" for another combination (`interact`). Returns `AdditiveAttentionOutput`: u
+    (B, H, N, D) and, with `return_weights`, alpha and beta as (B, H, 2, N). The p_i are never formed. For head splits
+    of (B, N, H*D) projections, "product" and "add" give u as one too: `u.transpose(1, 2).reshape(B, N, H*D)` is free.
     """
     if not return_weights:  # one mask for both poolings
         attention_mask = as_pooling_mask(attention_mask, query.dtype)
@@ -282,9 +259,8 @@ def segment_pooling(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`additive_pooling` of every sequence of packed rows on its own: each token gets its sequence's pooled vector.
 
-    x: (B, H, N, D); weight: (H, D), the learned vector w; segment_ids: (B, N), the sequence of each token,
-    numbered from 0 in each row (transformers' `find_packed_sequence_indices`). Returns the pooled vectors
-    (B, H, N, D) in x's dtype and the weights (B, H, N) in float32 or better, each sequence's summing to 1.
+    x: (B, H, N, D); weight: (H, D); segment_ids: (B, N), each token's sequence, from 0 in each row (transformers'
+    `find_packed_sequence_indices`). Returns (B, H, N, D) in x's dtype and the weights (B, H, N) in float32 or better.
     """
     dim = x.shape[-1]
     logits = (x @ weight.unsqueeze(-1)).squeeze(-1)  # (B, H, N): w_h . x_{i,h}
@@ -311,9 +287,7 @@ def packed_additive_attention(
     key_value_projection: torch.Tensor | None = None,
     return_weights: bool = False,
 ) -> AdditiveAttentionOutput:
-    """`additive_attention` of packed rows: several sequences one after the other in a row, each attending to
-    itself only, as if it were alone. segment_ids: (B, N), as `segment_pooling` takes them; the rest as
-    `additive_attention` (which this equals for a row of one sequence)."""
+    """`additive_attention` of packed rows (segment_ids (B, N) as `segment_pooling`'s), each sequence on its own."""
     global_query, alpha = segment_pooling(query, query_weight, segment_ids)  # (B, H, N, D): its sequence's q
     interactions = interact(global_query, key, interaction, query_key_projection)  # p_i
     global_key, beta = segment_pooling(interactions, key_weight, segment_ids)
@@ -322,8 +296,7 @@ def packed_additive_attention(
 
 
 class PackedRows(NamedTuple):
-    """Where each token of packed rows (B, N) sits in the batch of their sequences, one sequence a row, padded on
-    the right (`packed_rows`)."""
+    """Where each token of packed rows (B, N) sits in the batch of their sequences, one a row, padded on the right."""
 
     sequence: torch.Tensor  # (B, N): the row of the token's sequence in that batch
     position: torch.Tensor  # (B, N): the token's position in its sequence
@@ -332,8 +305,7 @@ class PackedRows(NamedTuple):
 
 
 def packed_rows(segment_ids: torch.Tensor) -> PackedRows:
-    """The `PackedRows` of `segment_ids` (B, N), as `segment_pooling` takes them. Reads two numbers on the host: how
-    many sequences, and the longest."""
+    """The `PackedRows` of `segment_ids` (B, N); reads two numbers on the host (how many sequences, the longest)."""
     batch, length = segment_ids.shape
     counts = segment_ids[:, -1] + 1  # (B,) sequences per row
     sequence = segment_ids + (counts.cumsum(0) - counts)[:, None]  # numbered over the whole batch
@@ -394,8 +366,7 @@ def causal_pooling_weights(
     x: torch.Tensor, weight: torch.Tensor, attention_mask: torch.Tensor | None = None
 ) -> torch.Tensor:
     """The weights of `causal_additive_pooling`, (B, H, N, N) in float32 or better: row t holds
-    softmax_{i<=t}(w . x_i / sqrt(D)) over the real tokens i <= t, zeros elsewhere. x: (B, H, N, D); weight: (H, D);
-    attention_mask: (B, N). Quadratic in N: for inspection only (the pooling never forms it)."""
+    softmax_{i<=t}(w . x_i / sqrt(D)) over the real tokens i <= t, zeros elsewhere (quadratic: for inspection)."""
     length, dim = x.shape[-2:]
     logits = (x @ weight.unsqueeze(-1)).squeeze(-1) / math.sqrt(dim)  # (B, H, N)
     visible = torch.ones(length, length, dtype=torch.bool, device=x.device).tril()  # (N, N): token i <= position t
@@ -414,14 +385,12 @@ def causal_additive_pooling(
 ) -> tuple[torch.Tensor, PoolingState]:
     """Prefix additive pooling: for every t, sum_{i<=t} softmax_{i<=t}(w . x_i / sqrt(D)) x_i.
 
-    x: (B, H, N, D); weight: (H, D); attention_mask: (B, N), padding takes no part (bool or int, or additive as
-    `causal_mask` makes it); `state` continues an earlier call. Returns the pooled vectors (B, H, N, D) in x's dtype
-    (zeros before any token; for one token, a decoding step, in the state's dtype) and the state after the last
-    position (new tensors).
+    x: (B, H, N, D); weight: (H, D); attention_mask: (B, N), bool or int, or additive as `causal_mask` makes it;
+    `state` continues an earlier call. Returns the pooled vectors (B, H, N, D) in x's dtype (zeros before any token;
+    for a decoding step in the state's dtype) and the state after the last position (new tensors).
 
-    A two-level scan, with no cumsum of exp(): within chunks of `chunk_size` tokens a masked (C x C) matrix of
-    exp(logit_i - running max_t) weights, across chunks the same on the chunk summaries. Every exponent is <= 0, and
-    the maxima, constants of the softmax, carry no gradient.
+    A two-level scan: within chunks of `chunk_size` tokens a masked (C x C) matrix of exp(logit_i - running max_t)
+    weights, across chunks the same on the chunk summaries. Every exponent is <= 0; the maxima carry no gradient.
     """
     batch, heads, length, dim = x.shape
     if state is None:
@@ -487,14 +456,12 @@ def causal_additive_pooling(
 
 
 def causal_mask(attention_mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """An attention mask (B, N) (non-zero for tokens) as the causal poolings add it to their logits: 0 for a token,
-    -inf for padding, in `dtype` (float32 or better)."""
+    """An attention mask (B, N) as the causal poolings add it to their logits: 0 for a token, -inf for padding."""
     return attention_mask.to(torch.bool).to(dtype).log()
 
 
 def _scaled_logits(logits, dim, attention_mask, dtype):
-    """logits (B, H, N) / sqrt(dim) in `dtype`, -inf for padding (attention_mask (B, N)); one operation for an
-    additive mask."""
+    """logits (B, H, N) / sqrt(dim) in `dtype`, -inf for padding (attention_mask (B, N), maybe additive)."""
     if attention_mask is not None and attention_mask.is_floating_point():
         return torch.add(attention_mask[:, None, :].to(dtype), logits, alpha=dim**-0.5)
     logits = logits.to(dtype) / math.sqrt(dim)
@@ -516,8 +483,7 @@ def _step_logits(token, weight, attention_mask, dtype):
 
 
 def _pooling_step(x, weight, attention_mask, state):
-    """`causal_additive_pooling` of one token, x (B, H, 1, D), in the fewest operators (no cast): the pooling moves
-    towards the token by its share of the softmax so far, exp(logit - log_normalizer) (a lerp)."""
+    """`causal_additive_pooling` of one token x (B, H, 1, D): a lerp towards it by its softmax share so far."""
     token = x[:, :, 0]  # (B, H, D)
     logit = _step_logits(token, weight, attention_mask, state.pooled.dtype)  # (B, H)
     log_normalizer = torch.logaddexp(state.log_normalizer, logit)
@@ -552,10 +518,8 @@ def causal_additive_attention(
         global key_t   = sum_{i<=t} softmax_{i<=t}(w_k . p_i / sqrt(D)) p_i
         u_t            = global key_t * v_t
     Padding (0 in attention_mask, or -inf in a `causal_mask`) takes no part. `state`, from an earlier call,
-    continues a sequence (two chunks with the state passed along equal the whole); one token with a state costs
-    O(D) per head. Returns `CausalAttentionOutput(output=u, state, weights)`: u (B, H, N, D), the state after the last
-    token, `weights` None or with `return_weights` (no `state`) alpha and beta (`causal_pooling_weights`) stacked as
-    (B, H, 2, N, N).
+    continues a sequence; one token with a state costs O(D) per head. Returns `CausalAttentionOutput`: u, the state
+    after the last token and, with `return_weights` (no `state`), alpha and beta as (B, H, 2, N, N).
     """
     if return_weights and state is not None:
         raise ValueError("return_weights=True needs the whole sequence: a `state` does not keep the tokens before it")
@@ -578,14 +542,13 @@ def causal_convolution(
     attention_mask: torch.Tensor | None = None,
     state: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every token plus a depthwise convolution of it and the K - 1 tokens before it (`config.decoder_conv_kernel`,
-    the short convolution of Mamba2's linear attention):
+    """Every token plus a depthwise convolution of it and the K - 1 tokens before it (`config.decoder_conv_kernel`):
         out_t = x_t + sum_{j=0..K-1} weight[:, 0, K - 1 - j] * r_j(t)
     where r_0(t), r_1(t), ... are the real tokens at or before t, latest first.
 
-    x: (B, T, D); weight: (D, 1, K), a depthwise `nn.Conv1d`'s; attention_mask: (B, T), non-zero for tokens (padding
-    anywhere is skipped); state: (B, D, K - 1), the last K - 1 tokens before x (None: zeros). Returns out (B, T, D)
-    (padding keeps its input) and the state after x (a view of a new tensor)."""
+    x: (B, T, D); weight: (D, 1, K), a depthwise `nn.Conv1d`'s; attention_mask: (B, T), non-zero for tokens; state:
+    (B, D, K - 1), the last K - 1 tokens before x (None: zeros). Returns out (B, T, D) (padding keeps its input) and
+    the state after x."""
     columns = x.transpose(1, 2)  # (B, D, T)
     width = weight.shape[-1] - 1
     if state is None:
@@ -613,16 +576,12 @@ def copy_attention(
     source_mask: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One head of scaled dot-product attention of decoder tokens over source tokens, for copying them (See et al.,
-    "Get To The Point", 2017: the attention distribution a_t and the context vector).
+    """One head of scaled dot-product attention of decoder tokens over source tokens, to copy them (See et al., 2017).
 
-    query: (B, T, D), the decoder's projected states; source: (B, M, D), the encoder's output; source_mask: (B, M),
-    True/1 for tokens; bias: added to the scores, broadcastable to (B, T, M) (`span_continuations` weighted by the
-    span gate). Returns the weights a (B, T, M) in float32 at least, padding exactly 0, and the context
-    sum_j a_tj source_j (B, T, D) in the source's dtype. A source that is all padding spreads its weights over every
-    position (finite numbers, nothing to copy that means anything), as the softmax cross-attention does."""
-    # scaled before the product and normalized in float32 at least, as masked_softmax: half-precision scores
-    # overflow, and their weights would not sum to 1
+    query: (B, T, D); source: (B, M, D), the encoder's output; source_mask: (B, M), True/1 for tokens; bias: added to
+    the scores, broadcastable to (B, T, M). Returns the weights a (B, T, M) in float32 at least, padding exactly 0,
+    and the context sum_j a_tj source_j (B, T, D) in the source's dtype. An all-padding source attends to all of it."""
+    # scaled before the product, normalized in float32 at least: half-precision scores overflow
     scores = torch.matmul(query * query.shape[-1] ** -0.5, source.transpose(-1, -2))
     scores = scores.to(accumulation_dtype(scores.dtype))
     if bias is not None:
@@ -636,10 +595,8 @@ def copy_attention(
 
 
 def span_continuations(source_ids: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """Where a copy would continue a span of the source: (B, T, M), True at source position j for decoder position t
-    where the source token before j is the decoder's input token t (the token just written), so that copying j
-    writes the source's next token. source_ids: (B, M); input_ids: (B, T). The first source position continues
-    nothing."""
+    """Where a copy would continue a span of the source: (B, T, M), True at source position j > 0 for decoder
+    position t where the source token before j is the decoder's input token t. source_ids: (B, M); input_ids: (B, T)."""
     occurrences = source_ids[:, None, :] == input_ids[:, :, None]
     # shifted by a roll, not a slice: an (M - 1)-long tensor would make an exported graph assume M - 1 != 1
     not_first = torch.arange(source_ids.shape[1], device=source_ids.device) > 0
@@ -649,9 +606,8 @@ def span_continuations(source_ids: torch.Tensor, input_ids: torch.Tensor) -> tor
 def source_context(source: torch.Tensor, weight: torch.Tensor, source_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Every source state plus a depthwise convolution of the window of states centred on it:
         out_j = source_j + sum_{o=-r..r} weight[:, 0, r + o] * source_{j+o}      (window W = 2r + 1)
-    so that a copy head's source states see their neighbours (`config.copy_context_window`). source: (B, M, D); weight:
-    (D, 1, W), as a depthwise `nn.Conv1d`'s; source_mask: (B, M), True/1 for tokens. Padding, and the window's
-    reach past either end, count as zero states: a padded source gives its real tokens what they have alone."""
+    (`config.copy_context_window`). source: (B, M, D); weight: (D, 1, W), a depthwise `nn.Conv1d`'s; source_mask:
+    (B, M), True/1 for tokens. Padding and the window's reach past either end count as zero states."""
     if source_mask is not None:
         source = source * source_mask[..., None].to(source.dtype)
     mixed = nn_functional.conv1d(
@@ -666,9 +622,8 @@ def pointer_generator(
     """The pointer-generator's output distribution (See et al., 2017, Eq. 9), as log-probabilities:
         P(w) = p_gen softmax(logits)_w + (1 - p_gen) sum_{j: source_ids_j = w} copy_weights_j,  p_gen = sigmoid(gate)
 
-    logits: (B, T, V) the LM head's; copy_weights: (B, T, M) `copy_attention`'s; source_ids: (B, M) the source's
-    token ids (< V); gate_logits: (B, T). Returns log P (B, T, V), in float32 (float64 for float64 logits): a word
-    neither side gives any probability gets log of the smallest normal float, finite, with no gradient through it."""
+    logits: (B, T, V); copy_weights: (B, T, M), `copy_attention`'s; source_ids: (B, M); gate_logits: (B, T). Returns
+    log P (B, T, V) in float32 (float64 for float64 logits); a word of probability 0 gets a finite log."""
     dtype = accumulation_dtype(logits.dtype)
     gate_logits = gate_logits.to(dtype).unsqueeze(-1)
     generated = torch.log_softmax(logits.to(dtype), dim=-1) + nn_functional.logsigmoid(gate_logits)

@@ -1,7 +1,5 @@
-"""The model cards (README.md) written next to a trained or a converted checkpoint: `ModelCard.from_template`
-(jinja2, the [train] extra) renders the package's model_cards/fastformer.md or converted.md, with the metadata
-(license, tags, datasets, a model-index of the evaluation results) from a `ModelCardData`.
-"""
+"""The model cards (README.md) of trained and converted checkpoints, rendered from the package's model_cards/
+templates by `ModelCard.from_template` (jinja2, the [train] extra) with `ModelCardData` metadata."""
 
 from importlib.resources import files
 from pathlib import Path
@@ -40,10 +38,9 @@ DECODER_FIELDS = ("num_decoder_layers", "decoder_layers")
 def write_model_card(
     output_dir, *, model, task, dataset, metrics, hyperparameters, base_model=None, license="apache-2.0"
 ) -> ModelCard:
-    """Writes `output_dir`/README.md (its folder's name: the model's) and returns it: the card of `model` (a Fastformer
-    or a transformers baseline) trained for `task` (a key of TASKS) on `dataset` (a Hub id or a path), with its
-    `metrics` as in eval_results.json (the QUALITY_METRICS also in the model-index), its `hyperparameters` (name ->
-    value), the `base_model` it was fine-tuned from (None: trained from scratch) and `license`."""
+    """Writes and returns `output_dir`/README.md, the card of `model` (a Fastformer or a baseline) trained for `task`
+    (of TASKS) on `dataset`, with its `metrics` (eval_results.json's), `hyperparameters` (name -> value), the
+    `base_model` it was fine-tuned from (None: from scratch) and `license`."""
     if task not in TASKS:
         raise ValueError(f"`task` must be one of {tuple(TASKS)}, got {task!r}")
     auto_class, task_name = TASKS[task]
@@ -133,7 +130,7 @@ def hyperparameters(args) -> dict:
 
 
 def _quality_metric(key):
-    """(metric type, metric name, metric config) of the metrics key `key`, or None if it is not a quality metric."""
+    """(metric type, name, config) of the metrics key `key`, or None if it is not a quality metric."""
     return QUALITY_METRICS.get(key.removeprefix("eval_"))
 
 

@@ -1,9 +1,6 @@
-"""Fastformer models for transformers: the encoder, its task heads, and the generative models.
-
-The encoder layer is BERT-style post-LN, as in the authors' code; the decoder's causal attention
-carries a constant-size state (`FastformerCacheLayer`) through generation. This file imports the
-package only relatively, so that a saved checkpoint carries it as Hub code.
-"""
+"""Fastformer models for transformers: the encoder (post-LN, as the authors' code), its task heads
+and the generative models, whose decoder carries a constant-size state (`FastformerCacheLayer`).
+Relative imports only, so that a saved checkpoint carries this file as Hub code."""
 
 import math
 from collections.abc import Callable
@@ -87,8 +84,7 @@ def compute_dtype(hidden_states: torch.Tensor) -> torch.dtype:
 
 
 class FastformerTokenTypeEmbeddings(nn.Embedding):
-    """BERT's token type embeddings, two rows (`TYPE_VOCAB_SIZE`). They start at zero without
-    drawing random numbers (a seeded model draws what it would without them); row 0 stays zero."""
+    """BERT's two token type embeddings, zero at the start (no random draw); row 0 stays zero."""
 
     def __init__(self, config: FastformerConfig):
         size = (TYPE_VOCAB_SIZE, config.embedding_width)
@@ -101,9 +97,9 @@ def split_heads(heads: int, x: torch.Tensor) -> torch.Tensor:
 
 
 class FastformerEmbeddings(nn.Module):
-    """Token + position + token type embeddings (none with `token_types=False`, as BART's decoder),
-    LayerNorm, dropout, projection to `hidden_size` (as ELECTRA's). Without `token_type_ids`, type 0
-    is looked up where gradients flow, so that every backward reaches the table (DDP, FSDP)."""
+    """Token + position + token type embeddings (none with `token_types=False`), LayerNorm, dropout,
+    projection to `hidden_size` (as ELECTRA's). Without `token_type_ids`, type 0 is looked up where
+    gradients flow, so that every backward reaches the table (DDP, FSDP)."""
 
     def __init__(self, config: FastformerConfig, token_types: bool = True):
         super().__init__()
@@ -151,7 +147,6 @@ class FastformerAttention(nn.Module):
         self.query_residual = config.query_residual
         self.query = nn.Linear(hidden_size, hidden_size)
         self.key = nn.Linear(hidden_size, hidden_size)
-        # query-value sharing: v_i = q_i, so there is no W_v at all
         self.value = None if config.share_query_value else nn.Linear(hidden_size, hidden_size)
         self.transform = nn.Linear(hidden_size, hidden_size)  # W_r
         # w_q and w_k are the only per-head parameters; head-wise sharing keeps one of each
@@ -193,8 +188,7 @@ class FastformerAttention(nn.Module):
         return self.transform(u) + query if self.query_residual else self.transform(u)
 
     def forward(self, hidden_states, attention_mask=None, segment_ids=None, output_attentions=False):
-        """The output and the pooling distributions (B, H, 2, N) or None. attention_mask: (B, N) or
-        a `PoolingMask`; `segment_ids` (B, N): packed rows, each sequence attending to itself."""
+        """The output and the pooling weights (B, H, 2, N) or None; `segment_ids`: packed rows."""
         query, q, k, v = self._project(hidden_states)
         vectors, settings = self._attention_arguments()
         options = dict(return_weights=output_attentions, **settings)
@@ -225,9 +219,8 @@ class FastformerShortConvolution(nn.Module):
 
 
 class FastformerCausalAttention(FastformerAttention):
-    """The decoder's attention: every position pools its prefix only, continuing `cache_layer`'s
-    state. Returns the output and the pooling weights (B, H, 2, T, T) (row t weighs tokens 1..t) or
-    None; they need the whole sequence in one call."""
+    """The decoder's attention: every position pools its prefix, continuing `cache_layer`'s state.
+    Returns the output and the pooling weights (B, H, 2, T, T) or None."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__(config)
@@ -318,8 +311,7 @@ class FastformerCrossAttention(nn.Module):
         return split_heads(self.num_heads, self.key(encoder_hidden_states)), value
 
     def forward(self, hidden_states, key, value, source_mask=None, **kwargs):
-        """Returns the output and the weights (B, H, T, M) where the attention function gives
-        them ("eager")."""
+        """The output and the weights (B, H, T, M) where the attention function gives them."""
         query = split_heads(self.num_heads, self.query(hidden_states))  # (B, H, T, D)
         if self.cross_attention_type == "additive":
             if kwargs.get("output_attentions"):
@@ -359,7 +351,7 @@ class FastformerSublayerOutput(nn.Module):
 
 class FastformerFeedForward(nn.Module):
     """intermediate -> activation -> dense -> add & LayerNorm, in chunks of
-    `config.chunk_size_feed_forward` tokens (0: none), rows flattened (any length, any size)."""
+    `config.chunk_size_feed_forward` tokens (0: none)."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -390,10 +382,9 @@ ADDITIVE_ATTENTION_MODES = ("auto", "plain", "collapsed")
 class FastformerLayer(GradientCheckpointingLayer):
     """Additive attention -> dense -> add & LayerNorm -> feed-forward -> add & LayerNorm.
 
-    `attention_mode` (`set_additive_attention_mode`) picks how the attention sub-layer is computed,
-    the same function up to rounding: "plain", the paper's steps; "collapsed", the Linear layers
-    folded into one matrix per sequence (`collapsed_attention`); "auto" (default), collapsed where
-    it applies and repays (`uses_collapsed_attention`)."""
+    `attention_mode` (`set_additive_attention_mode`) computes the attention sub-layer as the paper
+    ("plain"), with the Linear layers folded into one matrix per sequence ("collapsed"), or
+    collapsed where it applies and repays ("auto", the default): the same up to rounding."""
 
     # "auto" folds only batches of this many tokens per hidden unit: below, kernel launches dominate
     collapse_min_tokens_per_unit = 16
@@ -416,9 +407,8 @@ class FastformerLayer(GradientCheckpointingLayer):
         return plain and not any(p.is_meta for p in parameters)
 
     def uses_collapsed_attention(self, hidden_states) -> bool:
-        """Whether this call folds. "auto" folds where it repays: for N tokens of hidden size C, the
-        (C x C) matrix costs 2 C^3 multiply-adds and saves 6 N C^2, so from N = C / 2 (with
-        gradients N = C); under torch.export (symbolic shapes), wherever it applies."""
+        """Whether this call folds: in "auto" where the (C x C) matrix (2 C^3 multiply-adds) repays,
+        saving 6 N C^2 from N = C / 2 tokens (C with gradients); exported, wherever it applies."""
         mode = self.attention_mode
         if mode == "auto":
             if self.config.interaction != "product":
@@ -504,7 +494,7 @@ class FastformerLayer(GradientCheckpointingLayer):
 
 class FastformerDecoderLayer(GradientCheckpointingLayer):
     """Causal attention, cross-attention (in an encoder-decoder), feed-forward. `cross_key` and
-    `cross_value` are positional: reentrant checkpointing then sends their gradients back once."""
+    `cross_value` are positional, so that reentrant checkpointing sends their gradients back."""
 
     def __init__(self, config: FastformerConfig, cross_attention: bool):
         super().__init__()
@@ -540,8 +530,8 @@ class FastformerDecoderLayer(GradientCheckpointingLayer):
 
 
 class FastformerScoreVector(nn.Module):
-    """The additive pooler's score vector s (no bias: a softmax ignores a shift), read in its own
-    forward as offloading needs, and not an nn.Linear, which quantization would swap."""
+    """The additive pooler's score vector s (no bias: a softmax ignores a shift); not an nn.Linear,
+    which quantization would swap, and read in its own forward, as offloading needs."""
 
     def __init__(self, hidden_size: int):
         super().__init__()
@@ -563,17 +553,15 @@ class FastformerPooler(nn.Module):
         super().__init__()
         self.pooler_type = config.pooler_type
         if self.pooler_type == "additive":
-            # the paper's attention pooling: a small tanh MLP scores each token
             self.dense = nn.Linear(config.hidden_size, config.hidden_size)
             self.score = FastformerScoreVector(config.hidden_size)
         if self.pooler_type.startswith("cls_"):
-            # a fine-tuned BERT-family classifier's head: BERT's pooler (tanh), DistilBERT's
-            # pre-classifier (relu), ELECTRA's head (gelu) on the first token
+            # BERT's pooler (tanh), DistilBERT's pre-classifier (relu), ELECTRA's head (gelu)
             self.dense = nn.Linear(config.hidden_size, config.hidden_size)
             self.activation = ACT2FN[self.pooler_type.removeprefix("cls_")]
 
     def forward(self, hidden_states, attention_mask=None, mask: PoolingMask | None = None):
-        """`mask`: the `PoolingMask` of attention_mask (B, N), where the caller has made one."""
+        """`mask`: the `PoolingMask` of attention_mask, where the caller has one."""
         if self.pooler_type == "additive":
             # sum_i softmax_i(s . tanh(dense(h_i))) h_i: attention with s as the query, one kernel
             if mask is None:
@@ -816,8 +804,7 @@ class FastformerForSequenceClassification(FastformerPreTrainedModel):
 
 
 class FastformerLMHead(nn.Module):
-    """dense (to `config.embedding_width`, as ELECTRA's generator) -> activation -> LayerNorm ->
-    vocabulary projection (tied to the input embeddings by default)."""
+    """dense to `embedding_width`, activation, LayerNorm, output projection (tied by default)."""
 
     def __init__(self, config: FastformerConfig):
         super().__init__()
@@ -878,11 +865,10 @@ class FastformerForMaskedLM(FastformerPreTrainedModel):
 
 
 class FastformerCacheLayer(LinearAttentionLayer):
-    """The cache of one decoder layer application (layer type "fastformer"): the causal attention's
-    `CausalAttentionState` in four recurrent-state slots, the short convolution's last inputs
-    (B, D, K - 1) and the columns read; or the source's keys and values (`update`). States are
-    copied into the held tensors, whose addresses stay (CUDA graphs), but for those with gradients
-    (a later write would change what the backward reads) or that replace an inference tensor."""
+    """The cache of one decoder layer application: the causal attention's state in four recurrent
+    slots, the short convolution's last inputs and the columns read, or the source's keys and
+    values. States are copied into the held tensors (static addresses, for CUDA graphs) unless they
+    have gradients (a later write would change the backward) or replace an inference tensor."""
 
     _layer_type = "fastformer"
     is_croppable = False
@@ -1003,8 +989,7 @@ class FastformerCacheLayer(LinearAttentionLayer):
         self._map_rows(lambda tensor: tensor.repeat_interleave(repeats, dim=0))
 
 
-# transformers registers only attention cache layers by `_layer_type`: linear-attention ones are
-# registered as cache_utils registers its own (a `StaticCache` is what generate() compiles for)
+# transformers registers only attention cache layers by `_layer_type`; linear-attention ones here
 DYNAMIC_LAYER_TYPE_MAPPING[FastformerCacheLayer._layer_type] = FastformerCacheLayer
 STATIC_LAYER_TYPE_MAPPING[FastformerCacheLayer._layer_type] = FastformerCacheLayer
 
@@ -1070,8 +1055,8 @@ class FastformerDecoder(FastformerStack):
         )
 
     def packed(self, position_ids, attention_mask, batch_size, states, kwargs) -> PackedRows | None:
-        """The `PackedRows` of packed rows, without a cache only. Cross-attention and attention
-        weights would follow a row, not its sequences, and are refused."""
+        """The `PackedRows` of packed rows, without a cache only; cross-attention and attention
+        weights (which would follow a row, not its sequences) are refused."""
         if states is not None:
             return None
         segment_ids = self.packed_sequences(position_ids, attention_mask, batch_size)
@@ -1089,8 +1074,8 @@ class FastformerDecoder(FastformerStack):
         return packed_rows(segment_ids)
 
     def checked_cache(self, cache: Cache | None, use_cache: bool | None, batch_size: int | None):
-        """The cache given, else with `use_cache` a new one. An empty one gets
-        `FastformerCacheLayer`s, and one of `batch_size / k` rows is repeated k times per row."""
+        """The cache given (an empty one gets `FastformerCacheLayer`s; one of `batch_size / k` rows
+        is repeated k times), else with `use_cache` a new one."""
         if self.training and torch.is_grad_enabled() and self.is_activation_checkpointing:
             if cache is not None and cache.get_seq_length() > 0:
                 raise ValueError(

@@ -1,10 +1,5 @@
-"""The paper's equations as plain float64 loops: the reference every fast path is tested against.
-
-Wu et al., "Fastformer: Additive Attention Can Be All You Need" (arXiv:2108.09084), Eqs. 3-6, written one
-sequence, one head and one token at a time, with nothing folded, batched or streamed. Slow by design: use it
-to check `fastformer.functional` (and your own kernels) on small inputs, as tests/test_functional.py and
-benchmarks/parity.py do. Arguments and shapes as `functional.additive_attention`; results are float64.
-"""
+"""The paper's equations (Eqs. 3-6) and the copy head's as float64 loops, one sequence, head and token at a time: the
+slow reference that `fastformer.functional` is checked against, with the same arguments and shapes."""
 
 import math
 
@@ -43,8 +38,8 @@ def additive_attention(
     *,
     causal=False,
 ) -> torch.Tensor:
-    """u (B, H, N, D) of Eqs. 3-6: padding takes no part in either softmax; a sequence without tokens pools to the zero
-    vector. With `causal`, position t pools its prefix 1..t only."""
+    """u (B, H, N, D) of Eqs. 3-6, padding left out (a sequence without tokens pools to zeros); with `causal`, position
+    t pools its prefix 1..t only."""
     q, k, v, w_q, w_k = (t.double() for t in (query, key, value, query_weight, key_weight))
     batch, heads, length, dim = q.shape
     mask = torch.ones(batch, length, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
@@ -68,8 +63,7 @@ def causal_additive_attention(*args, **kwargs) -> torch.Tensor:
 
 
 def causal_pooling_weights(x, weight, attention_mask=None) -> torch.Tensor:
-    """(B, H, N, N): row t holds the weight softmax_{i<=t}(w . x_i / sqrt(D)) of each real token i <= t, as `_pool`
-    gives it to x_i; zeros elsewhere."""
+    """(B, H, N, N): row t holds softmax_{i<=t}(w . x_i / sqrt(D)) over the real tokens i <= t, zeros elsewhere."""
     x, weight = x.double(), weight.double()
     batch, heads, length, dim = x.shape
     mask = torch.ones(batch, length, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
@@ -87,12 +81,10 @@ def causal_pooling_weights(x, weight, attention_mask=None) -> torch.Tensor:
 def pointer_generator(
     logits, query, source, source_mask, source_ids, gate_logits, input_ids=None, span_gate=None
 ) -> torch.Tensor:
-    """log P (B, T, V) of See et al.'s pointer-generator (2017, Eq. 9), one token at a time: a_j = softmax over the
-    real source tokens j of (query_t . source_j / sqrt(D)), p = sigmoid(gate_t), and
-    P(w) = p softmax(logits_t)_w + (1 - p) sum of a_j over the real j with source_ids_j = w. Shapes as
-    `functional.copy_attention` and `functional.pointer_generator`; a source without real tokens attends to all.
-    With `input_ids` (B, T), the decoder's input tokens, and `span_gate` (B, T): the score of every j > 0 whose
-    source token before it is input token t gains span_gate_t (`config.copy_spans`)."""
+    """log P (B, T, V) of See et al.'s pointer-generator (2017, Eq. 9): a_j = softmax over the real source tokens j
+    (all if none is real) of (query_t . source_j / sqrt(D)), p = sigmoid(gate_t), and
+    P(w) = p softmax(logits_t)_w + (1 - p) sum of a_j over the real j with source_ids_j = w. With `input_ids` and
+    `span_gate` (B, T), the score of each j > 0 whose previous source token is input token t gains span_gate_t."""
     logits, query, source, gate_logits = (t.double() for t in (logits, query, source, gate_logits))
     batch, steps, vocab = logits.shape
     length, dim = source.shape[1:]
@@ -132,9 +124,8 @@ def source_context(source, weight, source_mask=None) -> torch.Tensor:
 
 
 def causal_convolution(x, weight, attention_mask=None) -> torch.Tensor:
-    """(B, T, D): x_t plus, for a token t and j in 0..K-1 (weight (D, 1, K)), weight[:, 0, K - 1 - j] * the j-th
-    latest token at or before t (`functional.causal_convolution`, from the start of the sequence; padding is skipped,
-    and a padding position keeps its input)."""
+    """(B, T, D): x_t plus, for a token t and j in 0..K-1, weight[:, 0, K - 1 - j] * the j-th latest token at or
+    before t (padding is skipped, and keeps its input)."""
     x, weight = x.double(), weight.double()
     batch, length, _ = x.shape
     mask = torch.ones(batch, length, dtype=torch.bool) if attention_mask is None else attention_mask.bool()

@@ -1,9 +1,5 @@
-"""PEFT's defaults for Fastformer: the modules LoRA adapts when `target_modules` is not given.
-
-PEFT refuses a `model_type` missing from its tables of default targets. `import fastformer` registers "fastformer"
-there with BERT's targets, the attention's `query` and `value` projections (with `share_query_value=True`, `query`
-adapts both), in the encoder, the decoder and the cross-attention. Does nothing where PEFT is not installed.
-"""
+"""PEFT's default target modules for "fastformer" (which PEFT needs without `target_modules`): BERT's, the attention's
+`query` and `value` projections (with `share_query_value=True`, `query` serves both). Nothing without PEFT."""
 
 import importlib.util
 
@@ -11,8 +7,7 @@ TARGET_MODULES = ["query", "value"]
 
 
 def register_peft_defaults():
-    """Adds "fastformer" to every PEFT table of default targets that gives BERT `TARGET_MODULES` (LoRA, AdaLoRA,
-    LoHa, LoKr, VeRA, ...)."""
+    """Adds "fastformer" to every PEFT table of default targets (LoRA, ...) that gives BERT `TARGET_MODULES`."""
     if importlib.util.find_spec("peft") is None:
         return
     from peft.utils import constants  # noqa: PLC0415  (optional: the [peft] extra)

@@ -1,10 +1,6 @@
-"""A summarization pipeline for Fastformer encoder-decoder checkpoints (transformers 5 removed its own).
-
-Saved `FastformerForConditionalGeneration` checkpoints declare it as their custom "summarization" pipeline, so that
-`pipeline("summarization", model=folder, trust_remote_code=True)("some long text")` gives
-`[{"summary_text": "..."}]`, with or without this package installed. Generation settings (`num_beams`, ...) go to
-the pipeline or to the call.
-"""
+"""The "summarization" pipeline that Fastformer encoder-decoder checkpoints declare (transformers 5 has none):
+`pipeline("summarization", model=folder, trust_remote_code=True)(text)` gives `[{"summary_text": ...}]`. Generation
+settings (`num_beams`, ...) go to the pipeline or to the call."""
 
 from transformers import Pipeline
 

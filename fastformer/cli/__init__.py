@@ -1,13 +1,7 @@
-"""The tools installed as commands (pyproject.toml's [project.scripts]); `scripts/` runs the same from a checkout.
+"""The installed commands (pyproject.toml's [project.scripts]) and helpers they share with the training scripts.
 
-- `fastformer-convert`: convert_bert_to_fastformer.py (a BERT-family checkpoint as a Fastformer; the [train] extra)
-- `fastformer-export-onnx`: export_onnx.py (an encoder checkpoint as ONNX, checked on ONNX Runtime; the [onnx] extra)
-- `fastformer-push-to-hub`: push_to_hub.py (a finished output folder to the Hub; no extra)
-
-Not imported by `import fastformer`. After a bare `pip install fastformer` each command answers `--help`, and one
-whose extra is missing stops with one line naming it (`require_extra`). The other helpers serve the training scripts
-too.
-"""
+`fastformer-convert` needs the [train] extra, `fastformer-export-onnx` the [onnx] one, `fastformer-push-to-hub` none;
+without its extra a command still answers `--help` and stops a run with one line (`require_extra`)."""
 
 import importlib.util
 import logging
@@ -40,8 +34,7 @@ def missing_extra_message(command: str, extra: str) -> str:
 def require_extra(
     command: str, extra: str, args: list[str] | None = None, print_help: Callable[[], None] | None = None
 ) -> None:
-    """Stop `command` (exit status 1) with one line naming `extra` unless it is installed. With `print_help`, a
-    command line (`args`, default sys.argv[1:]) asking for -h/--help is answered first."""
+    """Stop `command` with one line naming `extra` unless it is installed, after answering -h/--help (`print_help`)."""
     if installed(extra):
         return
     if print_help is not None and {"-h", "--help"} & set(sys.argv[1:] if args is None else args):
@@ -56,9 +49,8 @@ def fail(message: str) -> NoReturn:
 
 
 def parse_args(arguments: tuple[type, ...], args: list[str] | None = None) -> tuple:
-    """The command line (or `args`) as the `arguments` dataclasses; a flag that none of them has is an error. A
-    single argument ending in .json is an argument file, as in the transformers examples: one JSON object whose
-    keys are the flags' names."""
+    """The command line (or `args`) as the `arguments` dataclasses, unknown flags refused; a single argument ending
+    in .json is an argument file (a JSON object of flags), as in the transformers examples."""
     parser = HfArgumentParser(arguments)
     args = sys.argv[1:] if args is None else args
     if len(args) == 1 and args[0].endswith(".json"):
@@ -72,8 +64,7 @@ def parse_args(arguments: tuple[type, ...], args: list[str] | None = None) -> tu
 
 
 def setup_logging(training_args, *loggers: logging.Logger) -> None:
-    """Log to stdout at the run's level (`training_args.get_process_log_level()`): the commands', `__main__`'s,
-    `loggers`, transformers' and datasets'."""
+    """Log to stdout at the run's level: the commands', `__main__`'s, `loggers`, transformers' and datasets'."""
     import datasets  # noqa: PLC0415  (the [train] extra)
 
     logging.basicConfig(
@@ -91,8 +82,7 @@ def setup_logging(training_args, *loggers: logging.Logger) -> None:
 
 
 def warn_emulated_bf16(training_args) -> None:
-    """Warn about --bf16 on an x86 CPU without AVX512-BF16 or AMX: torch emulates bf16 there, about 2x slower than
-    float32 (a training step of the warm-started summarizer, batch 16 x 512, 2 cores: 8.2 s against 3.7 s)."""
+    """Warn about --bf16 on an x86 CPU without AVX512-BF16 or AMX, where torch emulates bf16 (about 2x slower)."""
     native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()  # torch's (private) checks
     x86 = platform.machine().lower() in ("x86_64", "amd64")
     if training_args.bf16 and training_args.device.type == "cpu" and x86 and not native:
@@ -103,8 +93,7 @@ def warn_emulated_bf16(training_args) -> None:
 
 
 def check_weights_readable(path) -> None:
-    """Stop with a message naming the file if the safetensors file `path`, or one in the local folder `path`, is
-    damaged (a header that does not parse, tensors past the file's end); safetensors' own error names none."""
+    """Stop with a message naming the file if the safetensors file `path`, or one in the folder `path`, is damaged."""
     path = Path(path)
     files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path] if path.is_file() else []
     for path in files:

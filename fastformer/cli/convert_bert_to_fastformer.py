@@ -1,19 +1,6 @@
-"""Turn a pretrained BERT-family checkpoint into a pretrained Fastformer: map the shared weights, extend the positions,
-transfer the attention from the source (the teacher) on unlabeled text, and save a Hub-ready folder.
-
-    fastformer-convert --model_name_or_path sentence-transformers/all-MiniLM-L6-v2 \\
-        --output_dir runs/minilm-fastformer --max_position_embeddings 8192 \\
-        --distill_file data/distillation/train.jsonl.gz
-
-(in a checkout also `python scripts/convert_bert_to_fastformer.py`). The source: a local folder or Hub id of a
-bert, roberta, xlm-roberta, distilbert or electra model, or a sentence-transformers model built on one (the output is
-one too). A fine-tuned *ForSequenceClassification becomes a FastformerForSequenceClassification with its head and
-labels, distilled from its own logits on unlabeled texts (`--logit_distillation_weight`). `--task seq2seq` writes a
-FastformerForConditionalGeneration, both sides from the source (BERT2BERT). Without `--distill_file` only the weights
-are mapped. The transfer runs on Trainer (`fastformer.distillation`), so `accelerate launch` scales it out, and the
-same command run again resumes it (`OUTPUT_DIR/distillation/`, deleted once the folder is saved). Needs the [train]
-extra: without it `--help` answers, and a run stops with one line.
-"""
+"""`fastformer-convert`: a pretrained BERT-family checkpoint (a sentence-transformers model or a fine-tuned classifier
+too) as a pretrained Fastformer: map the shared weights (`fastformer.conversion`), transfer the attention from the
+source on --distill_file's texts (`fastformer.distillation`, on Trainer; a rerun resumes it) and save the folder."""
 
 import gzip
 import json
@@ -146,8 +133,7 @@ class DistillationArguments:
 
 @dataclass
 class DistillationTrainingArguments(TrainingArguments):
-    """TrainingArguments with this command's defaults (all-MiniLM-L6-v2 converts in under 30 minutes on 2 CPU
-    cores); `--max_steps` and `--learning_rate` are the layerwise stage's."""
+    """TrainingArguments with this command's defaults; `--max_steps` and `--learning_rate` are the layerwise stage's."""
 
     max_steps: int = field(default=500, metadata={"help": "Steps of the layerwise stage."})
     learning_rate: float = field(default=3e-3, metadata={"help": "Learning rate of the layerwise stage."})
@@ -165,9 +151,8 @@ ARGUMENTS = (ConversionArguments, DistillationArguments, DistillationTrainingArg
 
 
 def prepare_output_dir(output_dir: Path, overwrite: bool, run: dict) -> None:
-    """Refuse to replace a finished folder without --overwrite_output_dir. An unfinished transfer of the same `run`
-    is resumed; of another, refused (with --overwrite_output_dir: deleted, with a former run's sentence-transformers
-    files)."""
+    """Refuse to replace a finished folder, or an unfinished transfer of another `run` (the same one resumes), without
+    --overwrite_output_dir, which deletes them."""
     work = output_dir / DISTILLATION_DIR
     finished = (output_dir / "config.json").exists()
     if finished and not overwrite:
@@ -191,8 +176,7 @@ def prepare_output_dir(output_dir: Path, overwrite: bool, run: dict) -> None:
 
 
 def load_texts(distill_args, tokenizer, training_args, seed: int, label2id: dict | None = None):
-    """--distill_file's texts, tokenized, split into the training and the held-out texts; with --label_column their
-    class ids (`label2id`: the teacher's) as "labels"."""
+    """--distill_file's texts, tokenized and split into training and held-out texts; with --label_column, "labels"."""
     path = distill_args.distill_file
     suffixes = [suffix for suffix in Path(path).suffixes if suffix != ".gz"]
     loader = {".txt": "text", ".json": "json", ".jsonl": "json"}.get(suffixes[-1] if suffixes else "")
@@ -237,8 +221,7 @@ def load_texts(distill_args, tokenizer, training_args, seed: int, label2id: dict
 
 
 def with_label_ids(raw, column: str, label2id: dict):
-    """`raw` with "labels": the class id of each row's label in `column`, a name of `label2id` or an id (-100, which
-    the loss ignores, where it is null)."""
+    """`raw` with "labels": the class id of each row's `column`, a name of `label2id` or an id (null: -100)."""
     if column not in raw.column_names:
         fail(f"--label_column {column!r} is not a column of --distill_file; it has {raw.column_names}")
     ids = {**label2id, **{index: index for index in label2id.values()}}
@@ -266,8 +249,7 @@ def measure(student, teacher, held_out, head=None) -> dict:
 
 
 def distillation_losses(distill_args, head) -> dict:
-    """`AttentionTransfer`'s losses as the flags set them (`head`: a classifier source's, else None); stops on a flag
-    that the source cannot take."""
+    """`AttentionTransfer`'s losses as the flags set them (`head`: a classifier source's); stops on a bad flag."""
     losses = {"hidden_weight": distill_args.hidden_distillation_weight}
     if head is None:
         if distill_args.logit_distillation_weight is not None or distill_args.label_column:
@@ -353,8 +335,7 @@ def print_errors(when: str, measured: dict) -> None:
 
 
 def save_sentence_transformers_files(source, output_dir: Path, max_seq_length: int) -> None:
-    """A sentence-transformers source's modules and settings next to the weights: the folder loads with
-    `SentenceTransformer(output_dir, trust_remote_code=True)`."""
+    """A sentence-transformers source's modules and settings next to the weights (a `SentenceTransformer` folder)."""
     for path, text in sentence_transformers_files(source, max_seq_length).items():
         target = output_dir / path
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -471,7 +452,7 @@ def main(args: list[str] | None = None):
 
 
 def source_license(name_or_path: str, token=None) -> str | None:
-    """The license the source's model card declares; None if it has no card (or none that can be read)."""
+    """The license the source's model card declares; None without a readable card."""
     path = Path(name_or_path) / "README.md"
     if Path(name_or_path).is_dir() and not path.exists():  # a local folder without a card: nothing to ask the Hub
         return None

@@ -1,13 +1,7 @@
 """Export a Fastformer encoder head to ONNX, with dynamic batch and sequence axes, and check it on ONNX Runtime.
 
-    fastformer-export-onnx --model_name_or_path runs/20newsgroups --output_dir runs/20newsgroups-onnx
-
-(in a checkout also `python scripts/export_onnx.py`). Writes OUTPUT_DIR/model.onnx (inputs input_ids and
-attention_mask, outputs named as the head's ModelOutput fields), with --int8 also model_quantized.onnx, the config
-and tokenizer beside it, and onnx_check.json: the largest difference to PyTorch on padded batches of untraced shapes.
-A difference above --atol fails the export (exit status 1) and leaves the folder as it was. Needs the [onnx] extra:
-without it `--help` answers, and a run stops with one line.
-"""
+Writes model.onnx (--int8: also model_quantized.onnx), the config, the tokenizer and onnx_check.json, the largest
+difference to PyTorch on padded batches of untraced shapes; above --atol the export fails and replaces nothing."""
 
 import argparse
 import json

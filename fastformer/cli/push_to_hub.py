@@ -1,12 +1,7 @@
-"""Publish a finished output folder (save_pretrained weights and Hub code, tokenizer, README.md model card) to the
-Hugging Face Hub.
+"""Publish a finished output folder (weights and Hub code, tokenizer, model card) to the Hugging Face Hub.
 
-    fastformer-push-to-hub --output_dir runs/newsgroups --hub_model_id user/fastformer-newsgroups [--private]
-
-(in a checkout also `python scripts/push_to_hub.py`). Creates the repo unless it exists and uploads the folder in one
-commit, without `checkpoint-*`, `runs/`, `*.bin` and names starting with `_`. Files the repo has are replaced, none
-deleted. The Hub is huggingface_hub's (`HF_ENDPOINT`); the token --hub_token, else `HF_TOKEN` or the cached login.
-"""
+Creates the repo if missing and uploads the folder in one commit, without `IGNORE_PATTERNS`; files the repo has are
+replaced, none deleted. The token: --hub_token, else `HF_TOKEN` or the cached login."""
 
 import argparse
 import sys
