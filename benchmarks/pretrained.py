@@ -64,6 +64,8 @@ CLASSIFIER_LEVERS = {
     "windows900": "--max_steps 200 --end_to_end_steps 900 --max_seq_length 128 --distill_windows",
     # 20 Newsgroups' whole training split (11,293 texts, --shared-data), the bundled 2,400 among them
     "all-train900": "--max_steps 200 --end_to_end_steps 900 --max_seq_length 128 --distill_file {shared}",
+    # the bundled texts: the 2,400 and the distillation file's 6,924 (4,000 more newsgroup posts, 2,924 news articles)
+    "mixed900": "--max_steps 200 --end_to_end_steps 900 --max_seq_length 128 --distill_file {mixed}",
 }
 CONVERTED, TEACHER = "converted Fastformer", "teacher (BERT, positions extended)"  # the long and memory parts' models
 # the memory part: the feed-forward blocks whole (0) and in chunks of this many tokens (FastformerConfig's default;
@@ -422,6 +424,17 @@ def predicted_labels(model, tokenizer, texts, max_length: int | None, batch_size
     return found
 
 
+def mixed_texts(folder: Path) -> Path:
+    """The bundled training texts and the distillation file's, one JSON lines file in `folder` (as `cat` and `zcat`
+    would write it)."""
+    path = folder / "mixed.jsonl"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        with (gzip.open if DISTILL_FILE.suffix == ".gz" else open)(DISTILL_FILE, "rt") as distillation:
+            path.write_text(SPLITS["newsgroups"].read_text() + distillation.read())
+    return path
+
+
 def classifier(args) -> list[dict]:
     """The teacher fine-tuned on the 2,400 texts (`run_finetune`, first seed) converted with its head and distilled
     on the same texts without their labels, once per --classifier-levers flag set, with no training after: accuracy
@@ -448,7 +461,10 @@ def classifier(args) -> list[dict]:
     )
     for lever in args.classifier_levers:
         folder = args.work / "classifier" / lever
-        lever_flags = CLASSIFIER_LEVERS[lever].format(shared=args.shared_data / "20newsgroups" / "train.jsonl")
+        lever_flags = CLASSIFIER_LEVERS[lever]
+        if "{" in lever_flags:  # a distillation file of its own
+            shared, mixed = args.shared_data / "20newsgroups" / "train.jsonl", mixed_texts(args.work / "classifier")
+            lever_flags = lever_flags.format(shared=shared, mixed=mixed)
         flags = f"{CLASSIFIER.format(SPLITS['newsgroups'])} {lever_flags}"
         found = convert(
             str(teacher_folder), folder, flags, lambda done: conversion_result(read_json(done / "conversion.json"))
