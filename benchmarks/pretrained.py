@@ -61,7 +61,6 @@ CLASSIFIER_LEVERS = {
     "default": "",
     "short": "--max_steps 200 --end_to_end_steps 300 --max_seq_length 128",
     "e2e900": "--max_steps 200 --end_to_end_steps 900 --max_seq_length 128",
-    "windows900": "--max_steps 200 --end_to_end_steps 900 --max_seq_length 128 --distill_windows",
     # 20 Newsgroups' whole training split (11,293 texts, --shared-data), the bundled 2,400 among them
     "all-train900": "--max_steps 200 --end_to_end_steps 900 --max_seq_length 128 --distill_file {shared}",
     # the bundled texts: the 2,400 and the distillation file's 6,924 (4,000 more newsgroup posts, 2,924 news articles)

@@ -1084,30 +1084,3 @@ def test_script_learns_the_labels_where_given(classifier_folder, tmp_path, monke
     end_to_end = json.loads((output / "conversion.json").read_text())["distillation"]["stages"]["end_to_end"]
     assert end_to_end["label_column"] == "label"
     assert "cross-entropy on the labels of `label`" in " ".join((output / "README.md").read_text().split())
-
-
-@pytest.mark.parametrize("labelled", [False, True])
-def test_distill_windows_reads_every_window_of_a_text(tokenizer, tmp_path, labelled):
-    """--distill_windows: every --max_seq_length window of a text, each with the text's label, where by default the
-    text is cut after its first; a held-out text's windows stay held out."""
-    words = ("red", "green", "blue")
-    rows = [{"text": " ".join([words[index % 3]] * (5 + 7 * index)), "label": index % 3} for index in range(12)]
-    path = tmp_path / "texts.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    flags = ["--distill_file", str(path), "--max_seq_length", "16", "--validation_split_percentage", "25"]
-    flags += ["--output_dir", str(tmp_path / "o"), "--model_name_or_path", "unused"]
-    flags += ["--label_column", "label"] * labelled
-    label2id = dict(zip(words, range(3), strict=True)) if labelled else None
-
-    def load(*extra):
-        arguments = convert_bert_to_fastformer.parse_args(convert_bert_to_fastformer.ARGUMENTS, [*flags, *extra])
-        return convert_bert_to_fastformer.load_texts(arguments[1], tokenizer, arguments[2], 0, label2id)
-
-    (first, first_held_out), (windows, held_out) = load(), load("--distill_windows")
-    assert len(first) + len(first_held_out) == len(rows) and len(held_out) > len(first_held_out)
-    assert len(windows) + len(held_out) == sum(-(-(5 + 7 * index) // 14) for index in range(12))
-    assert max(map(len, windows["input_ids"])) == 16
-    texts = [tokenizer.decode(ids, skip_special_tokens=True).split() for ids in windows["input_ids"]]
-    assert all(len(set(text)) == 1 for text in texts)  # no window runs across two texts
-    if labelled:
-        assert [words[label] for label in windows["labels"]] == [text[0] for text in texts]

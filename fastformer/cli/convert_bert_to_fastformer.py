@@ -107,10 +107,6 @@ class DistillationArguments:
         default=1.0, metadata={"help": "Weight of the teacher's hidden states in the end-to-end stage."}
     )
     max_seq_length: int = field(default=256, metadata={"help": "Distillation texts are truncated to this many tokens."})
-    distill_windows: bool = field(
-        default=False,
-        metadata={"help": "Distil on every --max_seq_length window of each text, not only the first."},
-    )
     validation_split_percentage: int = field(
         default=2, metadata={"help": "Held-out share of --distill_file on which the per-layer errors are reported."}
     )
@@ -202,17 +198,10 @@ def load_texts(distill_args, tokenizer, training_args, seed: int, label2id: dict
     splits = raw.train_test_split(test_size=held_out, seed=seed, shuffle=True)
 
     def tokenize(batch):
-        windows = distill_args.distill_windows
-        encoded = tokenizer(
-            batch[column], truncation=True, max_length=distill_args.max_seq_length, return_overflowing_tokens=windows
-        )
-        texts = encoded.pop("overflow_to_sample_mapping", None)
-        if distill_args.label_column:
-            encoded["labels"] = batch["labels"] if texts is None else [batch["labels"][text] for text in texts]
-        return encoded
+        return tokenizer(batch[column], truncation=True, max_length=distill_args.max_seq_length)
 
     with training_args.main_process_first(desc="tokenizing the distillation texts"):
-        dropped = raw.column_names  # labels come back from `tokenize`, one a window
+        dropped = [name for name in raw.column_names if name != "labels" or not distill_args.label_column]
         tokenized = splits.map(
             tokenize, batched=True, remove_columns=dropped, num_proc=distill_args.preprocessing_num_workers
         )
@@ -397,7 +386,6 @@ def main(args: list[str] | None = None):
             distill_file=str(distill_args.distill_file),
             text_column=distill_args.text_column,
             max_seq_length=distill_args.max_seq_length,
-            distill_windows=distill_args.distill_windows,
             seed=training_args.seed,
             label_column=distill_args.label_column,
             **{name: value for name, value in losses.items() if name != "teacher_head"},
@@ -434,7 +422,6 @@ def main(args: list[str] | None = None):
             "source_max_position_embeddings": source_positions(source.model.config),
             "distill_file": distill_args.distill_file,
             "max_seq_length": distill_args.max_seq_length if distill_args.distill_file else None,
-            "distill_windows": distill_args.distill_windows,
             "hyperparameters": hyperparameters(training_args) if distill_args.distill_file else None,
             "distillation": report,
         }
