@@ -8,6 +8,7 @@ A module that needs other model defaults overrides `tiny_config` once, at module
 """
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -189,6 +190,21 @@ def fresh_python(repo_root):
         return process.stdout
 
     return run
+
+
+@pytest.fixture
+def accelerate_launch():
+    """accelerate_launch(config): `accelerate launch` with `config` through this interpreter (no `accelerate` on PATH
+    needed), on a port free now: tests run in parallel would all take accelerate's default, 29500."""
+
+    def command(config) -> tuple[str, ...]:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        launch = (sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config))
+        return (*launch, "--main_process_port", str(port))
+
+    return command
 
 
 def pytest_collection_modifyitems(items):

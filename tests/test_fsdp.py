@@ -94,7 +94,7 @@ def test_accelerate_shards_the_encoder_heads_and_the_causal_lm_with_fsdp2(tmp_pa
 
 
 @pytest.mark.slow
-def test_an_fsdp_config_on_cpus_trains_as_ddp_and_says_so(repo_root, tmp_path):
+def test_an_fsdp_config_on_cpus_trains_as_ddp_and_says_so(repo_root, tmp_path, accelerate_launch):
     """accelerate (1.15) turns FSDP on for accelerators only: on CPUs the processes run DDP, full replicas."""
     config = yaml.safe_load((repo_root / "configs" / "accelerate" / "fsdp.yaml").read_text())
     cpu = tmp_path / "fsdp_cpu.yaml"
@@ -105,11 +105,7 @@ def test_an_fsdp_config_on_cpus_trains_as_ddp_and_says_so(repo_root, tmp_path):
     train.write_text("".join((repo_root / "data" / "20newsgroups" / "train.jsonl").read_text().splitlines(True)[:16]))
     process = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--config_file",
-            str(cpu),
+            *accelerate_launch(cpu),
             run_classification.__file__,
             "--output_dir",
             str(tmp_path / "out"),

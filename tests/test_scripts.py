@@ -45,15 +45,9 @@ TINY = {
 COMMON = ["--report_to", "none", "--use_cpu", "--save_strategy", "no", "--seed", "0", "--disable_tqdm", "true"]
 
 
-def accelerate_launch(repo_root):
-    """`accelerate launch` with the 2-process CPU config, through this interpreter (no `accelerate` on PATH needed)."""
-    config = repo_root / "configs/accelerate/cpu_2proc.yaml"
-    return (sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config))
-
-
 def run(script, *args, launcher=None, check=True):
     """Runs `script` (one of the scripts/ modules imported above) offline with `args`: in this process, or as a
-    CLI process started by `launcher` (e.g. `accelerate_launch`)."""
+    CLI process started by `launcher` (e.g. the `accelerate_launch` fixture's)."""
     command = [script.__file__, *map(str, args)]
     if launcher is None:
         process = run_in_process([sys.executable, *command])
@@ -361,7 +355,7 @@ def test_bad_input_exits_with_a_clear_message(tmp_path, newsgroups, args, messag
 
 @pytest.mark.slow
 def test_two_processes_train_like_one_process_with_the_same_global_batch_and_count_each_example_once(
-    repo_root, tmp_path, newsgroups
+    repo_root, tmp_path, newsgroups, accelerate_launch
 ):
     """accelerate launch, 2 CPU processes (gloo), as docs/SCALING.md says; 48 training and 21 evaluation texts.
     DDP (2 processes x 4 examples) and 1 process x 8 examples take the same steps: the same 8 examples per step
@@ -406,7 +400,7 @@ def test_two_processes_train_like_one_process_with_the_same_global_batch_and_cou
         *training,
         "--do_eval",
         "--do_predict",
-        launcher=accelerate_launch(repo_root),
+        launcher=accelerate_launch(repo_root / "configs/accelerate/cpu_2proc.yaml"),
     )
     steps = json.loads((tmp_path / "ddp" / "trainer_state.json").read_text())["global_step"]
     assert steps == 48 // (4 * 2)  # each step consumed a batch on each of 2 processes
