@@ -10,6 +10,7 @@ folder under --work, once (harness.run_script); the finetune and levers records 
 import gzip
 import itertools
 import json
+import random
 import statistics
 import sys
 import time
@@ -61,8 +62,9 @@ CLASSIFIER_LEVERS = {
     "default": "",
     "short": "--max_steps 200 --end_to_end_steps 300 --max_seq_length 128",
     "e2e900": "--max_steps 200 --end_to_end_steps 900 --max_seq_length 128",
-    # 20 Newsgroups' whole training split (11,293 texts, --shared-data), the bundled 2,400 among them
-    "all-train900": "--max_steps 200 --end_to_end_steps 900 --max_seq_length 128 --distill_file {shared}",
+    "short-lr1e-3": "--max_steps 200 --end_to_end_steps 300 --max_seq_length 128 --end_to_end_learning_rate 1e-3",
+    "short-logits": "--max_steps 200 --end_to_end_steps 300 --max_seq_length 128 --hidden_distillation_weight 0",
+    "short-t1": "--max_steps 200 --end_to_end_steps 300 --max_seq_length 128 --temperature 1",
     # the bundled texts: the 2,400 and the distillation file's 6,924 (4,000 more newsgroup posts, 2,924 news articles)
     "mixed900": "--max_steps 200 --end_to_end_steps 900 --max_seq_length 128 --distill_file {mixed}",
 }
@@ -70,6 +72,7 @@ CONVERTED, TEACHER = "converted Fastformer", "teacher (BERT, positions extended)
 # the memory part: the feed-forward blocks whole (0) and in chunks of this many tokens (FastformerConfig's default;
 # BERT's own chunking, transformers' apply_chunking_to_forward, needs a length that it divides)
 MEMORY_CHUNKS = (0, 256)
+VALIDATION_TEXTS = 600  # the classifier part's validation texts, on which its levers are chosen
 MMAP_THRESHOLD = 64 * 1024  # fixed (glibc starts at 128 KiB and raises it as memory is freed; harness.peak_megabytes)
 
 
@@ -434,11 +437,21 @@ def mixed_texts(folder: Path) -> Path:
     return path
 
 
+def validation_rows(shared: Path) -> list[dict]:
+    """VALIDATION_TEXTS of --shared-data's 20 Newsgroups training texts that no bundled file holds (compared by their
+    first 200 characters, as the bundled files cut texts), drawn with seed 0."""
+    bundled = [*SPLITS.values(), TEST, DISTILL_FILE]
+    seen = {row["text"][:200] for path in bundled for row in read_jsonl(path)}
+    rows = [row for row in read_jsonl(shared / "20newsgroups" / "train.jsonl") if row["text"][:200] not in seen]
+    return random.Random(0).sample(rows, min(VALIDATION_TEXTS, len(rows)))
+
+
 def classifier(args) -> list[dict]:
     """The teacher fine-tuned on the 2,400 texts (`run_finetune`, first seed) converted with its head and distilled
     on the same texts without their labels, once per --classifier-levers flag set, with no training after: accuracy
-    and agreement with the teacher on the 600 test texts (at --max-seq-length), distillation minutes; and on the
-    long test documents, the teacher cut at 512 tokens against each conversion reading them whole."""
+    and agreement with the teacher on the 600 test texts (at --max-seq-length), the same on `validation_rows` (where
+    levers are compared), distillation minutes; and on the long test documents, the teacher cut at 512 tokens against
+    each conversion reading them whole."""
     run_finetune(args, "newsgroups", "teacher", args.seeds[0])
     teacher_folder = row_dir(args, "newsgroups", "teacher") / f"seed{args.seeds[0]}"
     tokenizer = AutoTokenizer.from_pretrained(teacher_folder)
@@ -446,8 +459,11 @@ def classifier(args) -> list[dict]:
     uncut = read_jsonl(args.shared_data / "20newsgroups" / "test.jsonl")
     long = [row for row in uncut if len(tokenizer(row["text"])["input_ids"]) > DOCUMENT_MIN_TOKENS]
     texts, labels = [row["text"] for row in test], [row["label"] for row in test]
+    validation = validation_rows(args.shared_data)
+    validation_texts, validation_labels = [row["text"] for row in validation], [row["label"] for row in validation]
     teacher = transformers.AutoModelForSequenceClassification.from_pretrained(teacher_folder).eval()
     expected = predicted_labels(teacher, tokenizer, texts, args.max_seq_length)
+    validation_expected = predicted_labels(teacher, tokenizer, validation_texts, args.max_seq_length)
     long_expected = predicted_labels(teacher, tokenizer, [row["text"] for row in long], 512)
     rows = [
         {
@@ -456,14 +472,16 @@ def classifier(args) -> list[dict]:
         }
     ]
     rows[0].update(
-        agreement=1.0, long_accuracy_at_512=statistics.fmean(p == row["label"] for p, row in zip(long_expected, long))
+        agreement=1.0,
+        validation_accuracy=statistics.fmean(map(str.__eq__, validation_expected, validation_labels)),
+        validation_agreement=1.0,
+        long_accuracy_at_512=statistics.fmean(p == row["label"] for p, row in zip(long_expected, long)),
     )
     for lever in args.classifier_levers:
         folder = args.work / "classifier" / lever
         lever_flags = CLASSIFIER_LEVERS[lever]
         if "{" in lever_flags:  # a distillation file of its own
-            shared, mixed = args.shared_data / "20newsgroups" / "train.jsonl", mixed_texts(args.work / "classifier")
-            lever_flags = lever_flags.format(shared=shared, mixed=mixed)
+            lever_flags = lever_flags.format(mixed=mixed_texts(args.work / "classifier"))
         flags = f"{CLASSIFIER.format(SPLITS['newsgroups'])} {lever_flags}"
         found = convert(
             str(teacher_folder), folder, flags, lambda done: conversion_result(read_json(done / "conversion.json"))
@@ -473,13 +491,16 @@ def classifier(args) -> list[dict]:
         whole = predicted_labels(student, tokenizer, [row["text"] for row in long], None)
         row = {"model": f"converted ({lever})", "accuracy": statistics.fmean(map(str.__eq__, predicted, labels))}
         row |= {"agreement": statistics.fmean(map(str.__eq__, predicted, expected))}
+        predicted = predicted_labels(student, tokenizer, validation_texts, args.max_seq_length)
+        row |= {"validation_accuracy": statistics.fmean(map(str.__eq__, predicted, validation_labels))}
+        row |= {"validation_agreement": statistics.fmean(map(str.__eq__, predicted, validation_expected))}
         row |= {"long_accuracy_whole": statistics.fmean(p == doc["label"] for p, doc in zip(whole, long))}
         row |= {"distill_minutes": found["distill_seconds"] / 60, "flags": CLASSIFIER_LEVERS[lever]}
         rows.append(row)
     for row in rows[1:]:
         row["accuracy / teacher's"] = row["accuracy"] / rows[0]["accuracy"]
     print(harness.rows_table(rows), flush=True)
-    return rows, {"long_documents": len(long)}
+    return rows, {"long_documents": len(long), "validation_texts": len(validation)}
 
 
 PARTS = {"conversion": conversion, "residual": residual, "agreement": agreement, "finetune": finetune}

@@ -54,6 +54,8 @@ def toy(repo_root, tokenizer, tmp_path_factory):
     shared = folder / "shared" / "20newsgroups"
     shared.mkdir(parents=True)
     write_jsonl(shared / "test.jsonl", subset(data / "test.jsonl", 3, 120))
+    # the toy training split's texts, which the validation texts leave out, and 6 others
+    write_jsonl(shared / "train.jsonl", subset(data / "train.jsonl", 10, 40) + subset(data / "test.jsonl", 2, 20))
     flags = f"--max_position_embeddings 512 --distill_file {distill} --max_seq_length 32 --max_steps 1"
     flags += " --end_to_end_steps 0 --per_device_train_batch_size 8 --use_cpu --disable_tqdm true"
     output = ["--model_name_or_path", str(folder / "teacher"), "--output_dir", str(folder / "converted")]
@@ -209,6 +211,8 @@ def test_classifier_part_converts_the_fine_tuned_teacher_with_its_head(benchmark
     assert converted["model"] == "converted (toy)" and 0 <= converted["agreement"] <= 1
     assert converted["accuracy / teacher's"] == converted["accuracy"] / teacher["accuracy"]
     assert converted["distill_minutes"] > 0 and found["long_documents"] == 9
+    assert found["validation_texts"] == 6 and teacher["validation_agreement"] == 1  # none of the toy split's
+    assert 0 <= converted["validation_agreement"] <= 1 and 0 <= converted["validation_accuracy"] <= 1
     assert len(benchmark.runs) == 2  # the teacher's fine-tuning, its conversion
     config = json.loads((benchmark.records.parent / "work" / "classifier" / "toy" / "config.json").read_text())
     assert config["architectures"] == ["FastformerForSequenceClassification"] and len(config["id2label"]) == 3
