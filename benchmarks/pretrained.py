@@ -8,6 +8,7 @@ folder under --work, once (harness.run_script); the finetune and levers records 
 """
 
 import gzip
+import hashlib
 import itertools
 import json
 import random
@@ -65,6 +66,9 @@ CLASSIFIER_LEVERS = {
     "short-lr1e-3": "--max_steps 200 --end_to_end_steps 300 --max_seq_length 128 --end_to_end_learning_rate 1e-3",
     "short-logits": "--max_steps 200 --end_to_end_steps 300 --max_seq_length 128 --hidden_distillation_weight 0",
     "short-t1": "--max_steps 200 --end_to_end_steps 300 --max_seq_length 128 --temperature 1",
+    "short-lr1.5e-4": "--max_steps 200 --end_to_end_steps 300 --max_seq_length 128 --end_to_end_learning_rate 1.5e-4",
+    "short-hidden3": "--max_steps 200 --end_to_end_steps 300 --max_seq_length 128 --hidden_distillation_weight 3",
+    "short-all": "--max_steps 200 --end_to_end_steps 300 --max_seq_length 128 --end_to_end_matched all",
     # the bundled texts: the 2,400 and the distillation file's 6,924 (4,000 more newsgroup posts, 2,924 news articles)
     "mixed900": "--max_steps 200 --end_to_end_steps 900 --max_seq_length 128 --distill_file {mixed}",
 }
@@ -446,6 +450,20 @@ def validation_rows(shared: Path) -> list[dict]:
     return random.Random(0).sample(rows, min(VALIDATION_TEXTS, len(rows)))
 
 
+def teacher_labels(args, teacher_folder: Path, texts: list[str], long_texts: list[str]) -> tuple[list, list]:
+    """The teacher's labels of `texts` at --max-seq-length and of `long_texts` at 512 tokens, kept in --work's
+    classifier folder: a later run with the same teacher folder and texts reads them back."""
+    key = json.dumps([str(teacher_folder), args.max_seq_length, texts, long_texts])
+    path = args.work / "classifier" / f"teacher-labels-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    if not path.exists():
+        tokenizer = AutoTokenizer.from_pretrained(teacher_folder)
+        teacher = transformers.AutoModelForSequenceClassification.from_pretrained(teacher_folder).eval()
+        found = predicted_labels(teacher, tokenizer, texts, args.max_seq_length)
+        harness.write_json(path, [found, predicted_labels(teacher, tokenizer, long_texts, 512)])
+    found, long_found = read_json(path)
+    return found, long_found
+
+
 def classifier(args) -> list[dict]:
     """The teacher fine-tuned on the 2,400 texts (`run_finetune`, first seed) converted with its head and distilled
     on the same texts without their labels, once per --classifier-levers flag set, with no training after: accuracy
@@ -461,10 +479,8 @@ def classifier(args) -> list[dict]:
     texts, labels = [row["text"] for row in test], [row["label"] for row in test]
     validation = validation_rows(args.shared_data)
     validation_texts, validation_labels = [row["text"] for row in validation], [row["label"] for row in validation]
-    teacher = transformers.AutoModelForSequenceClassification.from_pretrained(teacher_folder).eval()
-    expected = predicted_labels(teacher, tokenizer, texts, args.max_seq_length)
-    validation_expected = predicted_labels(teacher, tokenizer, validation_texts, args.max_seq_length)
-    long_expected = predicted_labels(teacher, tokenizer, [row["text"] for row in long], 512)
+    found, long_expected = teacher_labels(args, teacher_folder, texts + validation_texts, [row["text"] for row in long])
+    expected, validation_expected = found[: len(texts)], found[len(texts) :]
     rows = [
         {
             "model": "teacher (fine-tuned all-MiniLM-L6-v2)",

@@ -216,6 +216,10 @@ def test_classifier_part_converts_the_fine_tuned_teacher_with_its_head(benchmark
     assert len(benchmark.runs) == 2  # the teacher's fine-tuning, its conversion
     config = json.loads((benchmark.records.parent / "work" / "classifier" / "toy" / "config.json").read_text())
     assert config["architectures"] == ["FastformerForSequenceClassification"] and len(config["id2label"]) == 3
+    benchmark("--parts", "classifier", "--classifier-levers", "toy", "--seeds", "0", *shared)  # all read back
+    again = record(benchmark.records, "classifier")["rows"]
+    assert [{**row, "distill_minutes": 0} for row in again] == [{**row, "distill_minutes": 0} for row in found["rows"]]
+    assert len(list((benchmark.records.parent / "work" / "classifier").glob("teacher-labels-*.json"))) == 1
 
     monkeypatch.setattr(harness, "peak_megabytes", lambda prepare, *args, **options: prepare(*args)() and 1.5)
     benchmark("--parts", "classifier-speed", "--classifier-levers", "toy", "--seeds", "0", "--lengths", "64", "512")
