@@ -154,10 +154,13 @@ def test_conversion_recipe_runs(repo_root, tmp_path, tokenizer, monkeypatch):
 @pytest.mark.slow
 def test_classifier_conversion_recipe_runs(repo_root, tmp_path, tokenizer, monkeypatch):
     """The README's commands for a fine-tuned classifier as written, on a tiny BERT and cut short: its fine-tuning
-    (the teacher), then its conversion with the head, distilled from its logits; each script run in this process."""
+    (the teacher), the distillation texts put together by the shell, then its conversion with the head, distilled
+    from its logits; each script run in this process, the texts written to tmp_path instead of runs/."""
     from transformers import BertConfig, BertModel
 
-    *_, teach, convert = conversion_commands(repo_root)
+    *_, teach, (texts, convert) = map(str.splitlines, conversion_commands(repo_root))
+    teach, distill = teach[0], tmp_path / "distill.jsonl"
+    texts, convert = (line.replace("runs/20newsgroups-distill.jsonl", str(distill)) for line in (texts, convert))
     bert = tmp_path / "tiny-bert"
     sizes = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
     BertModel(BertConfig(vocab_size=len(tokenizer), max_position_embeddings=64, **sizes)).save_pretrained(bert)
@@ -173,6 +176,8 @@ def test_classifier_conversion_recipe_runs(repo_root, tmp_path, tokenizer, monke
     teacher, converted = tmp_path / "teacher", tmp_path / "converted"
     short = ["--max_train_samples", "32", "--max_eval_samples", "16", "--max_steps", "2", "--max_seq_length", "16"]
     run(teach, "--model_name_or_path", str(bert), "--output_dir", str(teacher), *short)
+    subprocess.run(["bash", "-c", texts], check=True)
+    assert len(distill.read_text().splitlines()) == 2400 + 6924  # the 20 Newsgroups split, data/distillation's
     steps = ["--max_steps", "2", "--end_to_end_steps", "1", "--max_seq_length", "16", "--max_eval_samples", "4"]
     run(
         convert,
@@ -186,4 +191,4 @@ def test_classifier_conversion_recipe_runs(repo_root, tmp_path, tokenizer, monke
     )
     saved = json.loads((converted / "config.json").read_text())
     assert saved["architectures"] == ["FastformerForSequenceClassification"] and len(saved["id2label"]) == 20
-    assert json.loads((converted / "conversion.json").read_text())["distill_file"] == "data/20newsgroups/train.jsonl"
+    assert json.loads((converted / "conversion.json").read_text())["distill_file"] == str(distill)
