@@ -71,9 +71,7 @@ CLASSIFIER_LEVERS = {
     "short-all": "--max_steps 200 --end_to_end_steps 300 --max_seq_length 128 --end_to_end_matched all",
     # the bundled texts: the 2,400 and the distillation file's 6,924 (4,000 more newsgroup posts, 2,924 news articles)
     "mixed900": "--max_steps 200 --end_to_end_steps 900 --max_seq_length 128 --distill_file {mixed}",
-    "mixed1500": "--max_steps 200 --end_to_end_steps 1500 --max_seq_length 128 --distill_file {mixed}",
-    "mixed1500-all": "--max_steps 200 --end_to_end_steps 1500 --max_seq_length 128 --distill_file {mixed} "
-    "--end_to_end_matched all",
+    "mixed1500": "--max_steps 200 --end_to_end_steps 1500 --max_seq_length 128 --distill_file {mixed}",  # the README's
 }
 CONVERTED, TEACHER = "converted Fastformer", "teacher (BERT, positions extended)"  # the long and memory parts' models
 # the memory part: the feed-forward blocks whole (0) and in chunks of this many tokens (FastformerConfig's default;
