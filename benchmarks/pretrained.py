@@ -463,8 +463,7 @@ def teacher_labels(args, teacher_folder: Path, texts: list[str], long_texts: lis
         teacher = transformers.AutoModelForSequenceClassification.from_pretrained(teacher_folder).eval()
         found = predicted_labels(teacher, tokenizer, texts, args.max_seq_length)
         harness.write_json(path, [found, predicted_labels(teacher, tokenizer, long_texts, 512)])
-    found, long_found = read_json(path)
-    return found, long_found
+    return tuple(read_json(path))
 
 
 def classifier(args) -> list[dict]:

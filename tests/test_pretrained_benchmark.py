@@ -216,10 +216,15 @@ def test_classifier_part_converts_the_fine_tuned_teacher_with_its_head(benchmark
     assert len(benchmark.runs) == 2  # the teacher's fine-tuning, its conversion
     config = json.loads((benchmark.records.parent / "work" / "classifier" / "toy" / "config.json").read_text())
     assert config["architectures"] == ["FastformerForSequenceClassification"] and len(config["id2label"]) == 3
-    benchmark("--parts", "classifier", "--classifier-levers", "toy", "--seeds", "0", *shared)  # all read back
-    again = record(benchmark.records, "classifier")["rows"]
-    assert [{**row, "distill_minutes": 0} for row in again] == [{**row, "distill_minutes": 0} for row in found["rows"]]
-    assert len(list((benchmark.records.parent / "work" / "classifier").glob("teacher-labels-*.json"))) == 1
+    # the teacher's labels are read back from --work: the test texts' true labels written there score as a perfect
+    # teacher, where the toy teacher is not one
+    (kept,) = (benchmark.records.parent / "work" / "classifier").glob("teacher-labels-*.json")
+    (texts, long_texts) = json.loads(kept.read_text())
+    test_labels = [row["label"] for row in pretrained.read_jsonl(toy["test"])]
+    kept.write_text(json.dumps([test_labels + texts[len(test_labels) :], long_texts]))
+    benchmark("--parts", "classifier", "--classifier-levers", "toy", "--seeds", "0", *shared)
+    assert record(benchmark.records, "classifier")["rows"][0]["accuracy"] == 1 > found["rows"][0]["accuracy"]
+    assert len(benchmark.runs) == 2  # the conversion read back too
 
     monkeypatch.setattr(harness, "peak_megabytes", lambda prepare, *args, **options: prepare(*args)() and 1.5)
     benchmark("--parts", "classifier-speed", "--classifier-levers", "toy", "--seeds", "0", "--lengths", "64", "512")
