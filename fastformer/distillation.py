@@ -82,7 +82,8 @@ class AttentionTransfer(nn.Module):
 
     "layerwise": each attention sub-layer learns the teacher's output from the teacher's input (only they train).
     "end_to_end": all but the embeddings learn the teacher's hidden states, weighted `hidden_weight`: after every layer
-    (`matched="all"`), the last (`"last"`), or the last and its sentence embedding by the student's pooler (`"pooled"`).
+    (`matched="all"`), the last (`"last"`), or the last and its sentence embedding (`"pooled"`): by the student's
+    pooler, or a classifier's by each model's own head's pooler.
     A classifier student adds `logit_weight` x `logit_distillation_loss` at `temperature` against `teacher_head`
     (hidden states, attention mask -> logits) and the cross-entropy of `labels` (-100: none). The models stay in eval
     mode; `state_dict` is the student's only.
@@ -108,13 +109,13 @@ class AttentionTransfer(nn.Module):
             raise ValueError(f"`matched` must be one of {MATCHED}, got {matched!r}")
         if student.config.num_hidden_layers != teacher.config.num_hidden_layers or student.config.share_layers:
             raise ValueError("the student needs one unshared layer per teacher layer (fastformer.conversion makes it)")
-        if matched == "pooled" and student.config.pooler_type not in ("mean", "cls"):
+        if (teacher_head is None) != (student.base_model is student):
+            raise ValueError("a classifier student learns from a `teacher_head`, and only it does")
+        if matched == "pooled" and teacher_head is None and student.config.pooler_type not in ("mean", "cls"):
             raise ValueError(
                 f'`matched="pooled"` pools both models with the student\'s pooler, which must have no weights of its '
                 f'own ("mean" or "cls"), got pooler_type={student.config.pooler_type!r}'
             )
-        if (teacher_head is None) != (student.base_model is student):
-            raise ValueError("a classifier student learns from a `teacher_head`, and only it does")
         self.student, self.teacher, self.stage, self.matched = student, teacher, stage, matched
         self.teacher_head, self.temperature = teacher_head, temperature
         self.logit_weight, self.hidden_weight = logit_weight, hidden_weight
@@ -171,8 +172,14 @@ class AttentionTransfer(nn.Module):
             pairs = [(student_states[index], hidden_states[index], attention_mask) for index in matched]
             if self.matched == "pooled" and len(input_ids) > 1:  # one sequence has no spread to explain
                 # (B, C) embeddings: one "token" per sequence of a (1, B, C) batch
-                pooler = FastformerPooler(self.student.config)
-                pooled = [pooler(states, attention_mask)[None] for states in (student_states[-1], hidden_states[-1])]
+                if self.teacher_head is None:
+                    pooler = FastformerPooler(self.student.config)
+                    pooled = [pooler(states, attention_mask) for states in (student_states[-1], hidden_states[-1])]
+                else:  # the features each classifier's head pools for its classifier
+                    with torch.no_grad():
+                        theirs = self.teacher_head.pooler(hidden_states[-1], attention_mask)
+                    pooled = [self.encoder.pooler(student_states[-1], attention_mask), theirs]
+                pooled = [vectors[None] for vectors in pooled]
                 pairs.append((*pooled, torch.ones(pooled[0].shape[:2], device=attention_mask.device)))
             if self.teacher_head is not None:
                 with torch.no_grad():

@@ -959,8 +959,13 @@ def test_classifier_transfer_adds_the_logit_and_label_losses(tokenizer):
     assert set(transfer.state_dict()) == {f"student.{name}" for name in student.state_dict()}
     with pytest.raises(ValueError, match="a classifier student learns from a `teacher_head`, and only it does"):
         AttentionTransfer(student, teacher.bert, "end_to_end")
-    with pytest.raises(ValueError, match="must have no weights.*cls_tanh"):
-        loss(matched="pooled")
+    pooled = loss(matched="pooled", logit_weight=0.0)(**batch).layer_errors
+    with torch.no_grad():  # the features each head's pooler gives its classifier
+        ours = student.fastformer.pooler(student(**batch, output_hidden_states=True).hidden_states[-1])
+        theirs = teacher.bert.pooler(teacher.bert(**batch).last_hidden_state)
+    by_hand = (ours - theirs).square().sum() / (theirs - theirs.mean(0)).square().sum()
+    assert pooled.shape == (2,) and pooled[0].item() == pytest.approx(hidden.item())
+    assert pooled[1].item() == pytest.approx(by_hand.item(), rel=1e-4) and by_hand > 0
 
 
 @pytest.fixture(scope="module")
@@ -1037,10 +1042,10 @@ def test_script_converts_a_classifier_that_agrees_with_its_teacher(classifier_fo
             ["--label_column", "label"],
             r"--label_column 'label' holds \['nope'\]",
         ),
-        ('{"text": "a text"}\n' * 4, ["--end_to_end_matched", "pooled"], "--end_to_end_matched pooled needs a pooler"),
         ('{"text": "a text"}\n' * 4, ["--temperature", "0"], "--temperature must be positive"),
+        ('{"text": "a text"}\n' * 4, ["--mask_probability", "1"], "--mask_probability must be at least 0 and below 1"),
     ],
-    ids=["empty", "blank", "one-text", "no-text-column", "no-label-column", "unknown-label", "pooled", "temperature"],
+    ids=["empty", "blank", "one-text", "no-text-column", "no-label-column", "unknown-label", "temperature", "mask"],
 )
 def test_script_names_the_argument_of_bad_distillation_input(classifier_folder, tmp_path, content, flags, message):
     texts = tmp_path / "texts.jsonl"
@@ -1048,6 +1053,22 @@ def test_script_names_the_argument_of_bad_distillation_input(classifier_folder, 
     arguments = ["--model_name_or_path", str(classifier_folder), "--output_dir", str(tmp_path / "o")]
     with pytest.raises(SystemExit, match=message):
         convert_bert_to_fastformer.main([*arguments, "--distill_file", str(texts), "--max_seq_length", "16", *flags])
+
+
+def test_masking_collator_masks_real_tokens_but_the_special_ones(tokenizer):
+    """--mask_probability's batches: the padded batch with some real, non-special tokens (about the share asked)
+    replaced by the mask token, the rest (the labels too) as padding alone gives them."""
+    torch.manual_seed(0)
+    features = [{**tokenizer(text), "labels": index} for index, text in enumerate(TEXTS * 4)]
+    plain = DataCollatorWithPadding(tokenizer)(features)
+    batch = convert_bert_to_fastformer.MaskingCollator(tokenizer, 0.3)(features)
+    changed = batch["input_ids"] != plain["input_ids"]
+    assert (batch["input_ids"][changed] == tokenizer.mask_token_id).all()
+    special = torch.isin(plain["input_ids"], torch.tensor(tokenizer.all_special_ids))
+    candidates = plain["attention_mask"].bool() & ~special
+    assert not changed[~candidates].any()
+    assert 0.2 < changed.sum() / candidates.sum() < 0.4
+    assert all(torch.equal(batch[name], plain[name]) for name in ("attention_mask", "labels"))
 
 
 def test_script_refuses_classifier_flags_for_an_encoder(bert_folder, tmp_path):

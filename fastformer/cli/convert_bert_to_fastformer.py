@@ -20,6 +20,7 @@ from transformers import (
     AutoTokenizer,
     DataCollatorWithPadding,
     HfArgumentParser,
+    PreTrainedTokenizerBase,
     SchedulerType,
     TrainingArguments,
     set_seed,
@@ -107,6 +108,13 @@ class DistillationArguments:
         default=1.0, metadata={"help": "Weight of the teacher's hidden states in the end-to-end stage."}
     )
     max_seq_length: int = field(default=256, metadata={"help": "Distillation texts are truncated to this many tokens."})
+    mask_probability: float = field(
+        default=0.0,
+        metadata={
+            "help": "Share of each training text's tokens replaced by the mask token, drawn anew in every batch; "
+            "both models read the masked text (0: none)."
+        },
+    )
     validation_split_percentage: int = field(
         default=2, metadata={"help": "Held-out share of --distill_file on which the per-layer errors are reported."}
     )
@@ -119,8 +127,8 @@ class DistillationArguments:
         default=None,
         metadata={
             "help": "What the end-to-end stage matches of the teacher: its last hidden state and the sentence "
-            "embedding pooled from it (pooled; an encoder's default), its last hidden state (last; a classifier's "
-            "default), or every layer's (all).",
+            "embedding pooled from it (pooled; an encoder's default; a classifier's head pools its own), its last "
+            "hidden state (last; a classifier's default), or every layer's (all).",
             "choices": list(MATCHED),
         },
     )
@@ -228,6 +236,25 @@ def batches(dataset, tokenizer, size: int):
     ]
 
 
+@dataclass
+class MaskingCollator:
+    """`DataCollatorWithPadding`, then each real token but the special ones replaced by the tokenizer's mask token
+    with `probability`."""
+
+    tokenizer: PreTrainedTokenizerBase
+    probability: float
+
+    def __call__(self, features: list[dict]) -> dict:
+        batch = DataCollatorWithPadding(self.tokenizer)(features)
+        input_ids = batch["input_ids"]
+        special = torch.isin(input_ids, torch.tensor(self.tokenizer.all_special_ids))
+        masked = (torch.rand(input_ids.shape) < self.probability) & ~special
+        if "attention_mask" in batch:
+            masked &= batch["attention_mask"].bool()
+        batch["input_ids"] = input_ids.masked_fill(masked, self.tokenizer.mask_token_id)
+        return batch
+
+
 def measure(student, teacher, held_out, head=None) -> dict:
     """The agreement with the teacher on the held-out texts; a classifier's (`head`: the teacher's) predictions too."""
     errors = transfer_errors(student, teacher, held_out)
@@ -247,8 +274,6 @@ def distillation_losses(distill_args, head) -> dict:
                 "fine-tuned *ForSequenceClassification"
             )
         return losses
-    if distill_args.end_to_end_matched == "pooled":
-        fail("--end_to_end_matched pooled needs a pooler without weights; a classifier's has its head's: use last")
     if distill_args.temperature <= 0:
         fail(f"--temperature must be positive, got {distill_args.temperature}")
     if distill_args.label_column and problem_type(head.config) != "single_label_classification":
@@ -264,6 +289,11 @@ def distillation_losses(distill_args, head) -> dict:
 
 def distill(student, teacher, tokenizer, distill_args, training_args, output_dir: Path, losses: dict) -> dict:
     """Both transfer stages on --distill_file; the per-layer errors on the held-out texts before and after each."""
+    masking = distill_args.mask_probability
+    if not 0 <= masking < 1:
+        fail(f"--mask_probability must be at least 0 and below 1, got {masking}")
+    if masking and tokenizer.mask_token_id is None:
+        fail(f"--mask_probability {masking} needs a mask token, and the source's tokenizer has none")
     head = losses.get("teacher_head")
     label2id = head.config.label2id if head is not None else None
     train, held_out = load_texts(distill_args, tokenizer, training_args, training_args.seed, label2id)
@@ -282,7 +312,7 @@ def distill(student, teacher, tokenizer, distill_args, training_args, output_dir
     end_to_end = {"matched": matched, **{name: value for name, value in losses.items() if name != "teacher_head"}}
     if head is not None:
         end_to_end["label_column"] = distill_args.label_column
-    collator = DataCollatorWithPadding(tokenizer)
+    collator = MaskingCollator(tokenizer, masking) if masking else DataCollatorWithPadding(tokenizer)
     for stage in STAGES:
         if settings[stage]["max_steps"] <= 0:
             continue
