@@ -213,6 +213,7 @@ def test_classifier_part_converts_the_fine_tuned_teacher_with_its_head(benchmark
     assert converted["distill_minutes"] > 0 and found["long_documents"] == 9
     assert found["validation_texts"] == 6 and teacher["validation_agreement"] == 1  # none of the toy split's
     assert 0 <= converted["validation_agreement"] <= 1 and 0 <= converted["validation_accuracy"] <= 1
+    assert 0 <= converted["training_agreement"] <= 1
     assert len(benchmark.runs) == 2  # the teacher's fine-tuning, its conversion
     config = json.loads((benchmark.records.parent / "work" / "classifier" / "toy" / "config.json").read_text())
     assert config["architectures"] == ["FastformerForSequenceClassification"] and len(config["id2label"]) == 3
