@@ -88,7 +88,6 @@ CONVERTED, TEACHER = "converted Fastformer", "teacher (BERT, positions extended)
 # the memory part: the feed-forward blocks whole (0) and in chunks of this many tokens (FastformerConfig's default;
 # BERT's own chunking, transformers' apply_chunking_to_forward, needs a length that it divides)
 MEMORY_CHUNKS = (0, 256)
-VALIDATION_TEXTS = 600  # the classifier part's validation texts, on which its levers are chosen
 TRAINING_TEXTS = 400  # of each lever's distillation file: agreement there against validation's shows overfitting
 MMAP_THRESHOLD = 64 * 1024  # fixed (glibc starts at 128 KiB and raises it as memory is freed; harness.peak_megabytes)
 
@@ -111,6 +110,7 @@ def parse_args(argv=None):
     parser.add_argument("--residual-steps", type=int, default=100, help="layerwise steps of the residual part")
     parser.add_argument("--levers", nargs="+", choices=LEVERS, default=list(LEVERS), help="the levers part's")
     parser.add_argument("--classifier-levers", nargs="+", choices=CLASSIFIER_LEVERS, default=["default"])
+    parser.add_argument("--validation-texts", type=int, default=600, help="the classifier part's, to choose levers")
     args = parser.parse_args(argv)
     alone = {"residual", "levers", "memory", "classifier", "classifier-speed"}
     if args.converted is None and not set(args.parts) <= alone:
@@ -454,13 +454,13 @@ def mixed_texts(folder: Path) -> Path:
     return path
 
 
-def validation_rows(shared: Path) -> list[dict]:
-    """VALIDATION_TEXTS of --shared-data's 20 Newsgroups training texts that no bundled file holds (compared by their
-    first 200 characters, as the bundled files cut texts), drawn with seed 0."""
+def validation_rows(shared: Path, count: int) -> list[dict]:
+    """`count` of --shared-data's 20 Newsgroups training texts that no bundled file holds (compared by their first 200
+    characters, as the bundled files cut texts), drawn with seed 0."""
     bundled = [*SPLITS.values(), TEST, DISTILL_FILE]
     seen = {row["text"][:200] for path in bundled for row in read_jsonl(path)}
     rows = [row for row in read_jsonl(shared / "20newsgroups" / "train.jsonl") if row["text"][:200] not in seen]
-    return random.Random(0).sample(rows, min(VALIDATION_TEXTS, len(rows)))
+    return random.Random(0).sample(rows, min(count, len(rows)))
 
 
 def teacher_labels(args, teacher_folder: Path, texts: list[str], long_texts: list[str]) -> tuple[list, list]:
@@ -479,10 +479,10 @@ def teacher_labels(args, teacher_folder: Path, texts: list[str], long_texts: lis
 def classifier(args) -> list[dict]:
     """The teacher fine-tuned on the 2,400 texts (`run_finetune`, first seed) converted with its head and distilled
     on the same texts without their labels, once per --classifier-levers flag set, with no training after: accuracy
-    and agreement with the teacher on the 600 test texts (at --max-seq-length), the same on `validation_rows` (where
-    levers are compared), agreement on TRAINING_TEXTS of the lever's distillation file (seed 1; its held-out share
-    too), distillation minutes; and on the long test documents, the teacher cut at 512 tokens against each conversion
-    reading them whole."""
+    and agreement with the teacher on the 600 test texts (at --max-seq-length), the same on --validation-texts
+    `validation_rows` (where levers are compared), agreement on TRAINING_TEXTS of the lever's distillation file (seed
+    1; its held-out share too), distillation minutes; and on the long test documents, the teacher cut at 512 tokens
+    against each conversion reading them whole."""
     run_finetune(args, "newsgroups", "teacher", args.seeds[0])
     teacher_folder = row_dir(args, "newsgroups", "teacher") / f"seed{args.seeds[0]}"
     tokenizer = AutoTokenizer.from_pretrained(teacher_folder)
@@ -490,7 +490,7 @@ def classifier(args) -> list[dict]:
     uncut = read_jsonl(args.shared_data / "20newsgroups" / "test.jsonl")
     long = [row for row in uncut if len(tokenizer(row["text"])["input_ids"]) > DOCUMENT_MIN_TOKENS]
     texts, labels = [row["text"] for row in test], [row["label"] for row in test]
-    validation = validation_rows(args.shared_data)
+    validation = validation_rows(args.shared_data, args.validation_texts)
     validation_texts, validation_labels = [row["text"] for row in validation], [row["label"] for row in validation]
     found, long_expected = teacher_labels(args, teacher_folder, texts + validation_texts, [row["text"] for row in long])
     expected, validation_expected = found[: len(texts)], found[len(texts) :]
