@@ -171,15 +171,12 @@ class AttentionTransfer(nn.Module):
             matched = range(1, len(hidden_states)) if self.matched == "all" else [len(hidden_states) - 1]
             pairs = [(student_states[index], hidden_states[index], attention_mask) for index in matched]
             if self.matched == "pooled" and len(input_ids) > 1:  # one sequence has no spread to explain
-                # (B, C) embeddings: one "token" per sequence of a (1, B, C) batch
-                if self.teacher_head is None:
-                    pooler = FastformerPooler(self.student.config)
-                    pooled = [pooler(states, attention_mask) for states in (student_states[-1], hidden_states[-1])]
-                else:  # the features each classifier's head pools for its classifier
-                    with torch.no_grad():
-                        theirs = self.teacher_head.pooler(hidden_states[-1], attention_mask)
-                    pooled = [self.encoder.pooler(student_states[-1], attention_mask), theirs]
-                pooled = [vectors[None] for vectors in pooled]
+                # (B, C) embeddings: one "token" per sequence of a (1, B, C) batch; a classifier's by each head's pooler
+                poolers = [FastformerPooler(self.student.config)] * 2
+                if self.teacher_head is not None:  # the teacher's is frozen, as its hidden states
+                    poolers = [self.encoder.pooler, self.teacher_head.pooler]
+                last = (student_states[-1], hidden_states[-1])
+                pooled = [pool(states, attention_mask)[None] for pool, states in zip(poolers, last)]
                 pairs.append((*pooled, torch.ones(pooled[0].shape[:2], device=attention_mask.device)))
             if self.teacher_head is not None:
                 with torch.no_grad():

@@ -109,11 +109,7 @@ class DistillationArguments:
     )
     max_seq_length: int = field(default=256, metadata={"help": "Distillation texts are truncated to this many tokens."})
     mask_probability: float = field(
-        default=0.0,
-        metadata={
-            "help": "Share of each training text's tokens replaced by the mask token, drawn anew in every batch; "
-            "both models read the masked text (0: none)."
-        },
+        default=0.0, metadata={"help": "Share of the training texts' tokens masked, anew in every batch (0: none)."}
     )
     validation_split_percentage: int = field(
         default=2, metadata={"help": "Held-out share of --distill_file on which the per-layer errors are reported."}
@@ -238,8 +234,7 @@ def batches(dataset, tokenizer, size: int):
 
 @dataclass
 class MaskingCollator:
-    """`DataCollatorWithPadding`, then each real token but the special ones replaced by the tokenizer's mask token
-    with `probability`."""
+    """`DataCollatorWithPadding`, then each real, non-special token replaced by the mask token with `probability`."""
 
     tokenizer: PreTrainedTokenizerBase
     probability: float
@@ -248,9 +243,7 @@ class MaskingCollator:
         batch = DataCollatorWithPadding(self.tokenizer)(features)
         input_ids = batch["input_ids"]
         special = torch.isin(input_ids, torch.tensor(self.tokenizer.all_special_ids))
-        masked = (torch.rand(input_ids.shape) < self.probability) & ~special
-        if "attention_mask" in batch:
-            masked &= batch["attention_mask"].bool()
+        masked = (torch.rand(input_ids.shape) < self.probability) & ~special & batch["attention_mask"].bool()
         batch["input_ids"] = input_ids.masked_fill(masked, self.tokenizer.mask_token_id)
         return batch
 
