@@ -506,7 +506,6 @@ def classifier(args) -> list[dict]:
         validation_agreement=1.0,
         long_accuracy_at_512=statistics.fmean(p == row["label"] for p, row in zip(long_expected, long)),
     )
-    teacher, training = None, {}  # the teacher's labels of TRAINING_TEXTS of each distillation file
     for lever in args.classifier_levers:
         folder = args.work / "classifier" / lever
         lever_flags = CLASSIFIER_LEVERS[lever]
@@ -524,13 +523,9 @@ def classifier(args) -> list[dict]:
         predicted = predicted_labels(student, tokenizer, validation_texts, args.max_seq_length)
         row |= {"validation_accuracy": statistics.fmean(map(str.__eq__, predicted, validation_labels))}
         row |= {"validation_agreement": statistics.fmean(map(str.__eq__, predicted, validation_expected))}
-        distill_file = REPO / read_json(folder / "conversion.json")["distill_file"]  # relative: to the checkout
-        if distill_file not in training:
-            file_rows = read_jsonl(distill_file)
-            drawn = [row["text"] for row in random.Random(1).sample(file_rows, min(TRAINING_TEXTS, len(file_rows)))]
-            teacher = teacher or transformers.AutoModelForSequenceClassification.from_pretrained(teacher_folder).eval()
-            training[distill_file] = drawn, predicted_labels(teacher, tokenizer, drawn, args.max_seq_length)
-        drawn, drawn_expected = training[distill_file]
+        file_rows = read_jsonl(REPO / read_json(folder / "conversion.json")["distill_file"])  # relative: to REPO
+        drawn = [row["text"] for row in random.Random(1).sample(file_rows, min(TRAINING_TEXTS, len(file_rows)))]
+        drawn_expected, _ = teacher_labels(args, teacher_folder, drawn, [])
         predicted = predicted_labels(student, tokenizer, drawn, args.max_seq_length)
         row |= {"training_agreement": statistics.fmean(map(str.__eq__, predicted, drawn_expected))}
         row |= {"long_accuracy_whole": statistics.fmean(p == doc["label"] for p, doc in zip(whole, long))}

@@ -1071,6 +1071,27 @@ def test_masking_collator_masks_real_tokens_but_the_special_ones(tokenizer):
     assert all(torch.equal(batch[name], plain[name]) for name in ("attention_mask", "labels"))
 
 
+def test_script_distils_on_masked_batches_with_mask_probability(classifier_folder, tmp_path, monkeypatch):
+    """--mask_probability reaches the distillation: every training batch of both stages goes through
+    `MaskingCollator` with the share asked, and masks tokens."""
+    collated = []
+    collate = convert_bert_to_fastformer.MaskingCollator.__call__
+
+    def spy(self, features):
+        batch = collate(self, features)
+        collated.append((self.probability, (batch["input_ids"] == self.tokenizer.mask_token_id).sum().item()))
+        return batch
+
+    monkeypatch.setattr(convert_bert_to_fastformer.MaskingCollator, "__call__", spy)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS * 2) + "\n")
+    arguments = ["--model_name_or_path", str(classifier_folder), "--output_dir", str(tmp_path / "o")]
+    arguments += ["--distill_file", str(texts), "--max_seq_length", "16", "--mask_probability", "0.5"]
+    arguments += ["--max_steps", "1", "--end_to_end_steps", "1", "--per_device_train_batch_size", "4"]
+    convert_bert_to_fastformer.main([*arguments, "--save_strategy", "no", "--use_cpu", "--disable_tqdm", "true"])
+    assert len(collated) >= 2 and all(probability == 0.5 and masks > 0 for probability, masks in collated)
+
+
 def test_script_refuses_classifier_flags_for_an_encoder(bert_folder, tmp_path):
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS) + "\n")

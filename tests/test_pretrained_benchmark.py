@@ -219,7 +219,9 @@ def test_classifier_part_converts_the_fine_tuned_teacher_with_its_head(benchmark
     assert config["architectures"] == ["FastformerForSequenceClassification"] and len(config["id2label"]) == 3
     # the teacher's labels are read back from --work: the test texts' true labels written there score as a perfect
     # teacher, where the toy teacher is not one
-    (kept,) = (benchmark.records.parent / "work" / "classifier").glob("teacher-labels-*.json")
+    kept_files = (benchmark.records.parent / "work" / "classifier").glob("teacher-labels-*.json")
+    # one file per text set: the test and validation texts with the long documents, and the training texts drawn
+    (kept,) = [path for path in kept_files if json.loads(path.read_text())[1]]
     (texts, long_texts) = json.loads(kept.read_text())
     test_labels = [row["label"] for row in pretrained.read_jsonl(toy["test"])]
     kept.write_text(json.dumps([test_labels + texts[len(test_labels) :], long_texts]))
