@@ -83,7 +83,15 @@ CLASSIFIER_LEVERS = {
     # 15% of the tokens masked anew in every batch: more inputs than texts
     "mixed4200-bf16-mask15": "--max_steps 200 --end_to_end_steps 4200 --max_seq_length 128 --distill_file {mixed} "
     "--bf16 --use_cpu --mask_probability 0.15",
+    # the same run from another seed, and on a random half and quarter of the texts: how agreement grows with texts
+    "mixed4200-bf16-seed1": "--max_steps 200 --end_to_end_steps 4200 --max_seq_length 128 --distill_file {mixed} "
+    "--bf16 --use_cpu --seed 1",
+    "half4200-bf16": "--max_steps 200 --end_to_end_steps 4200 --max_seq_length 128 --distill_file {mixed_half} "
+    "--bf16 --use_cpu",
+    "quarter4200-bf16": "--max_steps 200 --end_to_end_steps 4200 --max_seq_length 128 --distill_file {mixed_quarter} "
+    "--bf16 --use_cpu",
 }
+MIXED_SHARES = {"mixed": 1, "mixed_half": 2, "mixed_quarter": 4}  # the distillation files: 1 / share of the texts
 CONVERTED, TEACHER = "converted Fastformer", "teacher (BERT, positions extended)"  # the long and memory parts' models
 # the memory part: the feed-forward blocks whole (0) and in chunks of this many tokens (FastformerConfig's default;
 # BERT's own chunking, transformers' apply_chunking_to_forward, needs a length that it divides)
@@ -443,14 +451,17 @@ def predicted_labels(model, tokenizer, texts, max_length: int | None, batch_size
     return found
 
 
-def mixed_texts(folder: Path) -> Path:
+def mixed_texts(folder: Path, name: str = "mixed") -> Path:
     """The bundled training texts and the distillation file's, one JSON lines file in `folder` (as `cat` and `zcat`
-    would write it)."""
-    path = folder / "mixed.jsonl"
+    would write it); all of them for "mixed", else a 1 / MIXED_SHARES[name] share of them drawn with seed 0."""
+    path = folder / f"{name}.jsonl"
     if not path.exists():
         folder.mkdir(parents=True, exist_ok=True)
         with (gzip.open if DISTILL_FILE.suffix == ".gz" else open)(DISTILL_FILE, "rt") as distillation:
-            path.write_text(SPLITS["newsgroups"].read_text() + distillation.read())
+            lines = (SPLITS["newsgroups"].read_text() + distillation.read()).splitlines(keepends=True)
+        if MIXED_SHARES[name] > 1:
+            lines = random.Random(0).sample(lines, len(lines) // MIXED_SHARES[name])
+        path.write_text("".join(lines))
     return path
 
 
@@ -510,7 +521,9 @@ def classifier(args) -> list[dict]:
         folder = args.work / "classifier" / lever
         lever_flags = CLASSIFIER_LEVERS[lever]
         if "{" in lever_flags:  # a distillation file of its own
-            lever_flags = lever_flags.format(mixed=mixed_texts(args.work / "classifier"))
+            lever_flags = lever_flags.format_map(
+                {name: mixed_texts(args.work / "classifier", name) for name in MIXED_SHARES}
+            )
         flags = f"{CLASSIFIER.format(SPLITS['newsgroups'])} {lever_flags}"
         found = convert(
             str(teacher_folder), folder, flags, lambda done: conversion_result(read_json(done / "conversion.json"))

@@ -111,6 +111,17 @@ def test_knn_votes_by_majority_then_similarity():
     assert pretrained.knn_accuracy(index, labels, queries, ["a", "b", "b"], k=4) == pytest.approx(2 / 3)  # 2-2 tie
 
 
+def test_mixed_texts_join_the_bundled_files_and_draw_shares_of_them(tmp_path):
+    whole = pretrained.mixed_texts(tmp_path)
+    lines = whole.read_text().splitlines()
+    assert len(lines) == len(pretrained.read_jsonl(pretrained.SPLITS["newsgroups"])) + 6924
+    for name, share in pretrained.MIXED_SHARES.items():
+        drawn = pretrained.mixed_texts(tmp_path, name).read_text().splitlines()
+        assert len(drawn) == len(lines) // share and set(drawn) <= set(lines)
+    half, quarter = (pretrained.mixed_texts(tmp_path, name).read_text() for name in ("mixed_half", "mixed_quarter"))
+    assert half != quarter and pretrained.mixed_texts(tmp_path, "mixed_half").read_text() == half  # read back
+
+
 def test_converted_is_needed_but_by_the_parts_that_start_from_the_teacher():
     with pytest.raises(SystemExit):
         pretrained.parse_args(["--teacher", "teacher", "--parts", "memory", "long"])
