@@ -487,13 +487,20 @@ def teacher_labels(args, teacher_folder: Path, texts: list[str], long_texts: lis
     return tuple(read_json(path))
 
 
+def scores(predicted: list[str], labels: list[str], expected: list[str], prefix: str = "") -> dict:
+    """Accuracy against the true `labels` and agreement with the teacher's `expected` labels."""
+    found = {"accuracy": statistics.fmean(map(str.__eq__, predicted, labels))}
+    found["agreement"] = statistics.fmean(map(str.__eq__, predicted, expected))
+    return {prefix + key: value for key, value in found.items()}
+
+
 def classifier(args) -> list[dict]:
     """The teacher fine-tuned on the 2,400 texts (`run_finetune`, first seed) converted with its head and distilled
     on the same texts without their labels, once per --classifier-levers flag set, with no training after: accuracy
     and agreement with the teacher on the 600 test texts (at --max-seq-length), the same on --validation-texts
     `validation_rows` (where levers are compared), agreement on TRAINING_TEXTS of the lever's distillation file (seed
     1; its held-out share too), distillation minutes; and on the long test documents, the teacher cut at 512 tokens
-    against each conversion reading them whole."""
+    against each conversion reading them whole. Each further --seeds fine-tunes the teacher again, scored the same."""
     run_finetune(args, "newsgroups", "teacher", args.seeds[0])
     teacher_folder = row_dir(args, "newsgroups", "teacher") / f"seed{args.seeds[0]}"
     tokenizer = AutoTokenizer.from_pretrained(teacher_folder)
@@ -505,18 +512,15 @@ def classifier(args) -> list[dict]:
     validation_texts, validation_labels = [row["text"] for row in validation], [row["label"] for row in validation]
     found, long_expected = teacher_labels(args, teacher_folder, texts + validation_texts, [row["text"] for row in long])
     expected, validation_expected = found[: len(texts)], found[len(texts) :]
-    rows = [
-        {
-            "model": "teacher (fine-tuned all-MiniLM-L6-v2)",
-            "accuracy": statistics.fmean(map(str.__eq__, expected, labels)),
-        }
-    ]
-    rows[0].update(
-        agreement=1.0,
-        validation_accuracy=statistics.fmean(map(str.__eq__, validation_expected, validation_labels)),
-        validation_agreement=1.0,
-        long_accuracy_at_512=statistics.fmean(p == row["label"] for p, row in zip(long_expected, long)),
-    )
+    rows = []
+    for seed in args.seeds:  # the teacher, then fine-tuned again: how far its own labels are reproducible
+        run_finetune(args, "newsgroups", "teacher", seed)
+        folder = row_dir(args, "newsgroups", "teacher") / f"seed{seed}"
+        found, found_long = teacher_labels(args, folder, texts + validation_texts, [row["text"] for row in long])
+        name = "teacher (fine-tuned all-MiniLM-L6-v2)" if not rows else f"teacher fine-tuned from seed {seed}"
+        row = {"model": name, **scores(found[: len(texts)], labels, expected)}
+        row |= scores(found[len(texts) :], validation_labels, validation_expected, "validation_")
+        rows.append(row | {"long_accuracy_at_512": statistics.fmean(p == d["label"] for p, d in zip(found_long, long))})
     for lever in args.classifier_levers:
         folder = args.work / "classifier" / lever
         lever_flags = CLASSIFIER_LEVERS[lever]
@@ -531,11 +535,9 @@ def classifier(args) -> list[dict]:
         student = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
         predicted = predicted_labels(student, tokenizer, texts, args.max_seq_length)
         whole = predicted_labels(student, tokenizer, [row["text"] for row in long], None)
-        row = {"model": f"converted ({lever})", "accuracy": statistics.fmean(map(str.__eq__, predicted, labels))}
-        row |= {"agreement": statistics.fmean(map(str.__eq__, predicted, expected))}
+        row = {"model": f"converted ({lever})", **scores(predicted, labels, expected)}
         predicted = predicted_labels(student, tokenizer, validation_texts, args.max_seq_length)
-        row |= {"validation_accuracy": statistics.fmean(map(str.__eq__, predicted, validation_labels))}
-        row |= {"validation_agreement": statistics.fmean(map(str.__eq__, predicted, validation_expected))}
+        row |= scores(predicted, validation_labels, validation_expected, "validation_")
         file_rows = read_jsonl(REPO / read_json(folder / "conversion.json")["distill_file"])  # relative: to REPO
         drawn = [row["text"] for row in random.Random(1).sample(file_rows, min(TRAINING_TEXTS, len(file_rows)))]
         drawn_expected, _ = teacher_labels(args, teacher_folder, drawn, [])

@@ -239,6 +239,10 @@ def test_classifier_part_converts_the_fine_tuned_teacher_with_its_head(benchmark
     benchmark("--parts", "classifier", "--classifier-levers", "toy", "--seeds", "0", *shared)
     assert record(benchmark.records, "classifier")["rows"][0]["accuracy"] == 1 > found["rows"][0]["accuracy"]
     assert len(benchmark.runs) == 2  # the conversion read back too
+    benchmark("--parts", "classifier", "--classifier-levers", "toy", "--seeds", "0", "1", *shared)
+    teacher, again, converted = record(benchmark.records, "classifier")["rows"]
+    assert again["model"] == "teacher fine-tuned from seed 1" and len(benchmark.runs) == 3
+    assert again["agreement"] == again["accuracy"] < 1  # with the first seed's labels, here the true ones
 
     monkeypatch.setattr(harness, "peak_megabytes", lambda prepare, *args, **options: prepare(*args)() and 1.5)
     benchmark("--parts", "classifier-speed", "--classifier-levers", "toy", "--seeds", "0", "--lengths", "64", "512")
@@ -246,4 +250,4 @@ def test_classifier_part_converts_the_fine_tuned_teacher_with_its_head(benchmark
     names = [(row["model"], row["tokens"]) for row in speed]
     assert names == [(name, length) for length in (64, 512) for name in (pretrained.CONVERTED, pretrained.TEACHER)]
     assert all(row["forward_ms"] > 0 and row["peak_mb"] == 1.5 for row in speed)
-    assert len(benchmark.runs) == 2  # nothing trained again
+    assert len(benchmark.runs) == 3  # nothing trained again
