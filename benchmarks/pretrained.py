@@ -487,10 +487,13 @@ def teacher_labels(args, teacher_folder: Path, texts: list[str], long_texts: lis
     return tuple(read_json(path))
 
 
-def scores(predicted: list[str], labels: list[str], expected: list[str], prefix: str = "") -> dict:
-    """Accuracy against the true `labels` and agreement with the teacher's `expected` labels."""
+def scores(predicted: list[str], labels: list[str], expected: list[str], prefix: str = "", stable=None) -> dict:
+    """Accuracy against the true `labels` and agreement with the teacher's `expected` labels; where `stable` marks the
+    texts that every seed's teacher labels alike, agreement on those too."""
     found = {"accuracy": statistics.fmean(map(str.__eq__, predicted, labels))}
     found["agreement"] = statistics.fmean(map(str.__eq__, predicted, expected))
+    if stable is not None and any(stable):
+        found["stable_agreement"] = statistics.fmean(p == e for p, e, kept in zip(predicted, expected, stable) if kept)
     return {prefix + key: value for key, value in found.items()}
 
 
@@ -512,7 +515,7 @@ def classifier(args) -> list[dict]:
     validation_texts, validation_labels = [row["text"] for row in validation], [row["label"] for row in validation]
     found, long_expected = teacher_labels(args, teacher_folder, texts + validation_texts, [row["text"] for row in long])
     expected, validation_expected = found[: len(texts)], found[len(texts) :]
-    rows = []
+    rows, teachers = [], []
     for seed in args.seeds:  # the teacher, then fine-tuned again: how far its own labels are reproducible
         run_finetune(args, "newsgroups", "teacher", seed)
         folder = row_dir(args, "newsgroups", "teacher") / f"seed{seed}"
@@ -521,6 +524,9 @@ def classifier(args) -> list[dict]:
         row = {"model": name, **scores(found[: len(texts)], labels, expected)}
         row |= scores(found[len(texts) :], validation_labels, validation_expected, "validation_")
         rows.append(row | {"long_accuracy_at_512": statistics.fmean(p == d["label"] for p, d in zip(found_long, long))})
+        teachers.append(found)
+    stable = [len(set(found)) == 1 for found in zip(*teachers)]  # the texts that all seeds' teachers label alike
+    test_stable, validation_stable = (stable[: len(texts)], stable[len(texts) :]) if len(teachers) > 1 else (None, None)
     for lever in args.classifier_levers:
         folder = args.work / "classifier" / lever
         lever_flags = CLASSIFIER_LEVERS[lever]
@@ -535,9 +541,9 @@ def classifier(args) -> list[dict]:
         student = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
         predicted = predicted_labels(student, tokenizer, texts, args.max_seq_length)
         whole = predicted_labels(student, tokenizer, [row["text"] for row in long], None)
-        row = {"model": f"converted ({lever})", **scores(predicted, labels, expected)}
+        row = {"model": f"converted ({lever})", **scores(predicted, labels, expected, "", test_stable)}
         predicted = predicted_labels(student, tokenizer, validation_texts, args.max_seq_length)
-        row |= scores(predicted, validation_labels, validation_expected, "validation_")
+        row |= scores(predicted, validation_labels, validation_expected, "validation_", validation_stable)
         file_rows = read_jsonl(REPO / read_json(folder / "conversion.json")["distill_file"])  # relative: to REPO
         drawn = [row["text"] for row in random.Random(1).sample(file_rows, min(TRAINING_TEXTS, len(file_rows)))]
         drawn_expected, _ = teacher_labels(args, teacher_folder, drawn, [])
@@ -549,7 +555,10 @@ def classifier(args) -> list[dict]:
     for row in rows[1:]:
         row["accuracy / teacher's"] = row["accuracy"] / rows[0]["accuracy"]
     print(harness.rows_table(rows), flush=True)
-    return rows, {"long_documents": len(long), "validation_texts": len(validation)}
+    found = {"long_documents": len(long), "validation_texts": len(validation)}
+    if test_stable:
+        found |= {"stable_texts": sum(test_stable), "stable_validation_texts": sum(validation_stable)}
+    return rows, found
 
 
 PARTS = {"conversion": conversion, "residual": residual, "agreement": agreement, "finetune": finetune}

@@ -224,7 +224,7 @@ def test_classifier_part_converts_the_fine_tuned_teacher_with_its_head(benchmark
     assert converted["distill_minutes"] > 0 and found["long_documents"] == 9
     assert found["validation_texts"] == 6 and teacher["validation_agreement"] == 1  # none of the toy split's
     assert 0 <= converted["validation_agreement"] <= 1 and 0 <= converted["validation_accuracy"] <= 1
-    assert 0 <= converted["training_agreement"] <= 1
+    assert 0 <= converted["training_agreement"] <= 1 and "stable_agreement" not in converted  # one teacher
     assert len(benchmark.runs) == 2  # the teacher's fine-tuning, its conversion
     config = json.loads((benchmark.records.parent / "work" / "classifier" / "toy" / "config.json").read_text())
     assert config["architectures"] == ["FastformerForSequenceClassification"] and len(config["id2label"]) == 3
@@ -243,6 +243,10 @@ def test_classifier_part_converts_the_fine_tuned_teacher_with_its_head(benchmark
     teacher, again, converted = record(benchmark.records, "classifier")["rows"]
     assert again["model"] == "teacher fine-tuned from seed 1" and len(benchmark.runs) == 3
     assert again["agreement"] == again["accuracy"] < 1  # with the first seed's labels, here the true ones
+    # where both teachers give the true label (the first seed's, as above)
+    found = record(benchmark.records, "classifier")
+    assert found["stable_texts"] == round(again["accuracy"] * len(test_labels)) and "stable_agreement" not in teacher
+    assert 0 <= converted["stable_agreement"] <= 1 and 0 <= converted["validation_stable_agreement"] <= 1
 
     monkeypatch.setattr(harness, "peak_megabytes", lambda prepare, *args, **options: prepare(*args)() and 1.5)
     benchmark("--parts", "classifier-speed", "--classifier-levers", "toy", "--seeds", "0", "--lengths", "64", "512")
