@@ -513,18 +513,17 @@ def classifier(args) -> list[dict]:
     texts, labels = [row["text"] for row in test], [row["label"] for row in test]
     validation = validation_rows(args.shared_data, args.validation_texts)
     validation_texts, validation_labels = [row["text"] for row in validation], [row["label"] for row in validation]
-    found, long_expected = teacher_labels(args, teacher_folder, texts + validation_texts, [row["text"] for row in long])
-    expected, validation_expected = found[: len(texts)], found[len(texts) :]
     rows, teachers = [], []
     for seed in args.seeds:  # the teacher, then fine-tuned again: how far its own labels are reproducible
         run_finetune(args, "newsgroups", "teacher", seed)
         folder = row_dir(args, "newsgroups", "teacher") / f"seed{seed}"
         found, found_long = teacher_labels(args, folder, texts + validation_texts, [row["text"] for row in long])
+        teachers.append(found)
+        expected, validation_expected = teachers[0][: len(texts)], teachers[0][len(texts) :]
         name = "teacher (fine-tuned all-MiniLM-L6-v2)" if not rows else f"teacher fine-tuned from seed {seed}"
         row = {"model": name, **scores(found[: len(texts)], labels, expected)}
         row |= scores(found[len(texts) :], validation_labels, validation_expected, "validation_")
         rows.append(row | {"long_accuracy_at_512": statistics.fmean(p == d["label"] for p, d in zip(found_long, long))})
-        teachers.append(found)
     stable = [len(set(found)) == 1 for found in zip(*teachers)]  # the texts that all seeds' teachers label alike
     test_stable, validation_stable = (stable[: len(texts)], stable[len(texts) :]) if len(teachers) > 1 else (None, None)
     for lever in args.classifier_levers:
