@@ -90,6 +90,9 @@ CLASSIFIER_LEVERS = {
     "--bf16 --use_cpu",
     "quarter4200-bf16": "--max_steps 200 --end_to_end_steps 4200 --max_seq_length 128 --distill_file {mixed_quarter} "
     "--bf16 --use_cpu",
+    # and on more: --shared-data's 20 Newsgroups training posts that neither the bundled files nor validation hold
+    "more4200-bf16": "--max_steps 200 --end_to_end_steps 4200 --max_seq_length 128 --distill_file {mixed_more} "
+    "--bf16 --use_cpu",
 }
 MIXED_SHARES = {"mixed": 1, "mixed_half": 2, "mixed_quarter": 4}  # the distillation files: 1 / share of the texts
 CONVERTED, TEACHER = "converted Fastformer", "teacher (BERT, positions extended)"  # the long and memory parts' models
@@ -465,6 +468,18 @@ def mixed_texts(folder: Path, name: str = "mixed") -> Path:
     return path
 
 
+def more_texts(folder: Path, shared: Path, validation: list[dict]) -> Path:
+    """`mixed_texts` and the --shared-data 20 Newsgroups training posts that none of them nor `validation` hold."""
+    path = folder / f"mixed_more{len(validation)}.jsonl"
+    if not path.exists():
+        held = {row["text"] for row in validation}
+        rows = [row for row in validation_rows(shared, 1 << 30) if row["text"] not in held]
+        path.write_text(
+            mixed_texts(folder).read_text() + "".join(json.dumps({"text": row["text"]}) + "\n" for row in rows)
+        )
+    return path
+
+
 def validation_rows(shared: Path, count: int) -> list[dict]:
     """`count` of --shared-data's 20 Newsgroups training texts that no bundled file holds (compared by their first 200
     characters, as the bundled files cut texts), drawn with seed 0."""
@@ -530,9 +545,10 @@ def classifier(args) -> list[dict]:
         folder = args.work / "classifier" / lever
         lever_flags = CLASSIFIER_LEVERS[lever]
         if "{" in lever_flags:  # a distillation file of its own
-            lever_flags = lever_flags.format_map(
-                {name: mixed_texts(args.work / "classifier", name) for name in MIXED_SHARES}
-            )
+            files = {name: mixed_texts(args.work / "classifier", name) for name in MIXED_SHARES}
+            if "{mixed_more}" in lever_flags:
+                files["mixed_more"] = more_texts(args.work / "classifier", args.shared_data, validation)
+            lever_flags = lever_flags.format_map(files)
         flags = f"{CLASSIFIER.format(SPLITS['newsgroups'])} {lever_flags}"
         found = convert(
             str(teacher_folder), folder, flags, lambda done: conversion_result(read_json(done / "conversion.json"))

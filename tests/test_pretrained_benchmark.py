@@ -122,6 +122,17 @@ def test_mixed_texts_join_the_bundled_files_and_draw_shares_of_them(tmp_path):
     assert half != quarter and pretrained.mixed_texts(tmp_path, "mixed_half").read_text() == half  # read back
 
 
+def test_more_texts_add_the_shared_posts_that_validation_leaves_out(tmp_path, toy):
+    shared = toy["folder"] / "shared"
+    validation = pretrained.validation_rows(shared, 2)
+    lines = pretrained.more_texts(tmp_path, shared, validation).read_text().splitlines()
+    added = [
+        json.loads(line)["text"] for line in lines[len(pretrained.mixed_texts(tmp_path).read_text().splitlines()) :]
+    ]
+    assert len(added) == len(pretrained.validation_rows(shared, 100)) - 2 > 0
+    assert not {row["text"] for row in validation} & set(added)
+
+
 def test_converted_is_needed_but_by_the_parts_that_start_from_the_teacher():
     with pytest.raises(SystemExit):
         pretrained.parse_args(["--teacher", "teacher", "--parts", "memory", "long"])
