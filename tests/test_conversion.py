@@ -149,6 +149,27 @@ def test_new_parameters_start_as_documented(bert):
         assert not layer.attention.query_weight.any() and not layer.attention.key_weight.any()
 
 
+def test_heads_are_a_free_choice_of_the_conversion(bert, batch):
+    """The projections are copied whole, and w_q and w_k start at zero (plain means), so that before any transfer the
+    converted model computes the same with any number of heads; the transfer then learns one pooling per head."""
+    default = convert_bert(bert).eval()
+    with torch.no_grad():
+        expected = default(**batch).last_hidden_state
+        for heads in (1, 2, 8):
+            model = convert_bert(bert, num_attention_heads=heads).eval()
+            assert model.config.num_attention_heads == heads and model.layers[0].attention.query_weight.numel() == 32
+            torch.testing.assert_close(model(**batch).last_hidden_state, expected)
+    assert convert_bert(bert, num_attention_heads=None).config.num_attention_heads == bert.config.num_attention_heads
+
+
+def test_script_names_heads_that_do_not_divide_the_width(bert_folder, tmp_path):
+    arguments = ["--model_name_or_path", str(bert_folder), "--output_dir", str(tmp_path / "out")]
+    with pytest.raises(SystemExit, match=r"divisible by `num_attention_heads` \(5\)"):
+        convert_bert_to_fastformer.main([*arguments, "--num_attention_heads", "5"])
+    convert_bert_to_fastformer.main([*arguments, "--num_attention_heads", "2"])
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["num_attention_heads"] == 2
+
+
 def test_position_extension_keeps_the_learned_positions(bert):
     model = convert_bert(bert, max_position_embeddings=2 * POSITIONS + 5)
     learned = bert.embeddings.position_embeddings.weight + bert.embeddings.token_type_embeddings.weight[0]

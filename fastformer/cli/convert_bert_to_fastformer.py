@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 from huggingface_hub import ModelCard
-from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub.errors import HfHubHTTPError, StrictDataclassError
 from safetensors.torch import load_model, save_model
 from transformers import (
     AutoTokenizer,
@@ -79,6 +79,9 @@ class ConversionArguments:
     )
     max_position_embeddings: int | None = field(
         default=None, metadata={"help": "Positions of the converted model (default: the source's); more repeat them."}
+    )
+    num_attention_heads: int | None = field(
+        default=None, metadata={"help": "Heads of the converted attention (default: the source's)."}
     )
     base_model: str | None = field(
         default=None, metadata={"help": "The source's Hub id, for the model card, when it is read from a folder."}
@@ -273,11 +276,8 @@ def distillation_losses(distill_args, head) -> dict:
         fail(
             f"--label_column takes single-label class labels; the teacher's problem_type is {head.config.problem_type}"
         )
-    weight = distill_args.logit_distillation_weight
-    losses.update(
-        teacher_head=head, logit_weight=1.0 if weight is None else weight, temperature=distill_args.temperature
-    )
-    return losses
+    weight = 1.0 if distill_args.logit_distillation_weight is None else distill_args.logit_distillation_weight
+    return losses | dict(teacher_head=head, logit_weight=weight, temperature=distill_args.temperature)
 
 
 def distill(student, teacher, tokenizer, distill_args, training_args, output_dir: Path, losses: dict) -> dict:
@@ -385,9 +385,10 @@ def main(args: list[str] | None = None):
             task=source.task,
             cross_attention_init=conversion_args.cross_attention_init,
             head=source.head,
+            num_attention_heads=conversion_args.num_attention_heads,
             **special_ids,
         )
-    except ValueError as error:
+    except (ValueError, StrictDataclassError) as error:  # the latter: a config's fields that do not fit together
         fail(str(error))
     tokenizer.model_max_length = model.config.max_position_embeddings
 
@@ -406,6 +407,7 @@ def main(args: list[str] | None = None):
             task=source.task,
             cross_attention_init=conversion_args.cross_attention_init,
             max_position_embeddings=model.config.max_position_embeddings,
+            num_attention_heads=model.config.num_attention_heads,
             distill_file=str(distill_args.distill_file),
             text_column=distill_args.text_column,
             max_seq_length=distill_args.max_seq_length,
