@@ -20,13 +20,20 @@ from pathlib import Path
 import datasets
 import torch
 import transformers
-from transformers import AutoTokenizer, BertConfig, BertModel
+from torch import nn
+from transformers import AutoTokenizer, BertConfig, BertModel, DataCollatorWithPadding, Trainer, TrainingArguments
 
 from benchmarks import harness
 from benchmarks.harness import REPO, SCRIPTS, read_json, run_script
 from fastformer import FastformerModel
 from fastformer.conversion import convert_bert, extend_positions, load_bert_source
-from fastformer.distillation import embedding_cosine, transfer_attention, transfer_errors
+from fastformer.distillation import (
+    embedding_cosine,
+    logit_distillation_loss,
+    squared_errors,
+    transfer_attention,
+    transfer_errors,
+)
 
 # the fine-tuned models: all-MiniLM-L6-v2 as a BERT classifier, --converted, and Fastformers from scratch (with the
 # teacher's tokenizer) of the teacher's size (SAME_SIZE's config overrides) and of the paper's (FastformerConfig's)
@@ -94,6 +101,19 @@ CLASSIFIER_LEVERS = {
     "more4200-bf16": "--max_steps 200 --end_to_end_steps 4200 --max_seq_length 128 --distill_file {mixed_more} "
     "--bf16 --use_cpu",
 }
+# the converted attention split into fewer or more heads than the teacher's 12 (each projection copied whole): 300
+# end-to-end steps to choose the number on validation, then 4,200
+BF16_300 = "--max_steps 200 --end_to_end_steps 300 --max_seq_length 128 --distill_file {mixed} --bf16 --use_cpu"
+CLASSIFIER_LEVERS |= {
+    f"heads{heads}-300-bf16": f"{BF16_300} --num_attention_heads {heads}" for heads in (1, 3, 6, 12, 48)
+}
+CLASSIFIER_LEVERS |= {
+    f"heads{heads}-4200-bf16": f"{CLASSIFIER_LEVERS['mixed4200-bf16']} --num_attention_heads {heads}"
+    for heads in (1, 3)
+}
+# the peer: the teacher distilled into a BERT of its own shape from --teacher (its own start), on the mixed texts:
+# (steps, learning rate), the rate chosen on validation among 1e-4, 3e-4 and 1e-3 at 300 steps
+BERT_STUDENTS = {"bert-student300": (300, 1e-4), "bert-student4200": (4200, 1e-4)}
 MIXED_SHARES = {"mixed": 1, "mixed_half": 2, "mixed_quarter": 4}  # the distillation files: 1 / share of the texts
 CONVERTED, TEACHER = "converted Fastformer", "teacher (BERT, positions extended)"  # the long and memory parts' models
 # the memory part: the feed-forward blocks whole (0) and in chunks of this many tokens (FastformerConfig's default;
@@ -120,7 +140,8 @@ def parse_args(argv=None):
     parser.add_argument("--shared-data", type=Path, default=REPO.parent / "shared" / "data", help="uncut 20 Newsgroups")
     parser.add_argument("--residual-steps", type=int, default=100, help="layerwise steps of the residual part")
     parser.add_argument("--levers", nargs="+", choices=LEVERS, default=list(LEVERS), help="the levers part's")
-    parser.add_argument("--classifier-levers", nargs="+", choices=CLASSIFIER_LEVERS, default=["default"])
+    levers = [*CLASSIFIER_LEVERS, *BERT_STUDENTS]
+    parser.add_argument("--classifier-levers", nargs="+", choices=levers, default=["default"])
     parser.add_argument("--validation-texts", type=int, default=600, help="the classifier part's, to choose levers")
     args = parser.parse_args(argv)
     alone = {"residual", "levers", "memory", "classifier", "classifier-speed"}
@@ -512,6 +533,70 @@ def scores(predicted: list[str], labels: list[str], expected: list[str], prefix:
     return {prefix + key: value for key, value in found.items()}
 
 
+class StudentDistillation(nn.Module):
+    """A BERT student's loss against its frozen BERT teacher, as the conversion's end-to-end stage for a classifier:
+    the logits' KL at temperature 2 plus the last hidden state's unexplained variance; both models without dropout,
+    the student's embeddings frozen."""
+
+    def __init__(self, student: transformers.BertForSequenceClassification, teacher: nn.Module):
+        super().__init__()
+        self.student, self.teacher = student, teacher.requires_grad_(False)
+        student.bert.embeddings.requires_grad_(False)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.student.eval(), self.teacher.eval()
+        return self
+
+    def forward(self, input_ids, attention_mask, **kwargs):
+        with torch.no_grad():
+            target = self.teacher(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        found = self.student(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        residual, total = squared_errors(found.hidden_states[-1], target.hidden_states[-1], attention_mask)
+        return {"loss": logit_distillation_loss(found.logits, target.logits, 2.0) + residual / total}
+
+
+def bert_student(args, teacher_folder: Path, folder: Path, distill_file: Path, steps: int, learning_rate: float):
+    """The teacher distilled into a BertForSequenceClassification started from --teacher (the teacher's own start) on
+    `distill_file`'s texts (the conversion's 2% held out, seed 42) at --max-seq-length, with the conversion's batch,
+    schedule and bf16, saved in `folder` once; its seconds and distillation file."""
+    done = folder / "student.json"
+    if not done.exists():
+        tokenizer = AutoTokenizer.from_pretrained(teacher_folder)
+        teacher = transformers.BertForSequenceClassification.from_pretrained(teacher_folder)
+        labels = {name: getattr(teacher.config, name) for name in ("num_labels", "id2label", "label2id")}
+        student = transformers.BertForSequenceClassification.from_pretrained(args.teacher, **labels)
+        texts = datasets.load_dataset("json", data_files=str(distill_file), split="train")
+        texts = texts.train_test_split(test_size=max(1, len(texts) * 2 // 100), seed=42)["train"]
+        cut = dict(truncation=True, max_length=args.max_seq_length)
+        texts = texts.map(
+            lambda batch: tokenizer(batch["text"], **cut), batched=True, remove_columns=texts.column_names
+        )
+        training = TrainingArguments(
+            output_dir=str(folder),
+            max_steps=steps,
+            learning_rate=learning_rate,
+            per_device_train_batch_size=16,
+            lr_scheduler_type="cosine",
+            warmup_steps=0.1,
+            bf16=True,
+            use_cpu=True,
+            seed=42,
+            save_strategy="no",
+            report_to="none",
+            logging_steps=200,
+            disable_tqdm=True,
+        )
+        loss = StudentDistillation(student, teacher)
+        started = time.perf_counter()
+        Trainer(loss, training, train_dataset=texts, data_collator=DataCollatorWithPadding(tokenizer)).train()
+        seconds = round(time.perf_counter() - started, 1)
+        student.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        harness.write_json(done, {"distill_seconds": seconds, "distill_file": str(distill_file), "steps": steps})
+    return read_json(done)
+
+
 def classifier(args) -> list[dict]:
     """The teacher fine-tuned on the 2,400 texts (`run_finetune`, first seed) converted with its head and distilled
     on the same texts without their labels, once per --classifier-levers flag set, with no training after: accuracy
@@ -543,29 +628,37 @@ def classifier(args) -> list[dict]:
     test_stable, validation_stable = (stable[: len(texts)], stable[len(texts) :]) if len(teachers) > 1 else (None, None)
     for lever in args.classifier_levers:
         folder = args.work / "classifier" / lever
-        lever_flags = CLASSIFIER_LEVERS[lever]
-        if "{" in lever_flags:  # a distillation file of its own
-            files = {name: mixed_texts(args.work / "classifier", name) for name in MIXED_SHARES}
-            if "{mixed_more}" in lever_flags:
-                files["mixed_more"] = more_texts(args.work / "classifier", args.shared_data, validation)
-            lever_flags = lever_flags.format_map(files)
-        flags = f"{CLASSIFIER.format(SPLITS['newsgroups'])} {lever_flags}"
-        found = convert(
-            str(teacher_folder), folder, flags, lambda done: conversion_result(read_json(done / "conversion.json"))
-        )
+        if lever in BERT_STUDENTS:
+            found = bert_student(
+                args, teacher_folder, folder, mixed_texts(args.work / "classifier"), *BERT_STUDENTS[lever]
+            )
+            name, lever_flags = f"BERT student ({lever})", "steps {}, learning rate {}".format(*BERT_STUDENTS[lever])
+        else:
+            name, lever_flags = f"converted ({lever})", CLASSIFIER_LEVERS[lever]
+            if "{" in lever_flags:  # a distillation file of its own
+                files = {name: mixed_texts(args.work / "classifier", name) for name in MIXED_SHARES}
+                if "{mixed_more}" in lever_flags:
+                    files["mixed_more"] = more_texts(args.work / "classifier", args.shared_data, validation)
+                lever_flags = lever_flags.format_map(files)
+            flags = f"{CLASSIFIER.format(SPLITS['newsgroups'])} {lever_flags}"
+            found = convert(
+                str(teacher_folder), folder, flags, lambda done: conversion_result(read_json(done / "conversion.json"))
+            )
+            found |= {"distill_file": read_json(folder / "conversion.json")["distill_file"]}
+            lever_flags = CLASSIFIER_LEVERS[lever]
         student = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
         predicted = predicted_labels(student, tokenizer, texts, args.max_seq_length)
         whole = predicted_labels(student, tokenizer, [row["text"] for row in long], None)
-        row = {"model": f"converted ({lever})", **scores(predicted, labels, expected, "", test_stable)}
+        row = {"model": name, **scores(predicted, labels, expected, "", test_stable)}
         predicted = predicted_labels(student, tokenizer, validation_texts, args.max_seq_length)
         row |= scores(predicted, validation_labels, validation_expected, "validation_", validation_stable)
-        file_rows = read_jsonl(REPO / read_json(folder / "conversion.json")["distill_file"])  # relative: to REPO
+        file_rows = read_jsonl(REPO / found["distill_file"])  # relative: to REPO
         drawn = [row["text"] for row in random.Random(1).sample(file_rows, min(TRAINING_TEXTS, len(file_rows)))]
         drawn_expected, _ = teacher_labels(args, teacher_folder, drawn, [])
         predicted = predicted_labels(student, tokenizer, drawn, args.max_seq_length)
         row |= {"training_agreement": statistics.fmean(map(str.__eq__, predicted, drawn_expected))}
         row |= {"long_accuracy_whole": statistics.fmean(p == doc["label"] for p, doc in zip(whole, long))}
-        row |= {"distill_minutes": found["distill_seconds"] / 60, "flags": CLASSIFIER_LEVERS[lever]}
+        row |= {"distill_minutes": found["distill_seconds"] / 60, "flags": lever_flags}
         rows.append(row)
     for row in rows[1:]:
         row["accuracy / teacher's"] = row["accuracy"] / rows[0]["accuracy"]

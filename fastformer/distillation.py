@@ -25,7 +25,7 @@ class TransferOutput(ModelOutput):
     layer_errors: torch.Tensor | None = None
 
 
-def _squared_errors(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def squared_errors(student: torch.Tensor, teacher: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """(sum ||s - t||^2, sum ||t - mean t||^2) over the real tokens (mask (B, N) true) of (B, N, C) tensors."""
     real = mask.to(torch.bool)
     student, teacher = student[real].float(), teacher[real].float()  # (tokens, C)
@@ -189,7 +189,7 @@ class AttentionTransfer(nn.Module):
                     loss = loss + cross_entropy / (labels != -100).sum().clamp(min=1)
         errors = []
         for student_output, target, mask in pairs:
-            residual, total = _squared_errors(student_output, target, mask)
+            residual, total = squared_errors(student_output, target, mask)
             errors.append(residual / total.clamp(min=torch.finfo(total.dtype).tiny))
         layer_errors = torch.stack(errors)
         loss = loss + (self.hidden_weight if self.stage == "end_to_end" else 1.0) * layer_errors.mean()
@@ -239,9 +239,9 @@ def transfer_errors(student: FastformerModel, teacher: PreTrainedModel, batches)
         student_states = student(input_ids=input_ids, attention_mask=mask, output_hidden_states=True).hidden_states
         for index, layer in enumerate(student.layers):
             attention = layer.attention_sublayer(hidden_states[index], mask)[0]
-            sums["attention"][:, index] += torch.stack(_squared_errors(attention, attention_outputs[index], mask))
+            sums["attention"][:, index] += torch.stack(squared_errors(attention, attention_outputs[index], mask))
             sums["hidden"][:, index] += torch.stack(
-                _squared_errors(student_states[index + 1], hidden_states[index + 1], mask)
+                squared_errors(student_states[index + 1], hidden_states[index + 1], mask)
             )
     student.train(was_training)
     return {name: (residual / total).tolist() for name, (residual, total) in sums.items()}  # one sync, at the end

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from transformers import BertConfig, BertModel
+from transformers import BertConfig, BertForSequenceClassification, BertModel
 
 from benchmarks import harness, pretrained
 from fastformer.cli import convert_bert_to_fastformer
@@ -266,3 +266,33 @@ def test_classifier_part_converts_the_fine_tuned_teacher_with_its_head(benchmark
     assert names == [(name, length) for length in (64, 512) for name in (pretrained.CONVERTED, pretrained.TEACHER)]
     assert all(row["forward_ms"] > 0 and row["peak_mb"] == 1.5 for row in speed)
     assert len(benchmark.runs) == 3  # nothing trained again
+
+
+def test_classifier_part_distils_a_bert_student_of_the_teachers_shape(benchmark, toy, monkeypatch):
+    monkeypatch.setattr(pretrained, "BERT_STUDENTS", {"student": (3, 1e-3)})
+    monkeypatch.setattr(pretrained, "DOCUMENT_MIN_TOKENS", 40)
+    run = ["--parts", "classifier", "--classifier-levers", "student", "--seeds", "0"]
+    benchmark(*run, "--shared-data", str(toy["folder"] / "shared"))
+    teacher, student = record(benchmark.records, "classifier")["rows"]
+    assert student["model"] == "BERT student (student)" and student["flags"] == "steps 3, learning rate 0.001"
+    assert 0 <= student["agreement"] <= 1 and 0 <= student["validation_agreement"] <= 1
+    assert 0 <= student["training_agreement"] <= 1 and student["distill_minutes"] > 0
+    work = benchmark.records.parent / "work"
+    folder = work / "classifier" / "student"
+    trained = BertForSequenceClassification.from_pretrained(folder)
+    fine_tuned = BertForSequenceClassification.from_pretrained(work / "finetune" / "newsgroups" / "teacher" / "seed0")
+    assert trained.config.id2label == fine_tuned.config.id2label and len(trained.config.id2label) == 3
+    start = BertModel.from_pretrained(toy["teacher"])  # the teacher's start: the layers learnt, the embeddings frozen
+    assert torch.equal(trained.bert.embeddings.word_embeddings.weight, start.embeddings.word_embeddings.weight)
+    layer, start_layer = trained.bert.encoder.layer[0], start.encoder.layer[0]
+    assert not torch.equal(layer.attention.self.query.weight, start_layer.attention.self.query.weight)
+    written = (folder / "student.json").stat().st_mtime_ns
+    benchmark(*run, "--shared-data", str(toy["folder"] / "shared"))
+    assert (folder / "student.json").stat().st_mtime_ns == written  # read back, not distilled again
+    # the loss is the conversion's: zero for the teacher itself, positive for the student
+    batch = {
+        "input_ids": torch.tensor([[2, 40, 41, 3], [2, 50, 3, 0]]),
+        "attention_mask": torch.tensor([[1] * 4, [1, 1, 1, 0]]),
+    }
+    assert pretrained.StudentDistillation(fine_tuned, fine_tuned)(**batch)["loss"] == 0
+    assert pretrained.StudentDistillation(trained, fine_tuned)(**batch)["loss"] > 0
