@@ -603,7 +603,8 @@ def classifier(args) -> list[dict]:
     and agreement with the teacher on the 600 test texts (at --max-seq-length), the same on --validation-texts
     `validation_rows` (where levers are compared), agreement on TRAINING_TEXTS of the lever's distillation file (seed
     1; its held-out share too), distillation minutes; and on the long test documents, the teacher cut at 512 tokens
-    against each conversion reading them whole. Each further --seeds fine-tunes the teacher again, scored the same."""
+    against each conversion reading them whole. Each further --seeds fine-tunes the teacher again, scored the same;
+    a BERT_STUDENTS lever, the teacher distilled into a BERT of its own shape (`bert_student`), is scored the same."""
     run_finetune(args, "newsgroups", "teacher", args.seeds[0])
     teacher_folder = row_dir(args, "newsgroups", "teacher") / f"seed{args.seeds[0]}"
     tokenizer = AutoTokenizer.from_pretrained(teacher_folder)
@@ -632,9 +633,10 @@ def classifier(args) -> list[dict]:
             found = bert_student(
                 args, teacher_folder, folder, mixed_texts(args.work / "classifier"), *BERT_STUDENTS[lever]
             )
-            name, lever_flags = f"BERT student ({lever})", "steps {}, learning rate {}".format(*BERT_STUDENTS[lever])
+            model_name, recorded = f"BERT student ({lever})", "steps {}, learning rate {}".format(*BERT_STUDENTS[lever])
         else:
-            name, lever_flags = f"converted ({lever})", CLASSIFIER_LEVERS[lever]
+            model_name, recorded = f"converted ({lever})", CLASSIFIER_LEVERS[lever]
+            lever_flags = recorded
             if "{" in lever_flags:  # a distillation file of its own
                 files = {name: mixed_texts(args.work / "classifier", name) for name in MIXED_SHARES}
                 if "{mixed_more}" in lever_flags:
@@ -645,11 +647,10 @@ def classifier(args) -> list[dict]:
                 str(teacher_folder), folder, flags, lambda done: conversion_result(read_json(done / "conversion.json"))
             )
             found |= {"distill_file": read_json(folder / "conversion.json")["distill_file"]}
-            lever_flags = CLASSIFIER_LEVERS[lever]
         student = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
         predicted = predicted_labels(student, tokenizer, texts, args.max_seq_length)
         whole = predicted_labels(student, tokenizer, [row["text"] for row in long], None)
-        row = {"model": name, **scores(predicted, labels, expected, "", test_stable)}
+        row = {"model": model_name, **scores(predicted, labels, expected, "", test_stable)}
         predicted = predicted_labels(student, tokenizer, validation_texts, args.max_seq_length)
         row |= scores(predicted, validation_labels, validation_expected, "validation_", validation_stable)
         file_rows = read_jsonl(REPO / found["distill_file"])  # relative: to REPO
@@ -658,7 +659,7 @@ def classifier(args) -> list[dict]:
         predicted = predicted_labels(student, tokenizer, drawn, args.max_seq_length)
         row |= {"training_agreement": statistics.fmean(map(str.__eq__, predicted, drawn_expected))}
         row |= {"long_accuracy_whole": statistics.fmean(p == doc["label"] for p, doc in zip(whole, long))}
-        row |= {"distill_minutes": found["distill_seconds"] / 60, "flags": lever_flags}
+        row |= {"distill_minutes": found["distill_seconds"] / 60, "flags": recorded}
         rows.append(row)
     for row in rows[1:]:
         row["accuracy / teacher's"] = row["accuracy"] / rows[0]["accuracy"]
