@@ -107,10 +107,7 @@ BF16_300 = "--max_steps 200 --end_to_end_steps 300 --max_seq_length 128 --distil
 CLASSIFIER_LEVERS |= {
     f"heads{heads}-300-bf16": f"{BF16_300} --num_attention_heads {heads}" for heads in (1, 3, 6, 12, 48)
 }
-CLASSIFIER_LEVERS |= {
-    f"heads{heads}-4200-bf16": f"{CLASSIFIER_LEVERS['mixed4200-bf16']} --num_attention_heads {heads}"
-    for heads in (1, 3)
-}
+CLASSIFIER_LEVERS["heads1-4200-bf16"] = f"{CLASSIFIER_LEVERS['mixed4200-bf16']} --num_attention_heads 1"
 # the peer: the teacher distilled into a BERT of its own shape from --teacher (its own start), on the mixed texts:
 # (steps, learning rate), the rate chosen on validation among 1e-4, 3e-4 and 1e-3 at 300 steps
 BERT_STUDENTS = {"bert-student300": (300, 1e-4), "bert-student4200": (4200, 1e-4)}

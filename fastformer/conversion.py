@@ -319,8 +319,8 @@ def fastformer_config(
     settings.update(share_query_value=False, share_layers=False, share_heads=False, query_residual=False)
     if task == "seq2seq":  # bert-base-uncased's [CLS] starts, [SEP] ends a sequence; the script passes the tokenizer's
         settings.update(bos_token_id=101, decoder_start_token_id=101, eos_token_id=102)
-    settings.update({name: value for name, value in overrides.items() if value is not None})  # None: the source's
-    # the short convolution's and the copy head's fields (`overrides`) are `FastformerCopyConfig`'s
+    # an override of None keeps the source's value; the short convolution's or copy head's make a FastformerCopyConfig
+    settings.update(overrides := {name: value for name, value in overrides.items() if value is not None})
     return (FastformerCopyConfig if COPY_FIELDS.keys() & overrides.keys() else FastformerConfig)(**settings)
 
 
