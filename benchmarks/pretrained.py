@@ -108,6 +108,14 @@ CLASSIFIER_LEVERS |= {
     f"heads{heads}-300-bf16": f"{BF16_300} --num_attention_heads {heads}" for heads in (1, 3, 6, 12, 48)
 }
 CLASSIFIER_LEVERS["heads1-4200-bf16"] = f"{CLASSIFIER_LEVERS['mixed4200-bf16']} --num_attention_heads 1"
+# the levers above convert with additive attention alone; a classifier's conversion now keeps by default the teacher's
+# softmax attention for [CLS] in the last layer (`cls_attention_heads`: one query, linear in the length)
+CLS_LEVERS = {
+    "cls300-bf16": BF16_300,
+    "cls1500": CLASSIFIER_LEVERS["mixed1500"],  # the README's command
+    "cls4200-bf16": CLASSIFIER_LEVERS["mixed4200-bf16"],
+}
+CLASSIFIER_LEVERS = {name: f"{flags} --cls_attention_heads 0" for name, flags in CLASSIFIER_LEVERS.items()} | CLS_LEVERS
 # the peer: the teacher distilled into a BERT of its own shape from --teacher (its own start), on the mixed texts:
 # (steps, learning rate), the rate chosen on validation among 1e-4, 3e-4 and 1e-3 at 300 steps
 BERT_STUDENTS = {"bert-student300": (300, 1e-4), "bert-student4200": (4200, 1e-4)}

@@ -31,6 +31,7 @@ def _requires(requirement: str, holds):
 _positive_int = _requires("a positive integer", lambda value: value >= 1)
 _positive_number = _requires("a positive number", lambda value: value > 0)
 _probability = _requires("a number in [0, 1)", lambda value: 0 <= value < 1)
+_count = _requires("0 (none) or a positive integer", lambda value: value >= 0)
 _convolution_kernel = _requires("0 (none) or a kernel of at least 2 tokens", lambda value: value == 0 or value >= 2)
 _activation = _requires(f"one of {tuple(sorted(ACT2FN))}", lambda value: value in ACT2FN)
 
@@ -59,12 +60,7 @@ COPY_AUTO_MAP = {
     "AutoModelForCausalLM": "copy_head.FastformerCopyForCausalLM",
 }
 # retired fields, dropped with a warning; COPY_FIELDS (`FastformerCopyConfig`'s) with the values that leave them out
-COPY_FIELDS = {
-    "copy_mechanism": False,
-    "copy_spans": False,
-    "copy_context_window": 0,
-    "decoder_conv_kernel": 0,
-}
+COPY_FIELDS = {"copy_mechanism": False, "copy_spans": False, "copy_context_window": 0, "decoder_conv_kernel": 0}
 RETIRED_FIELDS = ("additive_attention_mode", "classifier_dropout", "type_vocab_size", *COPY_FIELDS)
 
 
@@ -115,6 +111,10 @@ class FastformerConfig(PreTrainedConfig):
         pooler_type (`str`, defaults to `"additive"`): how `FastformerModel` pools the last layer into `pooler_output`:
             `"additive"` (the paper's attention pooling), `"cls"` (the first real token), `"mean"` (of real tokens),
             or `"cls_tanh"`, `"cls_relu"`, `"cls_gelu"` (the first real token through a dense layer and activation).
+        cls_attention_heads (`int`, defaults to 0): if positive, in the encoder's last layer the first real token (a
+            classifier's [CLS]) attends to every token by softmax attention in this many heads, through the layer's
+            weights (as the BERT layer a classifier converts from; Longformer's global attention on [CLS]). One query:
+            the cost stays linear in the length. 0: every token attends additively (the paper).
 
     Generation (`FastformerForConditionalGeneration`, `FastformerForCausalLM`):
         num_decoder_layers (`int`, *optional*): causal layers, with the encoder's switches; `num_hidden_layers` if None.
@@ -148,6 +148,7 @@ class FastformerConfig(PreTrainedConfig):
     interaction: Literal[INTERACTIONS] = "product"  # the tuple of functional.py, the one list of interactions
     query_residual: bool = True
     pooler_type: Literal["additive", "cls", "mean", "cls_tanh", "cls_relu", "cls_gelu"] = "additive"
+    cls_attention_heads: int = _count(0)
     num_decoder_layers: int | None = _positive_int(None)
     cross_attention_type: Literal["softmax", "additive"] = "softmax"
     tie_encoder_embeddings: bool = True
@@ -259,11 +260,11 @@ class FastformerConfig(PreTrainedConfig):
     def validate_architecture(self):
         """Part of `@strict`-powered validation: the fields that must fit together."""
         super().validate_architecture()
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"`hidden_size` ({self.hidden_size}) must be divisible by `num_attention_heads` "
-                f"({self.num_attention_heads})"
-            )
+        for name in ("num_attention_heads", "cls_attention_heads"):
+            if self.hidden_size % (getattr(self, name) or 1):
+                raise ValueError(
+                    f"`hidden_size` ({self.hidden_size}) must be divisible by `{name}` ({getattr(self, name)})"
+                )
         if self.chunk_size_feed_forward < 0:
             raise ValueError(
                 f"`chunk_size_feed_forward` must be 0 (no chunks) or more, got {self.chunk_size_feed_forward}"

@@ -396,7 +396,8 @@ def convert_bert(
 ) -> FastformerModel | FastformerForSequenceClassification | FastformerForConditionalGeneration:
     """A `FastformerModel` (`task="encoder"`), `FastformerForSequenceClassification` (`"classification"`, with the
     source's `head`) or `FastformerForConditionalGeneration` (`"seq2seq"`, both sides from `bert`, as BERT2BERT)
-    holding `bert`'s weights; `cross_attention_init`: `CROSS_ATTENTION_INITS`."""
+    holding `bert`'s weights; `cross_attention_init`: `CROSS_ATTENTION_INITS`. A classifier keeps the source's
+    [CLS] attention in the last layer (`cls_attention_heads`: the source's heads unless overridden; 0: none)."""
     if cross_attention_init not in CROSS_ATTENTION_INITS:
         raise ValueError(f"cross_attention_init must be one of {CROSS_ATTENTION_INITS}, got {cross_attention_init!r}")
     if task != "seq2seq" and cross_attention_init != "random":
@@ -406,6 +407,8 @@ def convert_bert(
     if head is not None:
         pooler_type = head.config.pooler_type
         config_overrides.update({name: getattr(head.config, name) for name in LABEL_FIELDS})
+        if config_overrides.get("cls_attention_heads") is None:  # [CLS] keeps the source's last softmax attention
+            config_overrides["cls_attention_heads"] = bert.config.num_attention_heads
     config = fastformer_config(
         bert.config,
         pooler_type=pooler_type,

@@ -161,10 +161,10 @@ class AttentionTransfer(nn.Module):
         hidden_states, attention_outputs = teacher_targets(self.teacher, input_ids, attention_mask)
         loss = 0.0
         if self.stage == "layerwise":
-            pairs = [
-                (layer.attention_sublayer(layer_input, attention_mask)[0], target, attention_mask)
-                for layer, layer_input, target in zip(self.encoder.layers, hidden_states, attention_outputs)
-            ]
+            pairs = []  # the last layer's first token as the model computes it (`cls_attention_heads`)
+            for index, (layer, state, target) in enumerate(zip(self.encoder.layers, hidden_states, attention_outputs)):
+                found = layer.attention_sublayer(state, attention_mask, cls=index == self.encoder.cls_layer)[0]
+                pairs.append((found, target, attention_mask))
         else:
             outputs = self.student(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
             student_states = outputs.hidden_states
@@ -238,7 +238,7 @@ def transfer_errors(student: FastformerModel, teacher: PreTrainedModel, batches)
         hidden_states, attention_outputs = teacher_targets(teacher, input_ids, mask)
         student_states = student(input_ids=input_ids, attention_mask=mask, output_hidden_states=True).hidden_states
         for index, layer in enumerate(student.layers):
-            attention = layer.attention_sublayer(hidden_states[index], mask)[0]
+            attention = layer.attention_sublayer(hidden_states[index], mask, cls=index == student.cls_layer)[0]
             sums["attention"][:, index] += torch.stack(squared_errors(attention, attention_outputs[index], mask))
             sums["hidden"][:, index] += torch.stack(
                 squared_errors(student_states[index + 1], hidden_states[index + 1], mask)

@@ -537,10 +537,7 @@ def causal_additive_attention(
 
 
 def causal_convolution(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    state: torch.Tensor | None = None,
+    x: torch.Tensor, weight: torch.Tensor, attention_mask: torch.Tensor | None = None, state: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Every token plus a depthwise convolution of it and the K - 1 tokens before it (`config.decoder_conv_kernel`):
         out_t = x_t + sum_{j=0..K-1} weight[:, 0, K - 1 - j] * r_j(t)
@@ -571,10 +568,7 @@ def causal_convolution(
 
 
 def copy_attention(
-    query: torch.Tensor,
-    source: torch.Tensor,
-    source_mask: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
+    query: torch.Tensor, source: torch.Tensor, source_mask: torch.Tensor | None = None, bias: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One head of scaled dot-product attention of decoder tokens over source tokens, to copy them (See et al., 2017).
 

@@ -35,6 +35,7 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, slice_logits_to_keep
+from transformers.models.bart.modeling_bart import eager_attention_forward
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, auto_docstring, logging
 from transformers.utils.deprecation import deprecate_kwarg
@@ -260,25 +261,6 @@ class FastformerCausalAttention(FastformerAttention):
         return self._output(u, query), weights
 
 
-def eager_attention_forward(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    dropout: float = 0.0,
-    **kwargs: Unpack[TransformersKwargs],
-):
-    """Softmax attention written out (`attn_implementation="eager"`), as BART's."""
-    weights = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if attention_mask is not None:
-        weights = weights + attention_mask
-    weights = nn.functional.softmax(weights, dim=-1)
-    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
-    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
-
-
 class FastformerCrossAttention(nn.Module):
     """Decoder tokens read the encoder output: "softmax" attention, as BART's, or "additive": token
     t gets c * q_t, c = sum_j softmax_j(w_c . v_j / sqrt(d)) v_j per head. `encode` makes the (key,
@@ -444,22 +426,43 @@ class FastformerLayer(GradientCheckpointingLayer):
             )
         return True
 
-    def forward(self, hidden_states, attention_mask=None, segment_ids=None, output_attentions=False):
+    def forward(self, hidden_states, attention_mask=None, segment_ids=None, output_attentions=False, cls=False):
         """The new hidden states and the pooling distributions, as `FastformerAttention`'s."""
-        arguments = (attention_mask, segment_ids, output_attentions)
+        arguments = (attention_mask, segment_ids, output_attentions, cls)
         hidden_states, weights = self.attention_sublayer(hidden_states, *arguments)
         return self.feed_forward(hidden_states), weights
 
-    def attention_sublayer(self, hidden_states, attention_mask=None, segment_ids=None, output_attentions=False):
+    def cls_attention(self, hidden_states, attended, attention_mask=None):
+        """`attended` (the attention sub-layer's output) with the first real token's row replaced by softmax
+        attention from it to every real token, in `config.cls_attention_heads` heads through this layer's query,
+        key, value and output: the [CLS] row of a BERT layer. One query: linear in the length."""
+        attention, heads = self.attention, self.config.cls_attention_heads
+        batch, length, width = hidden_states.shape
+        mask = as_pooling_mask(attention_mask, compute_dtype(hidden_states))
+        first = hidden_states.new_zeros(batch, dtype=torch.long) if mask is None else mask.tokens.int().argmax(-1)
+        index = first.view(batch, 1, 1).expand(batch, 1, width)  # left padding puts the first token later
+        cls = hidden_states.gather(1, index)  # (B, 1, C)
+        value = attention.query if attention.value is None else attention.value
+        keys, values = (split_heads(heads, linear(hidden_states)) for linear in (attention.key, value))
+        out = nn.functional.scaled_dot_product_attention(
+            split_heads(heads, attention.query(cls)), keys, values, attn_mask=None if mask is None else mask.bias
+        )
+        row = self.attention_output(out.transpose(1, 2).reshape(batch, 1, width), cls)
+        return attended.scatter(1, index, row.to(attended.dtype))
+
+    def attention_sublayer(
+        self, hidden_states, attention_mask=None, segment_ids=None, output_attentions=False, cls=False
+    ):
         """attention -> dense -> dropout -> add & LayerNorm (a BERT layer's `attention` module) and
-        the weights. Packed rows take the plain path."""
+        the weights; `cls`: the first real token's row by `cls_attention`. Packed rows take the plain path."""
         states, mask = hidden_states, attention_mask
         if segment_ids is None and self.uses_collapsed_attention(states):
             projected, weights = self.collapsed_attention(states, mask, output_attentions)
         else:
             attention, weights = self.attention(states, mask, segment_ids, output_attentions)
             projected = self.attention_output.dense(attention)
-        return self.attention_output.add_and_norm(projected, states), weights
+        attended = self.attention_output.add_and_norm(projected, states)
+        return self.cls_attention(states, attended, mask) if cls else attended, weights
 
     def collapsed_attention(self, hidden_states, attention_mask=None, output_attentions=False):
         """`attention_output.dense(attention(...))` for the "product" interaction, Linear layers
@@ -597,10 +600,7 @@ class FastformerPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["FastformerLayer"]
     _can_compile_fullgraph = True
     # every layer application's output, and the encoder layers' pooling distributions (B, H, 2, N)
-    _can_record_outputs = {
-        "hidden_states": FastformerLayer,
-        "attentions": OutputRecorder(FastformerLayer, index=1),
-    }
+    _can_record_outputs = {"hidden_states": FastformerLayer, "attentions": OutputRecorder(FastformerLayer, index=1)}
 
     def _init_weights(self, module):
         if isinstance(module, FastformerTokenTypeEmbeddings):
@@ -727,6 +727,8 @@ class FastformerModel(FastformerStack):
         super().__init__(config)
         self.embeddings = FastformerEmbeddings(config)
         self.layers = self._layers(FastformerLayer, config.num_hidden_layers)
+        # the layer application whose first token attends by softmax (`config.cls_attention_heads`), or None
+        self.cls_layer = self.num_layers - 1 if config.cls_attention_heads else None
         self.pooler = FastformerPooler(config) if add_pooling_layer else None
         self.post_init()
 
@@ -752,8 +754,12 @@ class FastformerModel(FastformerStack):
         mask = None  # the mask as the poolings take it, made once for every layer
         if attention_mask is not None:
             mask = pooling_mask(attention_mask, compute_dtype(hidden_states))
-        for _, layer in self.applied_layers():
-            hidden_states, _ = layer(hidden_states, mask, segment_ids, output_attentions)
+        if segment_ids is not None and self.config.cls_attention_heads:  # the first token would attend to all
+            raise ValueError(
+                "`cls_attention_heads` needs a row per sequence, but the rows are packed: pad them instead"
+            )
+        for index, layer in self.applied_layers():
+            hidden_states, _ = layer(hidden_states, mask, segment_ids, output_attentions, index == self.cls_layer)
         pooled = None
         if self.pooler is not None and segment_ids is None:
             pooled = self.pooler(hidden_states, attention_mask, mask)
@@ -963,9 +969,7 @@ class FastformerCacheLayer(LinearAttentionLayer):
         self.is_initialized = False
 
     def crop(self, tokens_to_remove: int) -> None:
-        raise ValueError(
-            "A Fastformer cache holds a pooled state, which cannot be rolled back (cropped)",
-        )
+        raise ValueError("A Fastformer cache holds a pooled state, which cannot be rolled back (cropped)")
 
     def _map_rows(self, rows):
         if self.is_initialized:  # the cross-attention's keys and values
@@ -1116,9 +1120,7 @@ class FastformerDecoder(FastformerStack):
         rows = first.recurrent_states[1].shape[0] if first.has_previous_state[0] else None
         if rows is not None and batch_size is not None and rows != batch_size:
             if batch_size % rows:
-                raise ValueError(
-                    f"The cache holds {rows} rows, which a batch of {batch_size} cannot continue",
-                )
+                raise ValueError(f"The cache holds {rows} rows, which a batch of {batch_size} cannot continue")
             cache.batch_repeat_interleave(batch_size // rows)
         return cache
 
@@ -1420,12 +1422,7 @@ class FastformerForConditionalGeneration(FastformerGenerativeModel):
             encoder_attentions=outputs.encoder_attentions,
         )
 
-    def resize_token_embeddings(
-        self,
-        new_num_tokens=None,
-        pad_to_multiple_of=None,
-        mean_resizing=True,
-    ) -> nn.Embedding:
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True) -> nn.Embedding:
         """As transformers', and the decoder's word embeddings too where they are its own."""
         resize = super().resize_token_embeddings
         embeddings = resize(new_num_tokens, pad_to_multiple_of, mean_resizing)
@@ -1531,10 +1528,7 @@ register_checkpoint_conversion_mapping(
 )
 register_checkpoint_conversion_mapping(
     "FastformerSeq2SeqModel",
-    [
-        WeightRenaming(r"^(embeddings|layers)\.", r"encoder.\1."),
-        WeightRenaming(r"^fastformer\.", "encoder."),
-    ],
+    [WeightRenaming(r"^(embeddings|layers)\.", r"encoder.\1."), WeightRenaming(r"^fastformer\.", "encoder.")],
     overwrite=True,
 )
 

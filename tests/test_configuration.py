@@ -153,6 +153,12 @@ def test_errors_are_raised_at_assignment_and_saving(tmp_path):
     with pytest.raises(CLASS, match=r"`hidden_size` \(256\) must be divisible by `num_attention_heads` \(15\)"):
         config.save_pretrained(tmp_path)
     assert not (tmp_path / "config.json").exists()
+    config.num_attention_heads = 16
+    with pytest.raises(CLASS, match=r"`hidden_size` \(256\) must be divisible by `cls_attention_heads` \(6\)"):
+        config.cls_attention_heads = 6
+        config.validate()
+    with pytest.raises(FIELD, match=r"field 'cls_attention_heads':\n.* must be 0 \(none\) or a positive integer"):
+        config.cls_attention_heads = -1
 
 
 def test_the_generation_model_leaves_the_config_it_is_given_unchanged():

@@ -887,7 +887,8 @@ def test_classifier_heads_map_exactly(model_type, tokenizer, tmp_path):
     """A fine-tuned *ForSequenceClassification of each source type converts to a FastformerForSequenceClassification
     with its labels; before any distillation its head (BERT's pooler and classifier, RoBERTa's, XLM-R's and ELECTRA's
     classification head, DistilBERT's pre-classifier and classifier) on the teacher's last hidden states gives the
-    teacher's logits, as does the teacher the distillation reads (its encoder and `head`)."""
+    teacher's logits, as does the teacher the distillation reads (its encoder and `head`); its last layer's [CLS]
+    attention (`cls_attention_heads`) gives the teacher's."""
     teacher = noisy(
         AutoModelForSequenceClassification.from_config(CONFIGS[model_type](len(tokenizer), **CLASSIFIER_FIELDS))
     )
@@ -906,6 +907,14 @@ def test_classifier_heads_map_exactly(model_type, tokenizer, tmp_path):
         torch.testing.assert_close(model.classifier(model.dropout(pooled)), expected.logits)
         hidden_states = source.model(**batch).last_hidden_state
         torch.testing.assert_close(source.head(hidden_states, batch["attention_mask"]), expected.logits)
+        # [CLS] keeps the teacher's softmax attention in the last layer: exactly, before any transfer
+        assert model.config.cls_attention_heads == source.model.config.num_attention_heads
+        inputs, attention_outputs = teacher_targets(source.model, batch["input_ids"], batch["attention_mask"])
+        last = model.fastformer.layers[-1]
+        found = last.attention_sublayer(inputs[-2], batch["attention_mask"], cls=True)[0]
+        torch.testing.assert_close(found[:, 0], attention_outputs[-1][:, 0])
+    additive = convert_bert(source.model, task="classification", head=source.head, cls_attention_heads=0)
+    assert additive.config.cls_attention_heads == 0  # every token additive, as the paper
 
 
 @pytest.mark.parametrize("head", [BertForTokenClassification, BertForQuestionAnswering, None], ids=str)
@@ -1043,6 +1052,7 @@ def test_script_converts_a_classifier_that_agrees_with_its_teacher(classifier_fo
     assert "base_model: someone/tiny-bert-classifier" in card and "pipeline_tag: text-classification" in card
     assert "and its logits (KL divergence at temperature 2.0, weight 1.0) end to end" in card
     assert "3 labels (science, sport, daily life)" in card and "| agreement |" in card
+    assert "the first token ([CLS]) keeps the source's softmax attention over every token (4 heads" in card
     assert pipeline("text-classification", model=str(output))(TEXTS[2])[0]["label"] in LABELS.values()
 
 

@@ -268,7 +268,8 @@ def run_script(*flags):
 
 @pytest.mark.slow
 def test_script_exports_the_checkpoints_head_with_its_tokenizer(build, tokenizer, tmp_path):
-    model = build(FastformerForSequenceClassification, vocab_size=len(tokenizer))
+    """A converted classifier's: its [CLS] attends by softmax in the last layer (`cls_attention_heads`)."""
+    model = build(FastformerForSequenceClassification, vocab_size=len(tokenizer), cls_attention_heads=2)
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     process = run_script("--model_name_or_path", tmp_path / "model", "--output_dir", tmp_path / "onnx", "--int8")

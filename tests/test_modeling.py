@@ -62,6 +62,7 @@ VARIANTS = {
     "paper-default": {},
     "unshared-concat-cls": dict(share_query_value=False, share_layers=False, interaction="concat", pooler_type="cls"),
     "heads-shared-add-mean": dict(share_heads=True, interaction="add", pooler_type="mean"),
+    "cls-attention": dict(share_query_value=False, share_layers=False, pooler_type="cls_tanh", cls_attention_heads=2),
 }
 
 
@@ -139,6 +140,64 @@ def test_collapsed_attention_equals_the_plain_path_in_float64(tiny_config, varia
                 assert grad is None, name
             else:
                 torch.testing.assert_close(grad, expected, rtol=1e-10, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("share_query_value", [False, True], ids=["own-value", "query-as-value"])
+def test_cls_attention_is_the_first_real_tokens_softmax_attention_in_float64(tiny_config, share_query_value):
+    """`cls=True` (the last layer's, with `cls_attention_heads`) gives the first real token multi-head softmax
+    attention over the real tokens through the layer's query, key, value and output, written out here; every other
+    row is the additive sub-layer's, on the plain and the collapsed path; a row of padding only stays finite."""
+    torch.manual_seed(0)
+    heads = 2
+    layer = FastformerLayer(tiny_config(share_query_value=share_query_value, cls_attention_heads=heads)).double()
+    for parameter in layer.parameters():
+        torch.nn.init.normal_(parameter, std=0.3)
+    x = torch.randn(4, 24, HIDDEN, dtype=torch.float64)
+    mask = torch.ones(4, 24, dtype=torch.bool)
+    mask[1, 15:] = False  # right padding
+    mask[2, :10] = False  # left padding: its first token is the 11th
+    mask[3] = False
+    attention, output = layer.attention, layer.attention_output
+    value = attention.query if share_query_value else attention.value
+    first = torch.tensor([0, 0, 10, 0])
+    for mode in ("plain", "collapsed"):
+        layer.attention_mode = mode
+        additive, _ = layer.attention_sublayer(x, mask)
+        found, _ = layer.attention_sublayer(x, mask, cls=True)
+        assert torch.isfinite(found).all()
+        for row in range(3):
+            real, cls = x[row, mask[row]], x[row, first[row]]
+            query = attention.query(cls).view(heads, 1, -1)
+            keys, values = (
+                linear(real).view(len(real), heads, -1).transpose(0, 1) for linear in (attention.key, value)
+            )
+            weights = (query @ keys.transpose(1, 2) / (HIDDEN // heads) ** 0.5).softmax(-1)  # (heads, 1, tokens)
+            expected = output.layer_norm(cls + output.dense((weights @ values).reshape(-1)))
+            torch.testing.assert_close(found[row, first[row]], expected, rtol=1e-12, atol=1e-12)
+        others = torch.ones_like(mask)
+        others[torch.arange(4), first] = False
+        torch.testing.assert_close(found[others], additive[others], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("share_layers", [False, True], ids=["unshared", "one-layer"])
+def test_cls_attention_adds_no_weights_and_changes_only_the_first_tokens_output(build, share_layers):
+    """The same weights with and without `cls_attention_heads`: only the first real token's output differs (its
+    softmax attention comes in the last layer application only, after which each token's feed-forward is its own)."""
+    additive = build(FastformerModel, share_layers=share_layers, share_query_value=False)
+    model = build(FastformerModel, share_layers=share_layers, share_query_value=False, cls_attention_heads=2)
+    assert model.state_dict().keys() == additive.state_dict().keys()
+    model.load_state_dict(additive.state_dict())
+    ids = torch.randint(1, VOCAB, (2, 9))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # left padding
+    with torch.no_grad():
+        found, expected = (m(ids, attention_mask=mask).last_hidden_state for m in (model, additive))
+    first = torch.zeros_like(mask, dtype=torch.bool)
+    first[0, 0] = first[1, 3] = True
+    assert not torch.isclose(found[first], expected[first]).all(-1).any()
+    torch.testing.assert_close(found[~first], expected[~first], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="`cls_attention_heads` needs a row per sequence, but the rows are packed"):
+        model(ids[:1], position_ids=torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3, 4]]))
 
 
 @pytest.mark.parametrize("model_class", [FastformerModel, FastformerForConditionalGeneration])

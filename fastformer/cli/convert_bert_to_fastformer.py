@@ -83,6 +83,10 @@ class ConversionArguments:
     num_attention_heads: int | None = field(
         default=None, metadata={"help": "Heads of the converted attention (default: the source's)."}
     )
+    cls_attention_heads: int | None = field(
+        default=None,
+        metadata={"help": "Heads of a classifier's [CLS] softmax attention in the last layer (default: the source's)."},
+    )
     base_model: str | None = field(
         default=None, metadata={"help": "The source's Hub id, for the model card, when it is read from a folder."}
     )
@@ -386,6 +390,7 @@ def main(args: list[str] | None = None):
             cross_attention_init=conversion_args.cross_attention_init,
             head=source.head,
             num_attention_heads=conversion_args.num_attention_heads,
+            cls_attention_heads=conversion_args.cls_attention_heads,
             **special_ids,
         )
     except (ValueError, StrictDataclassError) as error:  # the latter: a config's fields that do not fit together
@@ -408,6 +413,7 @@ def main(args: list[str] | None = None):
             cross_attention_init=conversion_args.cross_attention_init,
             max_position_embeddings=model.config.max_position_embeddings,
             num_attention_heads=model.config.num_attention_heads,
+            cls_attention_heads=model.config.cls_attention_heads,
             distill_file=str(distill_args.distill_file),
             text_column=distill_args.text_column,
             max_seq_length=distill_args.max_seq_length,
