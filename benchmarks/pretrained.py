@@ -688,17 +688,18 @@ def classifier_model(converted: Path, teacher: Path, name: str, length: int):
 
 
 def classifier_speed(args) -> list[dict]:
-    """The classifier part's first --classifier-levers conversion and its teacher at each of --lengths: the median of
-    3 forwards, the peak past a 16-token one."""
+    """Each --classifier-levers conversion, then its teacher, at each of --lengths: the median of 3 forwards, the
+    peak past a 16-token one."""
     teacher = row_dir(args, "newsgroups", "teacher") / f"seed{args.seeds[0]}"
-    converted = args.work / "classifier" / args.classifier_levers[0]
+    converted = {lever: args.work / "classifier" / lever for lever in args.classifier_levers}
     rows = []
     for length in args.lengths:
-        for name in (CONVERTED, TEACHER):
-            build_args = (converted, teacher, name, max(args.lengths))
-            rows.append({"model": name, "tokens": length, **forward(args, classifier_model, build_args, length, 16, 3)})
+        models = [(f"{CONVERTED} ({lever})", (folder, teacher, CONVERTED)) for lever, folder in converted.items()]
+        for name, build_args in [*models, (TEACHER, (None, teacher, TEACHER))]:
+            found = forward(args, classifier_model, (*build_args, max(args.lengths)), length, 16, 3)
+            rows.append({"model": name, "tokens": length, **found})
     print(harness.rows_table(rows), flush=True)
-    return rows, {"converted": str(converted)}
+    return rows, {"converted": [str(folder) for folder in converted.values()]}
 
 
 PARTS["classifier-speed"] = classifier_speed

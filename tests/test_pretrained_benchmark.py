@@ -263,7 +263,8 @@ def test_classifier_part_converts_the_fine_tuned_teacher_with_its_head(benchmark
     benchmark("--parts", "classifier-speed", "--classifier-levers", "toy", "--seeds", "0", "--lengths", "64", "512")
     speed = record(benchmark.records, "classifier-speed")["rows"]
     names = [(row["model"], row["tokens"]) for row in speed]
-    assert names == [(name, length) for length in (64, 512) for name in (pretrained.CONVERTED, pretrained.TEACHER)]
+    converted = f"{pretrained.CONVERTED} (toy)"
+    assert names == [(name, length) for length in (64, 512) for name in (converted, pretrained.TEACHER)]
     assert all(row["forward_ms"] > 0 and row["peak_mb"] == 1.5 for row in speed)
     assert len(benchmark.runs) == 3  # nothing trained again
 
