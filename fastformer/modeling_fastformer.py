@@ -437,7 +437,7 @@ class FastformerLayer(GradientCheckpointingLayer):
         attention from it to every real token, in `config.cls_attention_heads` heads through this layer's query,
         key, value and output: the [CLS] row of a BERT layer. One query: linear in the length."""
         attention, heads = self.attention, self.config.cls_attention_heads
-        batch, length, width = hidden_states.shape
+        batch, _, width = hidden_states.shape
         mask = as_pooling_mask(attention_mask, compute_dtype(hidden_states))
         first = hidden_states.new_zeros(batch, dtype=torch.long) if mask is None else mask.tokens.int().argmax(-1)
         index = first.view(batch, 1, 1).expand(batch, 1, width)  # left padding puts the first token later

@@ -191,4 +191,5 @@ def test_classifier_conversion_recipe_runs(repo_root, tmp_path, tokenizer, monke
     )
     saved = json.loads((converted / "config.json").read_text())
     assert saved["architectures"] == ["FastformerForSequenceClassification"] and len(saved["id2label"]) == 20
+    assert saved["cls_attention_heads"] == 4  # the teacher's [CLS] attention kept, as the README says
     assert json.loads((converted / "conversion.json").read_text())["distill_file"] == str(distill)
