@@ -42,7 +42,8 @@ class OperatorCount(TorchDispatchMode):
 
 
 def models(args) -> dict:
-    """BERT with SDPA and Fastformer (its default config but for the size, and no layer sharing), same size."""
+    """BERT with SDPA and Fastformer (its default config but for the size, and no layer sharing; and with
+    `cls_attention_heads`), same size."""
     size = dict(
         hidden_size=args.hidden_size,
         num_hidden_layers=args.layers,
@@ -54,7 +55,13 @@ def models(args) -> dict:
     torch.manual_seed(0)
     bert = BertForSequenceClassification(BertConfig(**size, attn_implementation="sdpa"))
     fastformer = FastformerForSequenceClassification(FastformerConfig(**size, share_layers=False))
-    return {"BERT-SDPA": bert, "Fastformer": fastformer}
+    # a converted classifier's: its [CLS] attends by softmax in the last layer
+    converted = FastformerConfig(**size, share_layers=False, cls_attention_heads=args.heads)
+    return {
+        "BERT-SDPA": bert,
+        "Fastformer": fastformer,
+        "Fastformer, [CLS] softmax": FastformerForSequenceClassification(converted),
+    }
 
 
 def decoders(args) -> dict:
@@ -160,7 +167,9 @@ def main(argv=None):
                 }
             )
         peer = "GPT-2-SDPA" if kind == "decoding step" else "BERT-SDPA"
-        rows[-1]["vs_peer"] = round(counts["Fastformer"] / counts[peer], 2)
+        for row in rows[-len(counts) :]:
+            if row["model"] != peer:
+                row["vs_peer"] = round(row["operators"] / counts[peer], 2)
     settings = {key: value for key, value in vars(args).items() if key != "output"}
     write_record(args.output, rows, settings)
     print(rows_table([{key: value for key, value in row.items() if key != "top"} for row in rows]))

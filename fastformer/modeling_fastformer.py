@@ -727,10 +727,12 @@ class FastformerModel(FastformerStack):
         super().__init__(config)
         self.embeddings = FastformerEmbeddings(config)
         self.layers = self._layers(FastformerLayer, config.num_hidden_layers)
-        # the layer application whose first token attends by softmax (`config.cls_attention_heads`), or None
-        self.cls_layer = self.num_layers - 1 if config.cls_attention_heads else None
         self.pooler = FastformerPooler(config) if add_pooling_layer else None
         self.post_init()
+
+    @property
+    def cls_layer(self) -> int | None:  # the layer application whose first token attends by softmax, or None
+        return self.num_layers - 1 if self.config.cls_attention_heads else None
 
     @capture_outputs
     @auto_docstring
