@@ -7,6 +7,7 @@ table and writes its record, --output/<part>.json. A script run (a fine-tuning, 
 folder under --work, once (harness.run_script); the finetune and levers records hold every run stored there.
 """
 
+import copy
 import gzip
 import hashlib
 import itertools
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 
 import datasets
+import safetensors.torch
 import torch
 import transformers
 from torch import nn
@@ -119,6 +121,8 @@ CLASSIFIER_LEVERS = {name: f"{flags} --cls_attention_heads 0" for name, flags in
 # the peer: the teacher distilled into a BERT of its own shape from --teacher (its own start), on the mixed texts:
 # (steps, learning rate), the rate chosen on validation among 1e-4, 3e-4 and 1e-3 at 300 steps
 BERT_STUDENTS = {"bert-student300": (300, 1e-4), "bert-student4200": (4200, 1e-4)}
+# hybrids (`hybrid_student`): the layers whose attention is the teacher's softmax, steps, learning rate
+HYBRIDS = {"hybrid3-4200-bf16": ((0, 1, 2), 4200, 3e-4), "hybrid5-4200-bf16": ((0, 1, 2, 3, 4), 4200, 3e-4)}
 MIXED_SHARES = {"mixed": 1, "mixed_half": 2, "mixed_quarter": 4}  # the distillation files: 1 / share of the texts
 CONVERTED, TEACHER = "converted Fastformer", "teacher (BERT, positions extended)"  # the long and memory parts' models
 # the memory part: the feed-forward blocks whole (0) and in chunks of this many tokens (FastformerConfig's default;
@@ -145,7 +149,7 @@ def parse_args(argv=None):
     parser.add_argument("--shared-data", type=Path, default=REPO.parent / "shared" / "data", help="uncut 20 Newsgroups")
     parser.add_argument("--residual-steps", type=int, default=100, help="layerwise steps of the residual part")
     parser.add_argument("--levers", nargs="+", choices=LEVERS, default=list(LEVERS), help="the levers part's")
-    levers = [*CLASSIFIER_LEVERS, *BERT_STUDENTS]
+    levers = [*CLASSIFIER_LEVERS, *BERT_STUDENTS, *HYBRIDS]
     parser.add_argument("--classifier-levers", nargs="+", choices=levers, default=["default"])
     parser.add_argument("--validation-texts", type=int, default=600, help="the classifier part's, to choose levers")
     args = parser.parse_args(argv)
@@ -539,14 +543,14 @@ def scores(predicted: list[str], labels: list[str], expected: list[str], prefix:
 
 
 class StudentDistillation(nn.Module):
-    """A BERT student's loss against its frozen BERT teacher, as the conversion's end-to-end stage for a classifier:
-    the logits' KL at temperature 2 plus the last hidden state's unexplained variance; both models without dropout,
-    the student's embeddings frozen."""
+    """A student classifier's loss against its frozen BERT teacher, as the conversion's end-to-end stage for a
+    classifier: the logits' KL at temperature 2 plus the last hidden state's unexplained variance; both models
+    without dropout, the student's embeddings frozen."""
 
-    def __init__(self, student: transformers.BertForSequenceClassification, teacher: nn.Module):
+    def __init__(self, student: transformers.PreTrainedModel, teacher: nn.Module):
         super().__init__()
         self.student, self.teacher = student, teacher.requires_grad_(False)
-        student.bert.embeddings.requires_grad_(False)
+        student.requires_grad_(True).base_model.embeddings.requires_grad_(False)
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -561,45 +565,92 @@ class StudentDistillation(nn.Module):
         return {"loss": logit_distillation_loss(found.logits, target.logits, 2.0) + residual / total}
 
 
+def distil(args, student, teacher, tokenizer, folder: Path, distill_file: Path, steps: int, learning_rate: float):
+    """`StudentDistillation` on `distill_file`'s texts (the conversion's 2% held out, seed 42) at --max-seq-length,
+    with the conversion's batch, schedule and bf16: its seconds."""
+    texts = datasets.load_dataset("json", data_files=str(distill_file), split="train")
+    texts = texts.train_test_split(test_size=max(1, len(texts) * 2 // 100), seed=42)["train"]
+    cut = dict(truncation=True, max_length=args.max_seq_length)
+    texts = texts.map(lambda batch: tokenizer(batch["text"], **cut), batched=True, remove_columns=texts.column_names)
+    training = TrainingArguments(
+        output_dir=str(folder),
+        max_steps=steps,
+        learning_rate=learning_rate,
+        per_device_train_batch_size=16,
+        lr_scheduler_type="cosine",
+        warmup_steps=0.1,
+        bf16=True,
+        use_cpu=True,
+        seed=42,
+        save_strategy="no",
+        report_to="none",
+        logging_steps=200,
+        disable_tqdm=True,
+    )
+    loss = StudentDistillation(student, teacher)
+    started = time.perf_counter()
+    Trainer(loss, training, train_dataset=texts, data_collator=DataCollatorWithPadding(tokenizer)).train()
+    return round(time.perf_counter() - started, 1)
+
+
 def bert_student(args, teacher_folder: Path, folder: Path, distill_file: Path, steps: int, learning_rate: float):
-    """The teacher distilled into a BertForSequenceClassification started from --teacher (the teacher's own start) on
-    `distill_file`'s texts (the conversion's 2% held out, seed 42) at --max-seq-length, with the conversion's batch,
-    schedule and bf16, saved in `folder` once; its seconds and distillation file."""
+    """The teacher distilled (`distil`) into a BertForSequenceClassification started from --teacher (the teacher's
+    own start), saved in `folder` once; its seconds and distillation file."""
     done = folder / "student.json"
     if not done.exists():
         tokenizer = AutoTokenizer.from_pretrained(teacher_folder)
         teacher = transformers.BertForSequenceClassification.from_pretrained(teacher_folder)
         labels = {name: getattr(teacher.config, name) for name in ("num_labels", "id2label", "label2id")}
         student = transformers.BertForSequenceClassification.from_pretrained(args.teacher, **labels)
-        texts = datasets.load_dataset("json", data_files=str(distill_file), split="train")
-        texts = texts.train_test_split(test_size=max(1, len(texts) * 2 // 100), seed=42)["train"]
-        cut = dict(truncation=True, max_length=args.max_seq_length)
-        texts = texts.map(
-            lambda batch: tokenizer(batch["text"], **cut), batched=True, remove_columns=texts.column_names
-        )
-        training = TrainingArguments(
-            output_dir=str(folder),
-            max_steps=steps,
-            learning_rate=learning_rate,
-            per_device_train_batch_size=16,
-            lr_scheduler_type="cosine",
-            warmup_steps=0.1,
-            bf16=True,
-            use_cpu=True,
-            seed=42,
-            save_strategy="no",
-            report_to="none",
-            logging_steps=200,
-            disable_tqdm=True,
-        )
-        loss = StudentDistillation(student, teacher)
-        started = time.perf_counter()
-        Trainer(loss, training, train_dataset=texts, data_collator=DataCollatorWithPadding(tokenizer)).train()
-        seconds = round(time.perf_counter() - started, 1)
+        seconds = distil(args, student, teacher, tokenizer, folder, distill_file, steps, learning_rate)
         student.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
         harness.write_json(done, {"distill_seconds": seconds, "distill_file": str(distill_file), "steps": steps})
     return read_json(done)
+
+
+class SoftmaxAttentionLayer(nn.Module):
+    """A hybrid's layer: the teacher's BERT attention sub-layer (softmax over every token, quadratic in the length)
+    and the converted layer's feed-forward, called as a `FastformerLayer`."""
+
+    def __init__(self, attention: nn.Module, layer: nn.Module):
+        super().__init__()
+        self.attention, self.feed_forward = attention, layer.feed_forward
+
+    def forward(self, hidden_states, attention_mask=None, segment_ids=None, output_attentions=False, cls=False):
+        mask = None if attention_mask is None else attention_mask.tokens[:, None, None, :]
+        return self.feed_forward(self.attention(hidden_states, attention_mask=mask)[0]), None
+
+
+def hybrid_layers(student, teacher, softmax: tuple[int, ...]):
+    """`student` (a converted classifier) with the attention of its layers `softmax` replaced by copies of the
+    teacher's (`SoftmaxAttentionLayer`): no longer a Fastformer, nor linear in the length."""
+    for index in softmax:
+        attention = copy.deepcopy(teacher.bert.encoder.layer[index].attention)
+        student.fastformer.layers[index] = SoftmaxAttentionLayer(attention, student.fastformer.layers[index])
+    return student
+
+
+def hybrid_student(args, teacher_folder: Path, folder: Path, softmax: tuple[int, ...], steps: int, lr: float):
+    """The conversion of cls4200-bf16 up to its layerwise stage, made a hybrid (`hybrid_layers`) and distilled
+    (`distil`) on that lever's texts, kept in `folder` once: its seconds (the layerwise stage's included) and
+    distillation file, and the model. How far softmax attention in some layers brings the conversion to its teacher."""
+    flags = f"{CLASSIFIER.format(SPLITS['newsgroups'])} {CLASSIFIER_LEVERS['cls4200-bf16']} --end_to_end_steps 0"
+    texts = mixed_texts(args.work / "classifier")
+    layerwise = folder / "layerwise"
+    convert(str(teacher_folder), layerwise, flags.format(mixed=texts), lambda done: {})
+    teacher = transformers.BertForSequenceClassification.from_pretrained(teacher_folder)
+    student = transformers.AutoModelForSequenceClassification.from_pretrained(layerwise)
+    student = hybrid_layers(student, teacher, softmax)
+    done, weights = folder / "student.json", folder / "hybrid.safetensors"
+    if not done.exists():
+        tokenizer = AutoTokenizer.from_pretrained(teacher_folder)
+        seconds = distil(args, student, teacher, tokenizer, folder, texts, steps, lr)
+        seconds += conversion_result(read_json(layerwise / "conversion.json"))["distill_seconds"]
+        safetensors.torch.save_model(student, str(weights))
+        harness.write_json(done, {"distill_seconds": seconds, "distill_file": str(texts), "steps": steps})
+    safetensors.torch.load_model(student, str(weights))
+    return read_json(done), student
 
 
 def classifier(args) -> list[dict]:
@@ -639,6 +690,10 @@ def classifier(args) -> list[dict]:
                 args, teacher_folder, folder, mixed_texts(args.work / "classifier"), *BERT_STUDENTS[lever]
             )
             model_name, recorded = f"BERT student ({lever})", "steps {}, learning rate {}".format(*BERT_STUDENTS[lever])
+        elif lever in HYBRIDS:
+            found, student = hybrid_student(args, teacher_folder, folder, *HYBRIDS[lever])
+            model_name = f"hybrid ({lever})"
+            recorded = "softmax attention in layers {}, steps {}, learning rate {}".format(*HYBRIDS[lever])
         else:
             model_name, recorded = f"converted ({lever})", CLASSIFIER_LEVERS[lever]
             lever_flags = recorded
@@ -652,7 +707,9 @@ def classifier(args) -> list[dict]:
                 str(teacher_folder), folder, flags, lambda done: conversion_result(read_json(done / "conversion.json"))
             )
             found |= {"distill_file": read_json(folder / "conversion.json")["distill_file"]}
-        student = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
+        if lever not in HYBRIDS:
+            student = transformers.AutoModelForSequenceClassification.from_pretrained(folder)
+        student.eval()
         predicted = predicted_labels(student, tokenizer, texts, args.max_seq_length)
         whole = predicted_labels(student, tokenizer, [row["text"] for row in long], None)
         row = {"model": model_name, **scores(predicted, labels, expected, "", test_stable)}

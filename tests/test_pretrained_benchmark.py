@@ -5,13 +5,17 @@ import json
 
 import pytest
 import torch
-from transformers import BertConfig, BertForSequenceClassification, BertModel
+from transformers import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification, BertModel
 
 from benchmarks import harness, pretrained
 from fastformer.cli import convert_bert_to_fastformer
 from tests.in_process import run_in_process
 
 LABELS = ("rec.sport.hockey", "sci.space", "talk.religion.misc")
+BATCH = {
+    "input_ids": torch.tensor([[2, 40, 41, 3], [2, 50, 3, 0]]),
+    "attention_mask": torch.tensor([[1] * 4, [1, 1, 1, 0]]),
+}
 
 
 def subset(path, per_label: int, words: int) -> list[dict]:
@@ -291,9 +295,31 @@ def test_classifier_part_distils_a_bert_student_of_the_teachers_shape(benchmark,
     benchmark(*run, "--shared-data", str(toy["folder"] / "shared"))
     assert (folder / "student.json").stat().st_mtime_ns == written  # read back, not distilled again
     # the loss is the conversion's: zero for the teacher itself, positive for the student
-    batch = {
-        "input_ids": torch.tensor([[2, 40, 41, 3], [2, 50, 3, 0]]),
-        "attention_mask": torch.tensor([[1] * 4, [1, 1, 1, 0]]),
-    }
-    assert pretrained.StudentDistillation(fine_tuned, fine_tuned)(**batch)["loss"] == 0
-    assert pretrained.StudentDistillation(trained, fine_tuned)(**batch)["loss"] > 0
+    assert pretrained.StudentDistillation(fine_tuned, fine_tuned)(**BATCH)["loss"] == 0
+    assert pretrained.StudentDistillation(trained, fine_tuned)(**BATCH)["loss"] > 0
+
+
+def test_classifier_part_distils_a_hybrid_with_the_teachers_softmax_in_some_layers(benchmark, toy, monkeypatch):
+    toy_flags = "--max_steps 1 --max_seq_length 32 --per_device_train_batch_size 8 --use_cpu --disable_tqdm true"
+    monkeypatch.setattr(pretrained, "CLASSIFIER", "--max_position_embeddings 512 --distill_file {}")
+    monkeypatch.setattr(pretrained, "CLASSIFIER_LEVERS", {"cls4200-bf16": toy_flags})
+    monkeypatch.setattr(pretrained, "HYBRIDS", {"hybrid": ((0,), 3, 1e-3)})
+    monkeypatch.setattr(pretrained, "DOCUMENT_MIN_TOKENS", 40)
+    run = ["--parts", "classifier", "--classifier-levers", "hybrid", "--seeds", "0"]
+    benchmark(*run, "--shared-data", str(toy["folder"] / "shared"))
+    teacher, hybrid = record(benchmark.records, "classifier")["rows"]
+    assert hybrid["model"] == "hybrid (hybrid)" and hybrid["flags"].startswith("softmax attention in layers (0,)")
+    assert 0 <= hybrid["agreement"] <= 1 and 0 <= hybrid["validation_agreement"] <= 1 and hybrid["distill_minutes"] > 0
+    work = benchmark.records.parent / "work"
+    folder = work / "classifier" / "hybrid"
+    written = (folder / "student.json").stat().st_mtime_ns
+    benchmark(*run, "--shared-data", str(toy["folder"] / "shared"))
+    assert (folder / "student.json").stat().st_mtime_ns == written  # read back, not distilled again
+    assert record(benchmark.records, "classifier")["rows"][1] == hybrid  # the distilled weights, read back
+    # with every layer's attention the teacher's, the converted classifier computes the teacher's logits
+    fine_tuned = BertForSequenceClassification.from_pretrained(work / "finetune" / "newsgroups" / "teacher" / "seed0")
+    converted = AutoModelForSequenceClassification.from_pretrained(folder / "layerwise")
+    converted = pretrained.hybrid_layers(converted, fine_tuned, (0, 1))
+    expected, found = (model.eval()(**BATCH).logits for model in (fine_tuned, converted))
+    torch.testing.assert_close(found, expected)
+    assert isinstance(converted.fastformer.layers[1], pretrained.SoftmaxAttentionLayer)
