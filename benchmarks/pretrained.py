@@ -660,7 +660,8 @@ def classifier(args) -> list[dict]:
     `validation_rows` (where levers are compared), agreement on TRAINING_TEXTS of the lever's distillation file (seed
     1; its held-out share too), distillation minutes; and on the long test documents, the teacher cut at 512 tokens
     against each conversion reading them whole. Each further --seeds fine-tunes the teacher again, scored the same;
-    a BERT_STUDENTS lever, the teacher distilled into a BERT of its own shape (`bert_student`), is scored the same."""
+    a BERT_STUDENTS lever, the teacher distilled into a BERT of its own shape (`bert_student`), and a HYBRIDS one, the
+    conversion with some layers' attention the teacher's (`hybrid_student`), are scored the same."""
     run_finetune(args, "newsgroups", "teacher", args.seeds[0])
     teacher_folder = row_dir(args, "newsgroups", "teacher") / f"seed{args.seeds[0]}"
     tokenizer = AutoTokenizer.from_pretrained(teacher_folder)
