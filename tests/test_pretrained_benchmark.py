@@ -2,8 +2,10 @@
 scripts (conversion, fine-tuning) run in this process."""
 
 import json
+import types
 
 import pytest
+import safetensors.torch
 import torch
 from transformers import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification, BertModel
 
@@ -315,9 +317,20 @@ def test_classifier_part_distils_a_hybrid_with_the_teachers_softmax_in_some_laye
     written = (folder / "student.json").stat().st_mtime_ns
     benchmark(*run, "--shared-data", str(toy["folder"] / "shared"))
     assert (folder / "student.json").stat().st_mtime_ns == written  # read back, not distilled again
-    assert record(benchmark.records, "classifier")["rows"][1] == hybrid  # the distilled weights, read back
+    assert record(benchmark.records, "classifier")["rows"][1] == hybrid
+    # the distilled weights are the ones read back, and they moved from the layerwise conversion's
+    args = types.SimpleNamespace(work=work, max_seq_length=32)
+    teacher_folder = work / "finetune" / "newsgroups" / "teacher" / "seed0"
+    _, student = pretrained.hybrid_student(args, teacher_folder, folder, (0,), 3, 1e-3)
+    saved = safetensors.torch.load_file(folder / "hybrid.safetensors")
+    assert all(torch.equal(tensor, saved[name]) for name, tensor in student.state_dict().items())
+    fine_tuned = BertForSequenceClassification.from_pretrained(teacher_folder)
+    start = pretrained.hybrid_layers(
+        AutoModelForSequenceClassification.from_pretrained(folder / "layerwise"), fine_tuned, (0,)
+    )
+    query = "fastformer.layers.0.attention.self.query.weight"  # the teacher's attention, trained
+    assert not torch.equal(saved[query], start.state_dict()[query])
     # with every layer's attention the teacher's, the converted classifier computes the teacher's logits
-    fine_tuned = BertForSequenceClassification.from_pretrained(work / "finetune" / "newsgroups" / "teacher" / "seed0")
     converted = AutoModelForSequenceClassification.from_pretrained(folder / "layerwise")
     converted = pretrained.hybrid_layers(converted, fine_tuned, (0, 1))
     expected, found = (model.eval()(**BATCH).logits for model in (fine_tuned, converted))
